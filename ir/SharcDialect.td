@@ -1,0 +1,130 @@
+//===- SharcDialect.td - the sharc dialect -------------------*- tablegen -*-===//
+//
+// The sharc dialect: tensor-level operations of a training step, the
+// collectives that sharding inserts, and the attributes that mark trainable
+// parameters.  Every op's executable meaning lives in ir/Evaluator.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_DIALECT_TD
+#define SHARC_DIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/BuiltinTypes.td"
+
+def Sharc_Dialect : Dialect {
+  let name = "sharc";
+  let cppNamespace = "::sharc";
+  let summary = "Tensor-level operations of a training step";
+  let description = [{
+    Operations on statically shaped, ranked builtin tensors with element types
+    f64, f32, f16, bf16, i64, i32 and i1.  Elementwise operations follow numpy
+    broadcasting.  Function arguments that are trainable parameters carry a
+    `sharc.param` attribute naming the parameter and its ONNX initializer.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasRegionArgAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Name of the function-argument attribute that marks a trainable
+    /// parameter.
+    static constexpr llvm::StringLiteral getParamAttrName() {
+      return llvm::StringLiteral("sharc.param");
+    }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+def Sharc_FloatElement : AnyTypeOf<[F64, F32, F16, BF16]>;
+def Sharc_Element : AnyTypeOf<[F64, F32, F16, BF16, I64, I32, I1]>;
+
+def Sharc_Tensor : StaticShapeTensorOf<[F64, F32, F16, BF16, I64, I32, I1]>;
+def Sharc_FloatTensor : StaticShapeTensorOf<[F64, F32, F16, BF16]>;
+def Sharc_NumericTensor : StaticShapeTensorOf<[F64, F32, F16, BF16, I64, I32]>;
+def Sharc_IndexTensor : StaticShapeTensorOf<[I64, I32]>;
+def Sharc_BoolTensor : StaticShapeTensorOf<[I1]>;
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Sharc_ReduceKind : I32EnumAttr<"ReduceKind", "reduction kind", [
+    I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"mean", 1>,
+    I32EnumAttrCase<"max", 2>]> {
+  let cppNamespace = "::sharc";
+  let genSpecializedAttr = 0;
+}
+def Sharc_ReduceKindAttr
+    : EnumAttr<Sharc_Dialect, Sharc_ReduceKind, "reduce_kind"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Sharc_ComparePredicate : I32EnumAttr<"ComparePredicate",
+    "elementwise comparison", [
+    I32EnumAttrCase<"eq", 0>, I32EnumAttrCase<"ne", 1>,
+    I32EnumAttrCase<"lt", 2>, I32EnumAttrCase<"le", 3>,
+    I32EnumAttrCase<"gt", 4>, I32EnumAttrCase<"ge", 5>]> {
+  let cppNamespace = "::sharc";
+  let genSpecializedAttr = 0;
+}
+def Sharc_ComparePredicateAttr
+    : EnumAttr<Sharc_Dialect, Sharc_ComparePredicate, "predicate"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Sharc_GeluApproximation : I32EnumAttr<"GeluApproximation",
+    "GELU formula", [
+    I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"tanh", 1>]> {
+  let cppNamespace = "::sharc";
+  let genSpecializedAttr = 0;
+}
+def Sharc_GeluApproximationAttr
+    : EnumAttr<Sharc_Dialect, Sharc_GeluApproximation, "gelu_approximation"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Sharc_LossReduction : I32EnumAttr<"LossReduction",
+    "how per-example losses are combined", [
+    I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"sum", 1>,
+    I32EnumAttrCase<"mean", 2>]> {
+  let cppNamespace = "::sharc";
+  let genSpecializedAttr = 0;
+}
+def Sharc_LossReductionAttr
+    : EnumAttr<Sharc_Dialect, Sharc_LossReduction, "loss_reduction"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Sharc_CollectiveKind : I32EnumAttr<"CollectiveKind",
+    "combining function of a reducing collective", [
+    I32EnumAttrCase<"sum", 0>, I32EnumAttrCase<"max", 1>]> {
+  let cppNamespace = "::sharc";
+  let genSpecializedAttr = 0;
+}
+def Sharc_CollectiveKindAttr
+    : EnumAttr<Sharc_Dialect, Sharc_CollectiveKind, "collective_kind"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+def Sharc_ParamAttr : AttrDef<Sharc_Dialect, "Param"> {
+  let mnemonic = "param";
+  let summary = "marks a function argument as a trainable parameter";
+  let description = [{
+    `#sharc.param<"name", "source">`: `name` is the parameter's sanitized
+    identifier (safe for generated code and file names), `source` the name of
+    the ONNX initializer it was imported from.
+  }];
+  let parameters = (ins StringRefParameter<"sanitized name">:$name,
+                        StringRefParameter<"ONNX initializer name">:$source);
+  let assemblyFormat = "`<` $name `,` $source `>`";
+}
+
+#endif // SHARC_DIALECT_TD

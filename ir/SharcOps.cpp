@@ -1,0 +1,653 @@
+//===- SharcOps.cpp - sharc dialect -----------------------------------------===//
+//
+// Verifiers and shape functions of the sharc operations.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ir/SharcOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/Matchers.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace sharc;
+
+#include "ir/SharcDialect.cpp.inc"
+#include "ir/SharcEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ir/SharcAttrs.cpp.inc"
+
+void SharcDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "ir/SharcAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "ir/SharcOps.cpp.inc"
+      >();
+}
+
+LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
+                                                     unsigned regionIndex,
+                                                     unsigned argIndex,
+                                                     NamedAttribute attr) {
+  if (attr.getName() != getParamAttrName())
+    return op->emitError() << "unknown sharc argument attribute '"
+                           << attr.getName() << "'";
+  if (!isa<ParamAttr>(attr.getValue()))
+    return op->emitError() << "'" << getParamAttrName()
+                           << "' must be a #sharc.param attribute";
+  Region &region = op->getRegion(regionIndex);
+  if (region.empty())
+    return success();
+  auto type = dyn_cast<RankedTensorType>(
+      region.front().getArgument(argIndex).getType());
+  if (!type || !isa<FloatType>(type.getElementType()))
+    return op->emitError() << "argument #" << argIndex
+                           << " is marked as a parameter but is not a "
+                              "floating-point tensor";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+FailureOr<SmallVector<int64_t>> sharc::broadcastShapes(ArrayRef<int64_t> lhs,
+                                                       ArrayRef<int64_t> rhs) {
+  size_t rank = std::max(lhs.size(), rhs.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t a = i < rank - lhs.size() ? 1 : lhs[i - (rank - lhs.size())];
+    int64_t b = i < rank - rhs.size() ? 1 : rhs[i - (rank - rhs.size())];
+    if (a != b && a != 1 && b != 1)
+      return failure();
+    result[i] = a == 1 ? b : a;
+  }
+  return result;
+}
+
+bool sharc::isBroadcastableTo(ArrayRef<int64_t> from, ArrayRef<int64_t> to) {
+  if (from.size() > to.size())
+    return false;
+  size_t offset = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[offset + i])
+      return false;
+  return true;
+}
+
+int64_t sharc::windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
+                                int64_t padBegin, int64_t padEnd,
+                                int64_t dilation, bool ceilMode) {
+  int64_t span = dilation * (kernel - 1) + 1;
+  int64_t room = input + padBegin + padEnd - span;
+  if (room < 0)
+    return 0;
+  int64_t out = (ceilMode ? (room + stride - 1) / stride : room / stride) + 1;
+  // As in PyTorch and ONNX: the last window must start inside the input or
+  // the left padding.
+  if (ceilMode && (out - 1) * stride >= input + padBegin)
+    --out;
+  return out;
+}
+
+int64_t sharc::numElements(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return {};
+  return func.getArgAttrOfType<ParamAttr>(index,
+                                          SharcDialect::getParamAttrName());
+}
+
+static RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+LogicalResult IotaOp::verify() {
+  int64_t rank = getType().getRank();
+  if (getDimension() < 0 || getDimension() >= rank)
+    return emitOpError() << "dimension " << getDimension()
+                         << " is out of range for rank " << rank;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+/// Shape function shared by the broadcasting ops: all operands broadcast
+/// together; the result has `elementType`, or the operands' common element
+/// type when `elementType` is null (then they must agree).
+static LogicalResult inferBroadcast(std::optional<Location> loc,
+                                    ValueRange operands, Type elementType,
+                                    SmallVectorImpl<Type> &results) {
+  SmallVector<int64_t> shape;
+  Type common;
+  for (Value operand : operands) {
+    auto type = tensorType(operand);
+    auto merged = broadcastShapes(shape, type.getShape());
+    if (failed(merged))
+      return emitOptionalError(loc, "operand shapes ", operands.getTypes(),
+                               " do not broadcast");
+    shape = *merged;
+    if (common && common != type.getElementType())
+      return emitOptionalError(loc, "operand element types differ: ",
+                               operands.getTypes());
+    common = type.getElementType();
+  }
+  results.push_back(RankedTensorType::get(shape, elementType ? elementType
+                                                             : common));
+  return success();
+}
+
+#define SHARC_BINARY_INFER(OP)                                                 \
+  LogicalResult OP::inferReturnTypes(                                          \
+      MLIRContext *, std::optional<Location> loc, Adaptor adaptor,             \
+      SmallVectorImpl<Type> &results) {                                        \
+    return inferBroadcast(loc, {adaptor.getLhs(), adaptor.getRhs()}, Type(),   \
+                          results);                                            \
+  }
+SHARC_BINARY_INFER(AddOp)
+SHARC_BINARY_INFER(SubOp)
+SHARC_BINARY_INFER(MulOp)
+SHARC_BINARY_INFER(DivOp)
+SHARC_BINARY_INFER(PowOp)
+SHARC_BINARY_INFER(MaxOp)
+SHARC_BINARY_INFER(MinOp)
+SHARC_BINARY_INFER(AndOp)
+SHARC_BINARY_INFER(OrOp)
+#undef SHARC_BINARY_INFER
+
+LogicalResult CompareOp::inferReturnTypes(MLIRContext *context,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  return inferBroadcast(loc, {adaptor.getLhs(), adaptor.getRhs()},
+                        IntegerType::get(context, 1), results);
+}
+
+LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  SmallVector<Type> ignored;
+  if (failed(inferBroadcast(loc, {adaptor.getOnTrue(), adaptor.getOnFalse()},
+                            Type(), ignored)))
+    return failure();
+  return inferBroadcast(
+      loc, {adaptor.getCondition(), adaptor.getOnTrue(), adaptor.getOnFalse()},
+      tensorType(adaptor.getOnTrue()).getElementType(), results);
+}
+
+OpFoldResult CastOp::fold(FoldAdaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra, reductions, normalization
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  auto lhs = tensorType(adaptor.getLhs());
+  auto rhs = tensorType(adaptor.getRhs());
+  if (lhs.getRank() < 2 || rhs.getRank() < 2)
+    return emitOptionalError(loc, "matmul operands must have rank >= 2, got ",
+                             lhs, " and ", rhs);
+  if (lhs.getElementType() != rhs.getElementType())
+    return emitOptionalError(loc, "matmul element types differ: ", lhs,
+                             " and ", rhs);
+  ArrayRef<int64_t> ls = lhs.getShape(), rs = rhs.getShape();
+  int64_t m = ls[ls.size() - 2], kl = ls.back();
+  if (adaptor.getTransposeLhs())
+    std::swap(m, kl);
+  int64_t kr = rs[rs.size() - 2], n = rs.back();
+  if (adaptor.getTransposeRhs())
+    std::swap(kr, n);
+  if (kl != kr)
+    return emitOptionalError(loc, "matmul contraction sizes differ: ", kl,
+                             " vs ", kr, " (", lhs, " x ", rhs, ")");
+  auto batch = broadcastShapes(ls.drop_back(2), rs.drop_back(2));
+  if (failed(batch))
+    return emitOptionalError(loc, "matmul batch dimensions do not broadcast: ",
+                             lhs, " x ", rhs);
+  SmallVector<int64_t> shape = *batch;
+  shape.push_back(m);
+  shape.push_back(n);
+  results.push_back(RankedTensorType::get(shape, lhs.getElementType()));
+  return success();
+}
+
+LogicalResult ReduceOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  auto type = tensorType(adaptor.getOperand());
+  int64_t rank = type.getRank();
+  SmallVector<bool> reduced(rank, false);
+  for (int64_t axis : adaptor.getAxes()) {
+    if (axis < 0 || axis >= rank)
+      return emitOptionalError(loc, "reduction axis ", axis,
+                               " is out of range for rank ", rank);
+    if (reduced[axis])
+      return emitOptionalError(loc, "reduction axis ", axis, " is repeated");
+    reduced[axis] = true;
+  }
+  if (adaptor.getKind() == ReduceKind::mean &&
+      !isa<FloatType>(type.getElementType()))
+    return emitOptionalError(loc, "mean reduction needs a float tensor");
+  SmallVector<int64_t> shape;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (!reduced[i])
+      shape.push_back(type.getDimSize(i));
+    else if (adaptor.getKeepDims())
+      shape.push_back(1);
+  }
+  results.push_back(RankedTensorType::get(shape, type.getElementType()));
+  return success();
+}
+
+template <typename OpTy>
+static LogicalResult verifySoftmaxAxis(OpTy op) {
+  int64_t rank = op.getType().getRank();
+  if (op.getAxis() < 0 || op.getAxis() >= rank)
+    return op.emitOpError() << "axis " << op.getAxis()
+                            << " is out of range for rank " << rank;
+  return success();
+}
+LogicalResult SoftmaxOp::verify() { return verifySoftmaxAxis(*this); }
+LogicalResult LogSoftmaxOp::verify() { return verifySoftmaxAxis(*this); }
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  auto type = tensorType(adaptor.getOperand());
+  int64_t rank = type.getRank();
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= rank)
+    return emitOptionalError(loc, "layer_norm axis ", axis,
+                             " is out of range for rank ", rank);
+  ArrayRef<int64_t> normalized = type.getShape().drop_front(axis);
+  for (Value v : {adaptor.getScale(), adaptor.getBias()}) {
+    if (!v)
+      continue;
+    auto t = tensorType(v);
+    if (t.getElementType() != type.getElementType())
+      return emitOptionalError(loc, "layer_norm scale/bias element type ", t,
+                               " differs from the operand's ", type);
+    if (!isBroadcastableTo(t.getShape(), normalized))
+      return emitOptionalError(loc, "layer_norm scale/bias shape ", t,
+                               " does not broadcast to the normalized shape");
+  }
+  SmallVector<int64_t> statShape(type.getShape());
+  for (int64_t i = axis; i < rank; ++i)
+    statShape[i] = 1;
+  auto stat = RankedTensorType::get(statShape, type.getElementType());
+  results.append({type, stat, stat});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  auto in = tensorType(getOperand());
+  if (in.getElementType() != getType().getElementType())
+    return emitOpError() << "element type changes from " << in << " to "
+                         << getType();
+  if (in.getNumElements() != getType().getNumElements())
+    return emitOpError() << "cannot reshape " << in << " ("
+                         << in.getNumElements() << " elements) to "
+                         << getType() << " (" << getType().getNumElements()
+                         << " elements)";
+  return success();
+}
+
+OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
+  if (getOperand().getType() == getType())
+    return getOperand();
+  if (auto dense = dyn_cast_or_null<DenseElementsAttr>(adaptor.getOperand()))
+    return dense.reshape(getType());
+  return {};
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  auto type = tensorType(adaptor.getOperand());
+  ArrayRef<int64_t> perm = adaptor.getPermutation();
+  if ((int64_t)perm.size() != type.getRank())
+    return emitOptionalError(loc, "permutation has ", perm.size(),
+                             " entries for rank ", type.getRank());
+  SmallVector<bool> seen(perm.size(), false);
+  SmallVector<int64_t> shape;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= type.getRank() || seen[p])
+      return emitOptionalError(loc, "invalid permutation [", perm, "]");
+    seen[p] = true;
+    shape.push_back(type.getDimSize(p));
+  }
+  results.push_back(RankedTensorType::get(shape, type.getElementType()));
+  return success();
+}
+
+LogicalResult BroadcastOp::verify() {
+  auto in = tensorType(getOperand());
+  if (in.getElementType() != getType().getElementType())
+    return emitOpError() << "element type changes from " << in << " to "
+                         << getType();
+  if (!isBroadcastableTo(in.getShape(), getType().getShape()))
+    return emitOpError() << in << " does not broadcast to " << getType();
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  auto in = tensorType(getOperand());
+  ArrayRef<int64_t> start = getStart(), stride = getStride();
+  int64_t rank = in.getRank();
+  if (in.getElementType() != getType().getElementType())
+    return emitOpError() << "element type changes from " << in << " to "
+                         << getType();
+  if (getType().getRank() != rank || (int64_t)start.size() != rank ||
+      (int64_t)stride.size() != rank)
+    return emitOpError() << "operand, result, start and stride must all have "
+                            "rank "
+                         << rank;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t size = getType().getDimSize(d);
+    if (stride[d] == 0)
+      return emitOpError() << "stride of dimension " << d << " is zero";
+    if (size == 0)
+      continue;
+    int64_t last = start[d] + (size - 1) * stride[d];
+    if (start[d] < 0 || start[d] >= in.getDimSize(d) || last < 0 ||
+        last >= in.getDimSize(d))
+      return emitOpError() << "dimension " << d << " reads indices "
+                           << start[d] << " to " << last
+                           << ", outside [0, " << in.getDimSize(d) << ")";
+  }
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return emitOptionalError(loc, "concat needs at least one input");
+  auto first = tensorType(inputs.front());
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= first.getRank())
+    return emitOptionalError(loc, "concat axis ", axis,
+                             " is out of range for rank ", first.getRank());
+  SmallVector<int64_t> shape(first.getShape());
+  for (Value v : inputs.drop_front()) {
+    auto t = tensorType(v);
+    bool ok = t.getElementType() == first.getElementType() &&
+              t.getRank() == first.getRank();
+    for (int64_t d = 0; ok && d < t.getRank(); ++d)
+      ok = d == axis || t.getDimSize(d) == first.getDimSize(d);
+    if (!ok)
+      return emitOptionalError(loc, "concat inputs ", inputs.getTypes(),
+                               " differ outside axis ", axis);
+    shape[axis] += t.getDimSize(axis);
+  }
+  results.push_back(RankedTensorType::get(shape, first.getElementType()));
+  return success();
+}
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  auto data = tensorType(adaptor.getData());
+  auto indices = tensorType(adaptor.getIndices());
+  int64_t axis = adaptor.getAxis();
+  if (axis < 0 || axis >= data.getRank())
+    return emitOptionalError(loc, "gather axis ", axis,
+                             " is out of range for rank ", data.getRank());
+  SmallVector<int64_t> shape(data.getShape().take_front(axis));
+  llvm::append_range(shape, indices.getShape());
+  llvm::append_range(shape, data.getShape().drop_front(axis + 1));
+  results.push_back(RankedTensorType::get(shape, data.getElementType()));
+  return success();
+}
+
+LogicalResult TriluOp::verify() {
+  if (getType().getRank() < 2)
+    return emitOpError() << "needs rank >= 2, got " << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+/// Shared shape function of nll_loss and cross_entropy.
+static LogicalResult inferLoss(std::optional<Location> loc, Value input,
+                               Value target, Value weight,
+                               LossReduction reduction,
+                               SmallVectorImpl<Type> &results) {
+  auto in = tensorType(input);
+  auto tg = tensorType(target);
+  if (in.getRank() < 2)
+    return emitOptionalError(loc, "loss input must be [N, C, ...], got ", in);
+  SmallVector<int64_t> expected{in.getDimSize(0)};
+  llvm::append_range(expected, in.getShape().drop_front(2));
+  if (tg.getShape() != ArrayRef<int64_t>(expected))
+    return emitOptionalError(loc, "loss target shape ", tg,
+                             " does not match input ", in,
+                             " (expected [N, d1, ...])");
+  if (weight) {
+    auto w = tensorType(weight);
+    if (w.getRank() != 1 || w.getDimSize(0) != in.getDimSize(1) ||
+        w.getElementType() != in.getElementType())
+      return emitOptionalError(loc, "loss weight ", w,
+                               " must be a [C] tensor of the input type");
+  }
+  if (reduction == LossReduction::none)
+    results.push_back(RankedTensorType::get(expected, in.getElementType()));
+  else
+    results.push_back(RankedTensorType::get({}, in.getElementType()));
+  return success();
+}
+
+LogicalResult NllLossOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &results) {
+  return inferLoss(loc, adaptor.getInput(), adaptor.getTarget(),
+                   adaptor.getWeight(), adaptor.getReduction(), results);
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *,
+                                               std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &results) {
+  return inferLoss(loc, adaptor.getLogits(), adaptor.getTarget(),
+                   adaptor.getWeight(), adaptor.getReduction(), results);
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+/// Checks the window attributes of a 2-D conv/pool and computes the output
+/// spatial sizes.
+static FailureOr<SmallVector<int64_t>>
+inferWindow(std::optional<Location> loc, RankedTensorType input,
+            ArrayRef<int64_t> kernel, ArrayRef<int64_t> strides,
+            ArrayRef<int64_t> padding, ArrayRef<int64_t> dilations,
+            bool ceilMode) {
+  if (input.getRank() != 4)
+    return emitOptionalError(loc, "expected an NCHW input, got ", input);
+  if (kernel.size() != 2 || strides.size() != 2 || dilations.size() != 2 ||
+      padding.size() != 4)
+    return emitOptionalError(loc, "2-D windows need 2 kernel sizes, 2 "
+                                  "strides, 2 dilations and 4 paddings");
+  SmallVector<int64_t> out;
+  for (int d = 0; d < 2; ++d) {
+    if (kernel[d] < 1 || strides[d] < 1 || dilations[d] < 1 ||
+        padding[d] < 0 || padding[d + 2] < 0)
+      return emitOptionalError(loc, "window sizes, strides and dilations "
+                                    "must be positive, paddings non-negative");
+    int64_t size = windowOutputSize(input.getDimSize(2 + d), kernel[d],
+                                    strides[d], padding[d], padding[d + 2],
+                                    dilations[d], ceilMode);
+    if (size < 1)
+      return emitOptionalError(loc, "window of size ", kernel[d],
+                               " does not fit input ", input);
+    out.push_back(size);
+  }
+  return out;
+}
+
+LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  auto in = tensorType(adaptor.getInput());
+  auto w = tensorType(adaptor.getWeight());
+  int64_t groups = adaptor.getGroups();
+  if (w.getRank() != 4 || w.getElementType() != in.getElementType())
+    return emitOptionalError(loc, "conv weight must be OIHW of the input "
+                                  "type, got ",
+                             w);
+  if (in.getRank() != 4)
+    return emitOptionalError(loc, "expected an NCHW input, got ", in);
+  if (groups < 1 || in.getDimSize(1) % groups || w.getDimSize(0) % groups ||
+      w.getDimSize(1) * groups != in.getDimSize(1))
+    return emitOptionalError(loc, "conv channels do not match: input ", in,
+                             ", weight ", w, ", groups ", groups);
+  if (Value b = adaptor.getBias()) {
+    auto bt = tensorType(b);
+    if (bt.getRank() != 1 || bt.getDimSize(0) != w.getDimSize(0))
+      return emitOptionalError(loc, "conv bias must be [", w.getDimSize(0),
+                               "], got ", bt);
+  }
+  auto spatial =
+      inferWindow(loc, in, w.getShape().drop_front(2), adaptor.getStrides(),
+                  adaptor.getPadding(), adaptor.getDilations(), false);
+  if (failed(spatial))
+    return failure();
+  results.push_back(RankedTensorType::get(
+      {in.getDimSize(0), w.getDimSize(0), (*spatial)[0], (*spatial)[1]},
+      in.getElementType()));
+  return success();
+}
+
+LogicalResult MaxPool2DOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  auto in = tensorType(adaptor.getInput());
+  auto spatial = inferWindow(loc, in, adaptor.getKernel(),
+                             adaptor.getStrides(), adaptor.getPadding(),
+                             adaptor.getDilations(), adaptor.getCeilMode());
+  if (failed(spatial))
+    return failure();
+  results.push_back(RankedTensorType::get(
+      {in.getDimSize(0), in.getDimSize(1), (*spatial)[0], (*spatial)[1]},
+      in.getElementType()));
+  return success();
+}
+
+LogicalResult AvgPool2DOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  auto in = tensorType(adaptor.getInput());
+  int64_t ones[2] = {1, 1};
+  auto spatial = inferWindow(loc, in, adaptor.getKernel(),
+                             adaptor.getStrides(), adaptor.getPadding(), ones,
+                             adaptor.getCeilMode());
+  if (failed(spatial))
+    return failure();
+  results.push_back(RankedTensorType::get(
+      {in.getDimSize(0), in.getDimSize(1), (*spatial)[0], (*spatial)[1]},
+      in.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+static LogicalResult checkRanks(std::optional<Location> loc, int64_t ranks) {
+  if (ranks < 1)
+    return emitOptionalError(loc, "group size must be positive, got ", ranks);
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  return checkRanks(getLoc(), getRanks());
+}
+
+LogicalResult ReduceScatterOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  auto type = tensorType(adaptor.getOperand());
+  int64_t ranks = adaptor.getRanks();
+  if (failed(checkRanks(loc, ranks)))
+    return failure();
+  if (type.getRank() < 1 || type.getDimSize(0) % ranks != 0)
+    return emitOptionalError(loc, "reduce_scatter needs dimension 0 of ", type,
+                             " to be a multiple of the group size ", ranks);
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] /= ranks;
+  results.push_back(RankedTensorType::get(shape, type.getElementType()));
+  return success();
+}
+
+LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  auto type = tensorType(adaptor.getOperand());
+  if (failed(checkRanks(loc, adaptor.getRanks())))
+    return failure();
+  if (type.getRank() < 1)
+    return emitOptionalError(loc, "all_gather needs a tensor of rank >= 1");
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] *= adaptor.getRanks();
+  results.push_back(RankedTensorType::get(shape, type.getElementType()));
+  return success();
+}
+
+LogicalResult BroadcastFromOp::verify() {
+  if (failed(checkRanks(getLoc(), getRanks())))
+    return failure();
+  if (getRoot() < 0 || getRoot() >= getRanks())
+    return emitOpError() << "root " << getRoot() << " is not a rank of a group of "
+                         << getRanks();
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "ir/SharcOps.cpp.inc"

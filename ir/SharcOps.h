@@ -1,0 +1,53 @@
+//===- SharcOps.h - sharc dialect ---------------------------------*- C++ -*-===//
+//
+// The sharc dialect, its attributes and operations, and the shape helpers that
+// the verifiers, the importer and the evaluator share.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_IR_SHARCOPS_H
+#define SHARC_IR_SHARCOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "ir/SharcDialect.h.inc"
+#include "ir/SharcEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ir/SharcAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "ir/SharcOps.h.inc"
+
+namespace sharc {
+
+/// Numpy broadcasting of two static shapes; failure when incompatible.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
+
+/// True when `from` numpy-broadcasts to exactly `to`.
+bool isBroadcastableTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
+
+/// Output length of one pooled/convolved spatial dimension.
+int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
+                         int64_t padBegin, int64_t padEnd, int64_t dilation,
+                         bool ceilMode);
+
+/// Number of elements of a static shape.
+int64_t numElements(llvm::ArrayRef<int64_t> shape);
+
+/// Returns the `sharc.param` attribute of function argument `index`, or null.
+ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
+
+} // namespace sharc
+
+#endif // SHARC_IR_SHARCOPS_H

@@ -1,0 +1,434 @@
+//===- SharcOps.td - sharc operations ------------------------*- tablegen -*-===//
+//
+// Semantics of every op are executed by ir/Evaluator.cpp and documented in
+// docs/ir.md.  Result shapes are inferred (InferTypeOpAdaptor) wherever they
+// follow from operands and attributes, so the verifier and the builders share
+// one shape function per op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_OPS_TD
+#define SHARC_OPS_TD
+
+include "ir/SharcDialect.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+class Sharc_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Sharc_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Constants and generators
+//===----------------------------------------------------------------------===//
+
+def Sharc_ConstantOp : Sharc_Op<"constant", [ConstantLike, Pure,
+    AllTypesMatch<["value", "result"]>]> {
+  let summary = "a constant tensor";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+def Sharc_IotaOp : Sharc_Op<"iota", [Pure]> {
+  let summary = "indices along one dimension";
+  let description = [{
+    `result[i0, ..., in] = i_dimension`, converted to the result element type.
+  }];
+  let arguments = (ins I64Attr:$dimension);
+  let results = (outs Sharc_NumericTensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Sharc_UnaryOp<string mnemonic, Type operandType, list<Trait> traits = []>
+    : Sharc_Op<mnemonic, !listconcat(traits,
+          [Pure, SameOperandsAndResultType, Elementwise])> {
+  let arguments = (ins operandType:$operand);
+  let results = (outs operandType:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+}
+
+def Sharc_NegOp : Sharc_UnaryOp<"neg", Sharc_NumericTensor> {
+  let summary = "-x";
+}
+def Sharc_AbsOp : Sharc_UnaryOp<"abs", Sharc_NumericTensor> {
+  let summary = "|x|";
+}
+def Sharc_ReluOp : Sharc_UnaryOp<"relu", Sharc_NumericTensor> {
+  let summary = "max(x, 0)";
+}
+def Sharc_ExpOp : Sharc_UnaryOp<"exp", Sharc_FloatTensor> {
+  let summary = "e^x";
+}
+def Sharc_LogOp : Sharc_UnaryOp<"log", Sharc_FloatTensor> {
+  let summary = "natural logarithm";
+}
+def Sharc_SqrtOp : Sharc_UnaryOp<"sqrt", Sharc_FloatTensor> {
+  let summary = "square root";
+}
+def Sharc_RsqrtOp : Sharc_UnaryOp<"rsqrt", Sharc_FloatTensor> {
+  let summary = "1 / sqrt(x)";
+}
+def Sharc_ErfOp : Sharc_UnaryOp<"erf", Sharc_FloatTensor> {
+  let summary = "Gauss error function";
+}
+def Sharc_TanhOp : Sharc_UnaryOp<"tanh", Sharc_FloatTensor> {
+  let summary = "hyperbolic tangent";
+}
+def Sharc_SigmoidOp : Sharc_UnaryOp<"sigmoid", Sharc_FloatTensor> {
+  let summary = "1 / (1 + e^-x)";
+}
+def Sharc_NotOp : Sharc_UnaryOp<"not", Sharc_BoolTensor> {
+  let summary = "logical negation";
+}
+
+def Sharc_GeluOp : Sharc_Op<"gelu",
+    [Pure, SameOperandsAndResultType, Elementwise]> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `none`: x/2 (1 + erf(x/sqrt(2))); `tanh`: x/2 (1 + tanh(sqrt(2/pi) (x +
+    0.044715 x^3))).
+  }];
+  let arguments = (ins Sharc_FloatTensor:$operand,
+      DefaultValuedAttr<Sharc_GeluApproximationAttr,
+                        "GeluApproximation::none">:$approximation);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+}
+
+def Sharc_CastOp : Sharc_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+  let summary = "element type conversion";
+  let description = [{
+    Float to float rounds to nearest even; float to integer truncates toward
+    zero; to i1 is `x != 0`; i1 to a number is 0 or 1.
+  }];
+  let arguments = (ins Sharc_Tensor:$operand);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `to` type($result)";
+  let hasFolder = 1;
+}
+
+class Sharc_BinaryOp<string mnemonic, Type operandType, list<Trait> traits = []>
+    : Sharc_Op<mnemonic, !listconcat(traits,
+          [Pure, InferTypeOpAdaptor])> {
+  let arguments = (ins operandType:$lhs, operandType:$rhs);
+  let results = (outs operandType:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_AddOp : Sharc_BinaryOp<"add", Sharc_NumericTensor, [Commutative]> {
+  let summary = "lhs + rhs (broadcasting)";
+}
+def Sharc_SubOp : Sharc_BinaryOp<"sub", Sharc_NumericTensor> {
+  let summary = "lhs - rhs (broadcasting)";
+}
+def Sharc_MulOp : Sharc_BinaryOp<"mul", Sharc_NumericTensor, [Commutative]> {
+  let summary = "lhs * rhs (broadcasting)";
+}
+def Sharc_DivOp : Sharc_BinaryOp<"div", Sharc_NumericTensor> {
+  let summary = "lhs / rhs (broadcasting; integers truncate toward zero)";
+}
+def Sharc_PowOp : Sharc_BinaryOp<"pow", Sharc_NumericTensor> {
+  let summary = "lhs ^ rhs (broadcasting)";
+}
+def Sharc_MaxOp : Sharc_BinaryOp<"max", Sharc_NumericTensor, [Commutative]> {
+  let summary = "elementwise maximum (broadcasting; NaN propagates)";
+}
+def Sharc_MinOp : Sharc_BinaryOp<"min", Sharc_NumericTensor, [Commutative]> {
+  let summary = "elementwise minimum (broadcasting; NaN propagates)";
+}
+def Sharc_AndOp : Sharc_BinaryOp<"and", Sharc_BoolTensor, [Commutative]> {
+  let summary = "logical and (broadcasting)";
+}
+def Sharc_OrOp : Sharc_BinaryOp<"or", Sharc_BoolTensor, [Commutative]> {
+  let summary = "logical or (broadcasting)";
+}
+
+def Sharc_CompareOp : Sharc_Op<"compare", [Pure, InferTypeOpAdaptor]> {
+  let summary = "elementwise comparison (broadcasting) to i1";
+  let arguments = (ins Sharc_Tensor:$lhs, Sharc_Tensor:$rhs,
+                       Sharc_ComparePredicateAttr:$predicate);
+  let results = (outs Sharc_BoolTensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_SelectOp : Sharc_Op<"select", [Pure, InferTypeOpAdaptor]> {
+  let summary = "cond ? on_true : on_false (broadcasting all three)";
+  let arguments = (ins Sharc_BoolTensor:$condition, Sharc_Tensor:$on_true,
+                       Sharc_Tensor:$on_false);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$condition `,` $on_true `,` $on_false attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra, reductions, normalization
+//===----------------------------------------------------------------------===//
+
+def Sharc_MatmulOp : Sharc_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
+  let summary = "batched matrix product with numpy batch broadcasting";
+  let description = [{
+    Both operands have rank >= 2.  The last two dimensions are the matrix
+    (transposed first when `transpose_lhs` / `transpose_rhs` is set); leading
+    dimensions broadcast.  f16/bf16 products accumulate in f32.
+  }];
+  let arguments = (ins Sharc_NumericTensor:$lhs, Sharc_NumericTensor:$rhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
+  let results = (outs Sharc_NumericTensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_ReduceOp : Sharc_Op<"reduce", [Pure, InferTypeOpAdaptor]> {
+  let summary = "sum, mean or max over a set of axes";
+  let description = [{
+    An empty `axes` list reduces nothing (the identity).  Floating-point sums
+    accumulate in f64 and round once.
+  }];
+  let arguments = (ins Sharc_NumericTensor:$operand,
+                       Sharc_ReduceKindAttr:$kind,
+                       DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "false">:$keep_dims);
+  let results = (outs Sharc_NumericTensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_SoftmaxOp : Sharc_Op<"softmax",
+    [Pure, SameOperandsAndResultType]> {
+  let summary = "exp(x - max) / sum(exp(x - max)) along one axis";
+  let arguments = (ins Sharc_FloatTensor:$operand, I64Attr:$axis);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Sharc_LogSoftmaxOp : Sharc_Op<"log_softmax",
+    [Pure, SameOperandsAndResultType]> {
+  let summary = "x - max - log(sum(exp(x - max))) along one axis";
+  let arguments = (ins Sharc_FloatTensor:$operand, I64Attr:$axis);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Sharc_LayerNormOp : Sharc_Op<"layer_norm", [Pure, InferTypeOpAdaptor]> {
+  let summary = "layer normalization over the trailing axes from `axis` on";
+  let description = [{
+    mean and inverse standard deviation over dimensions axis..rank-1 (computed
+    in f64, kept in the operand type), y = (x - mean) * inv_std * scale + bias.
+    `mean` and `inv_std` have the operand's shape with the normalized
+    dimensions set to 1.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$operand, Sharc_FloatTensor:$scale,
+                       Optional<Sharc_FloatTensor>:$bias,
+                       I64Attr:$axis, F64Attr:$epsilon);
+  let results = (outs Sharc_FloatTensor:$result, Sharc_FloatTensor:$mean,
+                      Sharc_FloatTensor:$inv_std);
+  let assemblyFormat = "$operand `,` $scale (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def Sharc_ReshapeOp : Sharc_Op<"reshape", [Pure]> {
+  let summary = "same elements in row-major order, new shape";
+  let arguments = (ins Sharc_Tensor:$operand);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `to` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+def Sharc_TransposeOp : Sharc_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
+  let summary = "permute dimensions: result dim i is operand dim perm[i]";
+  let arguments = (ins Sharc_Tensor:$operand, DenseI64ArrayAttr:$permutation);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_BroadcastOp : Sharc_Op<"broadcast", [Pure]> {
+  let summary = "numpy-broadcast the operand to the result shape";
+  let arguments = (ins Sharc_Tensor:$operand);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `to` type($result)";
+  let hasVerifier = 1;
+}
+
+def Sharc_SliceOp : Sharc_Op<"slice", [Pure]> {
+  let summary = "strided slice: result[i] = operand[start + i * stride]";
+  let description = [{
+    Per dimension `d`, result index `i` reads operand index
+    `start[d] + i * stride[d]`; strides are non-zero and may be negative.  The
+    result shape comes from the result type and every read must be in bounds.
+  }];
+  let arguments = (ins Sharc_Tensor:$operand, DenseI64ArrayAttr:$start,
+                       DenseI64ArrayAttr:$stride);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `to` type($result)";
+  let hasVerifier = 1;
+}
+
+def Sharc_ConcatOp : Sharc_Op<"concat", [Pure, InferTypeOpAdaptor]> {
+  let summary = "join tensors along one axis";
+  let arguments = (ins Variadic<Sharc_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_GatherOp : Sharc_Op<"gather", [Pure, InferTypeOpAdaptor]> {
+  let summary = "take entries along an axis (ONNX Gather, embedding lookup)";
+  let description = [{
+    result shape = data[:axis] ++ indices.shape ++ data[axis+1:].  Negative
+    indices count from the end; an index out of range is a run-time error.
+  }];
+  let arguments = (ins Sharc_Tensor:$data, Sharc_IndexTensor:$indices,
+                       I64Attr:$axis);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$data `,` $indices attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Sharc_TriluOp : Sharc_Op<"trilu", [Pure, SameOperandsAndResultType]> {
+  let summary = "keep the upper or lower triangle of the last two dims";
+  let description = [{
+    Upper: keep entries with j - i >= diagonal; lower: j - i <= diagonal;
+    everything else becomes zero.
+  }];
+  let arguments = (ins Sharc_Tensor:$operand, BoolAttr:$upper,
+                       DefaultValuedAttr<I64Attr, "0">:$diagonal);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+def Sharc_NllLossOp : Sharc_Op<"nll_loss", [Pure, InferTypeOpAdaptor]> {
+  let summary = "negative log-likelihood loss (ONNX NegativeLogLikelihoodLoss)";
+  let description = [{
+    input [N, C, d1...] holds log-probabilities, target [N, d1...] class
+    indices.  loss[n, d] = -input[n, target[n,d], d] * weight[target[n,d]],
+    zero where target == ignore_index.  `mean` divides the sum by the sum of
+    the weights of the non-ignored targets.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$input, Sharc_IndexTensor:$target,
+                       Optional<Sharc_FloatTensor>:$weight,
+                       Sharc_LossReductionAttr:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $target (`,` $weight^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Sharc_CrossEntropyOp : Sharc_Op<"cross_entropy",
+    [Pure, InferTypeOpAdaptor]> {
+  let summary = "softmax cross-entropy loss on logits";
+  let description = [{
+    nll_loss(log_softmax(logits, axis = 1), target, weight), fused so that
+    code generation can emit it as one row kernel.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$logits, Sharc_IndexTensor:$target,
+                       Optional<Sharc_FloatTensor>:$weight,
+                       Sharc_LossReductionAttr:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$logits `,` $target (`,` $weight^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling (NCHW)
+//===----------------------------------------------------------------------===//
+
+def Sharc_Conv2DOp : Sharc_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
+  let summary = "2-D convolution, NCHW input, OIHW weight, optional bias";
+  let description = [{
+    `padding` is [top, left, bottom, right]; `groups` splits channels as in
+    ONNX Conv.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$input, Sharc_FloatTensor:$weight,
+                       Optional<Sharc_FloatTensor>:$bias,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<I64Attr, "1">:$groups);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Sharc_MaxPool2DOp : Sharc_Op<"max_pool2d", [Pure, InferTypeOpAdaptor]> {
+  let summary = "2-D max pooling over NCHW; padding never wins";
+  let arguments = (ins Sharc_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_AvgPool2DOp : Sharc_Op<"avg_pool2d", [Pure, InferTypeOpAdaptor]> {
+  let summary = "2-D average pooling over NCHW";
+  let description = [{
+    With `count_include_pad` the divisor counts the explicit padding (but not
+    the extra cells of ceil_mode windows); otherwise only real input cells.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives over the data-parallel group
+//===----------------------------------------------------------------------===//
+
+def Sharc_AllReduceOp : Sharc_Op<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "every rank receives the sum / max over all ranks";
+  let arguments = (ins Sharc_NumericTensor:$operand,
+                       Sharc_CollectiveKindAttr:$kind, I64Attr:$ranks);
+  let results = (outs Sharc_NumericTensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Sharc_ReduceScatterOp : Sharc_Op<"reduce_scatter", [InferTypeOpAdaptor]> {
+  let summary = "sum over ranks; rank r keeps slice r of dimension 0";
+  let arguments = (ins Sharc_NumericTensor:$operand,
+                       Sharc_CollectiveKindAttr:$kind, I64Attr:$ranks);
+  let results = (outs Sharc_NumericTensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_AllGatherOp : Sharc_Op<"all_gather", [InferTypeOpAdaptor]> {
+  let summary = "concatenate every rank's operand along dimension 0, in rank order";
+  let arguments = (ins Sharc_Tensor:$operand, I64Attr:$ranks);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_BroadcastFromOp : Sharc_Op<"broadcast_from",
+    [SameOperandsAndResultType]> {
+  let summary = "every rank receives rank `root`'s operand";
+  let arguments = (ins Sharc_Tensor:$operand, I64Attr:$root, I64Attr:$ranks);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // SHARC_OPS_TD
