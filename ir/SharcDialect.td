@@ -22,15 +22,25 @@ def Sharc_Dialect : Dialect {
     Operations on statically shaped, ranked builtin tensors with element types
     f64, f32, f16, bf16, i64, i32 and i1.  Elementwise operations follow numpy
     broadcasting.  Function arguments that are trainable parameters carry a
-    `sharc.param` attribute naming the parameter and its ONNX initializer.
+    `sharc.param` attribute naming the parameter and its ONNX initializer;
+    other arguments may carry `sharc.input = "name"` and results
+    `sharc.output = "name"` with the model's names for them.
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{
-    /// Name of the function-argument attribute that marks a trainable
-    /// parameter.
+    /// Function-argument attribute that marks a trainable parameter.
     static constexpr llvm::StringLiteral getParamAttrName() {
       return llvm::StringLiteral("sharc.param");
+    }
+    /// Function-argument attribute holding a model input's name.
+    static constexpr llvm::StringLiteral getInputAttrName() {
+      return llvm::StringLiteral("sharc.input");
+    }
+    /// Function-result attribute holding a model output's name.
+    static constexpr llvm::StringLiteral getOutputAttrName() {
+      return llvm::StringLiteral("sharc.output");
     }
   }];
 }
@@ -47,6 +57,12 @@ def Sharc_FloatTensor : StaticShapeTensorOf<[F64, F32, F16, BF16]>;
 def Sharc_NumericTensor : StaticShapeTensorOf<[F64, F32, F16, BF16, I64, I32]>;
 def Sharc_IndexTensor : StaticShapeTensorOf<[I64, I32]>;
 def Sharc_BoolTensor : StaticShapeTensorOf<[I1]>;
+
+/// A signed 64-bit integer attribute (I64Attr's accessors are unsigned).
+def Sharc_I64Attr : TypedSignlessIntegerAttrBase<I64, "int64_t",
+    "64-bit signless integer attribute"> {
+  let convertFromStorage = "$_self.getValue().getSExtValue()";
+}
 
 //===----------------------------------------------------------------------===//
 // Enums

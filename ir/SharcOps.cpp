@@ -35,9 +35,15 @@ LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
                                                      unsigned regionIndex,
                                                      unsigned argIndex,
                                                      NamedAttribute attr) {
+  if (attr.getName() == getInputAttrName()) {
+    if (!isa<StringAttr>(attr.getValue()))
+      return op->emitError() << "'" << getInputAttrName()
+                             << "' must be a string";
+    return success();
+  }
   if (attr.getName() != getParamAttrName())
     return op->emitError() << "unknown sharc argument attribute '"
-                           << attr.getName() << "'";
+                           << attr.getName().getValue() << "'";
   if (!isa<ParamAttr>(attr.getValue()))
     return op->emitError() << "'" << getParamAttrName()
                            << "' must be a #sharc.param attribute";
@@ -50,6 +56,19 @@ LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
     return op->emitError() << "argument #" << argIndex
                            << " is marked as a parameter but is not a "
                               "floating-point tensor";
+  return success();
+}
+
+LogicalResult SharcDialect::verifyRegionResultAttribute(Operation *op,
+                                                        unsigned regionIndex,
+                                                        unsigned resultIndex,
+                                                        NamedAttribute attr) {
+  if (attr.getName() != getOutputAttrName())
+    return op->emitError() << "unknown sharc result attribute '"
+                           << attr.getName().getValue() << "'";
+  if (!isa<StringAttr>(attr.getValue()))
+    return op->emitError() << "'" << getOutputAttrName()
+                           << "' must be a string";
   return success();
 }
 
@@ -138,7 +157,8 @@ LogicalResult IotaOp::verify() {
 /// type when `elementType` is null (then they must agree).
 static LogicalResult inferBroadcast(std::optional<Location> loc,
                                     ValueRange operands, Type elementType,
-                                    SmallVectorImpl<Type> &results) {
+                                    SmallVectorImpl<Type> &results,
+                                    bool sameElementTypes = true) {
   SmallVector<int64_t> shape;
   Type common;
   for (Value operand : operands) {
@@ -148,7 +168,7 @@ static LogicalResult inferBroadcast(std::optional<Location> loc,
       return emitOptionalError(loc, "operand shapes ", operands.getTypes(),
                                " do not broadcast");
     shape = *merged;
-    if (common && common != type.getElementType())
+    if (sameElementTypes && common && common != type.getElementType())
       return emitOptionalError(loc, "operand element types differ: ",
                                operands.getTypes());
     common = type.getElementType();
@@ -194,7 +214,8 @@ LogicalResult SelectOp::inferReturnTypes(MLIRContext *,
     return failure();
   return inferBroadcast(
       loc, {adaptor.getCondition(), adaptor.getOnTrue(), adaptor.getOnFalse()},
-      tensorType(adaptor.getOnTrue()).getElementType(), results);
+      tensorType(adaptor.getOnTrue()).getElementType(), results,
+      /*sameElementTypes=*/false);
 }
 
 OpFoldResult CastOp::fold(FoldAdaptor) {

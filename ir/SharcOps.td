@@ -37,7 +37,7 @@ def Sharc_IotaOp : Sharc_Op<"iota", [Pure]> {
   let description = [{
     `result[i0, ..., in] = i_dimension`, converted to the result element type.
   }];
-  let arguments = (ins I64Attr:$dimension);
+  let arguments = (ins Sharc_I64Attr:$dimension);
   let results = (outs Sharc_NumericTensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -206,7 +206,7 @@ def Sharc_ReduceOp : Sharc_Op<"reduce", [Pure, InferTypeOpAdaptor]> {
 def Sharc_SoftmaxOp : Sharc_Op<"softmax",
     [Pure, SameOperandsAndResultType]> {
   let summary = "exp(x - max) / sum(exp(x - max)) along one axis";
-  let arguments = (ins Sharc_FloatTensor:$operand, I64Attr:$axis);
+  let arguments = (ins Sharc_FloatTensor:$operand, Sharc_I64Attr:$axis);
   let results = (outs Sharc_FloatTensor:$result);
   let assemblyFormat = "$operand attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -215,7 +215,7 @@ def Sharc_SoftmaxOp : Sharc_Op<"softmax",
 def Sharc_LogSoftmaxOp : Sharc_Op<"log_softmax",
     [Pure, SameOperandsAndResultType]> {
   let summary = "x - max - log(sum(exp(x - max))) along one axis";
-  let arguments = (ins Sharc_FloatTensor:$operand, I64Attr:$axis);
+  let arguments = (ins Sharc_FloatTensor:$operand, Sharc_I64Attr:$axis);
   let results = (outs Sharc_FloatTensor:$result);
   let assemblyFormat = "$operand attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -231,7 +231,7 @@ def Sharc_LayerNormOp : Sharc_Op<"layer_norm", [Pure, InferTypeOpAdaptor]> {
   }];
   let arguments = (ins Sharc_FloatTensor:$operand, Sharc_FloatTensor:$scale,
                        Optional<Sharc_FloatTensor>:$bias,
-                       I64Attr:$axis, F64Attr:$epsilon);
+                       Sharc_I64Attr:$axis, F64Attr:$epsilon);
   let results = (outs Sharc_FloatTensor:$result, Sharc_FloatTensor:$mean,
                       Sharc_FloatTensor:$inv_std);
   let assemblyFormat = "$operand `,` $scale (`,` $bias^)? attr-dict `:` "
@@ -282,7 +282,7 @@ def Sharc_SliceOp : Sharc_Op<"slice", [Pure]> {
 
 def Sharc_ConcatOp : Sharc_Op<"concat", [Pure, InferTypeOpAdaptor]> {
   let summary = "join tensors along one axis";
-  let arguments = (ins Variadic<Sharc_Tensor>:$inputs, I64Attr:$axis);
+  let arguments = (ins Variadic<Sharc_Tensor>:$inputs, Sharc_I64Attr:$axis);
   let results = (outs Sharc_Tensor:$result);
   let assemblyFormat = "$inputs attr-dict `:` functional-type(operands, results)";
 }
@@ -294,7 +294,7 @@ def Sharc_GatherOp : Sharc_Op<"gather", [Pure, InferTypeOpAdaptor]> {
     indices count from the end; an index out of range is a run-time error.
   }];
   let arguments = (ins Sharc_Tensor:$data, Sharc_IndexTensor:$indices,
-                       I64Attr:$axis);
+                       Sharc_I64Attr:$axis);
   let results = (outs Sharc_Tensor:$result);
   let assemblyFormat = "$data `,` $indices attr-dict `:` "
                        "functional-type(operands, results)";
@@ -307,7 +307,7 @@ def Sharc_TriluOp : Sharc_Op<"trilu", [Pure, SameOperandsAndResultType]> {
     everything else becomes zero.
   }];
   let arguments = (ins Sharc_Tensor:$operand, BoolAttr:$upper,
-                       DefaultValuedAttr<I64Attr, "0">:$diagonal);
+                       DefaultValuedAttr<Sharc_I64Attr, "0">:$diagonal);
   let results = (outs Sharc_Tensor:$result);
   let assemblyFormat = "$operand attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -328,7 +328,7 @@ def Sharc_NllLossOp : Sharc_Op<"nll_loss", [Pure, InferTypeOpAdaptor]> {
   let arguments = (ins Sharc_FloatTensor:$input, Sharc_IndexTensor:$target,
                        Optional<Sharc_FloatTensor>:$weight,
                        Sharc_LossReductionAttr:$reduction,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<Sharc_I64Attr>:$ignore_index);
   let results = (outs Sharc_FloatTensor:$result);
   let assemblyFormat = "$input `,` $target (`,` $weight^)? attr-dict `:` "
                        "functional-type(operands, results)";
@@ -344,7 +344,7 @@ def Sharc_CrossEntropyOp : Sharc_Op<"cross_entropy",
   let arguments = (ins Sharc_FloatTensor:$logits, Sharc_IndexTensor:$target,
                        Optional<Sharc_FloatTensor>:$weight,
                        Sharc_LossReductionAttr:$reduction,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<Sharc_I64Attr>:$ignore_index);
   let results = (outs Sharc_FloatTensor:$result);
   let assemblyFormat = "$logits `,` $target (`,` $weight^)? attr-dict `:` "
                        "functional-type(operands, results)";
@@ -364,7 +364,7 @@ def Sharc_Conv2DOp : Sharc_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
                        Optional<Sharc_FloatTensor>:$bias,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding,
                        DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<I64Attr, "1">:$groups);
+                       DefaultValuedAttr<Sharc_I64Attr, "1">:$groups);
   let results = (outs Sharc_FloatTensor:$result);
   let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` "
                        "functional-type(operands, results)";
@@ -401,7 +401,7 @@ def Sharc_AvgPool2DOp : Sharc_Op<"avg_pool2d", [Pure, InferTypeOpAdaptor]> {
 def Sharc_AllReduceOp : Sharc_Op<"all_reduce", [SameOperandsAndResultType]> {
   let summary = "every rank receives the sum / max over all ranks";
   let arguments = (ins Sharc_NumericTensor:$operand,
-                       Sharc_CollectiveKindAttr:$kind, I64Attr:$ranks);
+                       Sharc_CollectiveKindAttr:$kind, Sharc_I64Attr:$ranks);
   let results = (outs Sharc_NumericTensor:$result);
   let assemblyFormat = "$operand attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -410,14 +410,14 @@ def Sharc_AllReduceOp : Sharc_Op<"all_reduce", [SameOperandsAndResultType]> {
 def Sharc_ReduceScatterOp : Sharc_Op<"reduce_scatter", [InferTypeOpAdaptor]> {
   let summary = "sum over ranks; rank r keeps slice r of dimension 0";
   let arguments = (ins Sharc_NumericTensor:$operand,
-                       Sharc_CollectiveKindAttr:$kind, I64Attr:$ranks);
+                       Sharc_CollectiveKindAttr:$kind, Sharc_I64Attr:$ranks);
   let results = (outs Sharc_NumericTensor:$result);
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
 }
 
 def Sharc_AllGatherOp : Sharc_Op<"all_gather", [InferTypeOpAdaptor]> {
   let summary = "concatenate every rank's operand along dimension 0, in rank order";
-  let arguments = (ins Sharc_Tensor:$operand, I64Attr:$ranks);
+  let arguments = (ins Sharc_Tensor:$operand, Sharc_I64Attr:$ranks);
   let results = (outs Sharc_Tensor:$result);
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
 }
@@ -425,7 +425,7 @@ def Sharc_AllGatherOp : Sharc_Op<"all_gather", [InferTypeOpAdaptor]> {
 def Sharc_BroadcastFromOp : Sharc_Op<"broadcast_from",
     [SameOperandsAndResultType]> {
   let summary = "every rank receives rank `root`'s operand";
-  let arguments = (ins Sharc_Tensor:$operand, I64Attr:$root, I64Attr:$ranks);
+  let arguments = (ins Sharc_Tensor:$operand, Sharc_I64Attr:$root, Sharc_I64Attr:$ranks);
   let results = (outs Sharc_Tensor:$result);
   let assemblyFormat = "$operand attr-dict `:` type($result)";
   let hasVerifier = 1;

@@ -1,0 +1,61 @@
+//===- Importer.h - ONNX to sharc IR ------------------------------*- C++ -*-===//
+//
+// Reads an ONNX model (binary protobuf, or ONNX's text format) and builds a
+// func.func of sharc ops: arguments are the graph inputs followed by one
+// argument per float initializer (marked with #sharc.param), results are the
+// graph outputs.  Graph-input arguments carry `sharc.input = "onnx name"` and
+// results `sharc.output = "onnx name"`.  Shapes are static; symbolic input dimensions get their
+// values from ImportOptions::inputShapes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_FRONTENDS_ONNX_IMPORTER_H
+#define SHARC_FRONTENDS_ONNX_IMPORTER_H
+
+#include "ir/Tensor.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sharc {
+
+struct ImportOptions {
+  /// Static shapes for graph inputs, by input name (overrides the model's
+  /// dimensions, required for symbolic ones).
+  llvm::StringMap<llvm::SmallVector<int64_t>> inputShapes;
+  /// Name of the generated function.
+  std::string functionName = "main";
+};
+
+/// An imported model: the module, and the initial value of every parameter
+/// argument in argument order (name = the #sharc.param's sanitized name).
+struct ImportedModel {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::vector<std::pair<std::string, Tensor>> parameters;
+};
+
+/// Imports the model at `path`.  Files ending in `.onnxtxt` or `.onnxtext`
+/// are parsed with ONNX's text-format parser, anything else as a binary
+/// ModelProto.  Errors are emitted as diagnostics (located at
+/// `path:node-name` where a node is at fault) and give failure; no partial
+/// module is returned.
+mlir::FailureOr<ImportedModel> importOnnxFile(llvm::StringRef path,
+                                              mlir::MLIRContext &context,
+                                              const ImportOptions &options);
+
+/// Imports a serialized ModelProto held in memory (used by the fuzzer).
+/// External data is resolved relative to `baseDir`; an empty `baseDir`
+/// forbids external data.
+mlir::FailureOr<ImportedModel>
+importOnnxBytes(llvm::StringRef bytes, llvm::StringRef sourceName,
+                llvm::StringRef baseDir, mlir::MLIRContext &context,
+                const ImportOptions &options);
+
+} // namespace sharc
+
+#endif // SHARC_FRONTENDS_ONNX_IMPORTER_H

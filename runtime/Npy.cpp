@@ -1,0 +1,245 @@
+//===- Npy.cpp - .npy file reading and writing ------------------------------===//
+
+#include "runtime/Npy.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace sharc::rt {
+
+size_t npyTypeBytes(NpyType type) {
+  switch (type) {
+  case NpyType::f64:
+  case NpyType::i64:
+    return 8;
+  case NpyType::f32:
+  case NpyType::i32:
+    return 4;
+  case NpyType::f16:
+    return 2;
+  case NpyType::b1:
+    return 1;
+  }
+  return 0;
+}
+
+int64_t NpyArray::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+static const char *descrOf(NpyType type) {
+  switch (type) {
+  case NpyType::f64:
+    return "<f8";
+  case NpyType::f32:
+    return "<f4";
+  case NpyType::f16:
+    return "<f2";
+  case NpyType::i64:
+    return "<i8";
+  case NpyType::i32:
+    return "<i4";
+  case NpyType::b1:
+    return "|b1";
+  }
+  return "";
+}
+
+namespace {
+/// A tiny parser for the Python dict literal of a .npy header.
+struct HeaderParser {
+  const std::string &text;
+  size_t pos = 0;
+
+  void skipSpace() {
+    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\n'))
+      ++pos;
+  }
+  bool consume(char c) {
+    skipSpace();
+    if (pos < text.size() && text[pos] == c) {
+      ++pos;
+      return true;
+    }
+    return false;
+  }
+  bool parseString(std::string &out) {
+    skipSpace();
+    if (pos >= text.size() || (text[pos] != '\'' && text[pos] != '"'))
+      return false;
+    char quote = text[pos++];
+    size_t end = text.find(quote, pos);
+    if (end == std::string::npos)
+      return false;
+    out = text.substr(pos, end - pos);
+    pos = end + 1;
+    return true;
+  }
+  bool parseBool(bool &out) {
+    skipSpace();
+    if (text.compare(pos, 4, "True") == 0) {
+      out = true;
+      pos += 4;
+      return true;
+    }
+    if (text.compare(pos, 5, "False") == 0) {
+      out = false;
+      pos += 5;
+      return true;
+    }
+    return false;
+  }
+  bool parseShape(std::vector<int64_t> &out) {
+    if (!consume('('))
+      return false;
+    while (!consume(')')) {
+      skipSpace();
+      size_t start = pos;
+      while (pos < text.size() && isdigit((unsigned char)text[pos]))
+        ++pos;
+      if (start == pos || pos - start > 15)
+        return false;
+      out.push_back(std::stoll(text.substr(start, pos - start)));
+      if (!consume(',')) {
+        if (!consume(')'))
+          return false;
+        break;
+      }
+    }
+    return true;
+  }
+};
+} // namespace
+
+bool parseNpy(const std::string &name, const char *bytes, size_t size,
+              NpyArray &out, std::string &error) {
+  auto fail = [&](const std::string &what) {
+    error = name + ": not a valid .npy file: " + what;
+    return false;
+  };
+  if (size < 10 || std::memcmp(bytes, "\x93NUMPY", 6) != 0)
+    return fail("missing the \\x93NUMPY magic");
+  unsigned major = (unsigned char)bytes[6];
+  size_t headerLen, offset;
+  if (major == 1) {
+    headerLen = (unsigned char)bytes[8] | ((unsigned char)bytes[9] << 8);
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (size < 12)
+      return fail("truncated header");
+    headerLen = 0;
+    for (int i = 0; i < 4; ++i)
+      headerLen |= (size_t)(unsigned char)bytes[8 + i] << (8 * i);
+    offset = 12;
+  } else {
+    return fail("unsupported format version " + std::to_string(major));
+  }
+  if (headerLen > size - offset)
+    return fail("header longer than the file");
+  std::string header(bytes + offset, headerLen);
+  HeaderParser p{header};
+  std::string descr;
+  bool fortran = false, haveDescr = false, haveOrder = false, haveShape = false;
+  std::vector<int64_t> shape;
+  if (!p.consume('{'))
+    return fail("header is not a dict");
+  while (!p.consume('}')) {
+    std::string key;
+    if (!p.parseString(key) || !p.consume(':'))
+      return fail("malformed header dict");
+    if (key == "descr") {
+      if (!p.parseString(descr))
+        return fail("'descr' is not a simple type string");
+      haveDescr = true;
+    } else if (key == "fortran_order") {
+      if (!p.parseBool(fortran))
+        return fail("'fortran_order' is not True/False");
+      haveOrder = true;
+    } else if (key == "shape") {
+      if (!p.parseShape(shape))
+        return fail("'shape' is not a tuple of sizes");
+      haveShape = true;
+    } else {
+      return fail("unexpected header key '" + key + "'");
+    }
+    if (!p.consume(',')) {
+      if (!p.consume('}'))
+        return fail("malformed header dict");
+      break;
+    }
+  }
+  if (!haveDescr || !haveOrder || !haveShape)
+    return fail("header lacks descr, fortran_order or shape");
+  if (fortran)
+    return fail("Fortran-ordered arrays are not supported (save with C order)");
+  static const struct {
+    const char *descr;
+    NpyType type;
+  } kTypes[] = {{"<f8", NpyType::f64}, {"<f4", NpyType::f32},
+                {"<f2", NpyType::f16}, {"<i8", NpyType::i64},
+                {"<i4", NpyType::i32}, {"|b1", NpyType::b1}};
+  bool known = false;
+  for (const auto &t : kTypes)
+    if (descr == t.descr) {
+      out.type = t.type;
+      known = true;
+    }
+  if (!known)
+    return fail("unsupported dtype '" + descr +
+                "' (supported: <f8 <f4 <f2 <i8 <i4 |b1)");
+  out.shape = shape;
+  int64_t count = out.numElements();
+  size_t need = (size_t)count * npyTypeBytes(out.type);
+  size_t dataOffset = offset + headerLen;
+  if (size - dataOffset != need)
+    return fail("expected " + std::to_string(need) + " data bytes for shape, " +
+                "found " + std::to_string(size - dataOffset));
+  out.data.assign(bytes + dataOffset, bytes + size);
+  return true;
+}
+
+bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = path + ": cannot open file";
+    return false;
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string bytes = buffer.str();
+  return parseNpy(path, bytes.data(), bytes.size(), out, error);
+}
+
+bool writeNpy(const std::string &path, const NpyArray &array,
+              std::string &error) {
+  std::string header = "{'descr': '" + std::string(descrOf(array.type)) +
+                       "', 'fortran_order': False, 'shape': (";
+  for (size_t i = 0; i < array.shape.size(); ++i)
+    header += std::to_string(array.shape[i]) + (array.shape.size() == 1 ? "," : (i + 1 < array.shape.size() ? ", " : ""));
+  header += "), }";
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    error = path + ": cannot open for writing";
+    return false;
+  }
+  char preamble[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                       (char)(header.size() & 0xff),
+                       (char)(header.size() >> 8)};
+  out.write(preamble, 10);
+  out.write(header.data(), header.size());
+  out.write(array.data.data(), array.data.size());
+  if (!out) {
+    error = path + ": write failed";
+    return false;
+  }
+  return true;
+}
+
+} // namespace sharc::rt

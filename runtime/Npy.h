@@ -1,0 +1,48 @@
+//===- Npy.h - .npy file reading and writing ----------------------*- C++ -*-===//
+//
+// NumPy's .npy format (versions 1.0-3.0), little-endian, C order.  Used by the
+// compiler tools and by the runtime the generated programs link, so it depends
+// on nothing but the C++ standard library.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_RUNTIME_NPY_H
+#define SHARC_RUNTIME_NPY_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sharc::rt {
+
+/// Element types a .npy file may hold for sharc (`b1` is numpy's bool).
+enum class NpyType { f64, f32, f16, i64, i32, b1 };
+
+/// Bytes per element of `type`.
+size_t npyTypeBytes(NpyType type);
+
+/// A .npy array: element type, shape and raw little-endian C-order bytes.
+struct NpyArray {
+  NpyType type = NpyType::f32;
+  std::vector<int64_t> shape;
+  std::vector<char> data;
+
+  int64_t numElements() const;
+};
+
+/// Reads `path`.  On failure returns false and sets `error` to a message that
+/// names the file and what is wrong with it.
+bool readNpy(const std::string &path, NpyArray &out, std::string &error);
+
+/// Parses an in-memory .npy image; `name` is used in error messages.
+bool parseNpy(const std::string &name, const char *bytes, size_t size,
+              NpyArray &out, std::string &error);
+
+/// Writes `array` to `path` (version 1.0 header).  NumPy has no bfloat16, so
+/// callers store bf16 tensors as f32 (exactly representable).
+bool writeNpy(const std::string &path, const NpyArray &array,
+              std::string &error);
+
+} // namespace sharc::rt
+
+#endif // SHARC_RUNTIME_NPY_H

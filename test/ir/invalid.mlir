@@ -1,0 +1,352 @@
+// RUN: sharc-opt %s -split-input-file -verify-diagnostics
+
+func.func @add_shapes(%a: tensor<2x3xf32>, %b: tensor<4xf32>) -> tensor<2x3xf32> {
+  // expected-error @+2 {{do not broadcast}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.add %a, %b : (tensor<2x3xf32>, tensor<4xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @add_types(%a: tensor<2x3xf32>, %b: tensor<3xf16>) -> tensor<2x3xf32> {
+  // expected-error @+2 {{element types differ}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.add %a, %b : (tensor<2x3xf32>, tensor<3xf16>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @add_result(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<3x3xf32> {
+  // expected-error @+2 {{inferred type(s) 'tensor<2x3xf32>' are incompatible with return type(s)}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.add %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<3x3xf32>
+  return %0 : tensor<3x3xf32>
+}
+
+// -----
+
+func.func @dynamic(%a: tensor<?x3xf32>) -> tensor<?x3xf32> {
+  // expected-error @+1 {{must be statically shaped tensor}}
+  %0 = sharc.neg %a : tensor<?x3xf32>
+  return %0 : tensor<?x3xf32>
+}
+
+// -----
+
+func.func @exp_int(%a: tensor<3xi64>) -> tensor<3xi64> {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 64-bit float or 32-bit float or 16-bit float or bfloat16 type values}}
+  %0 = sharc.exp %a : tensor<3xi64>
+  return %0 : tensor<3xi64>
+}
+
+// -----
+
+func.func @unsupported_element(%a: tensor<3xi8>) -> tensor<3xi8> {
+  // expected-error @+1 {{must be statically shaped tensor}}
+  %0 = sharc.neg %a : tensor<3xi8>
+  return %0 : tensor<3xi8>
+}
+
+// -----
+
+func.func @compare_result(%a: tensor<3xf32>) -> tensor<3xf32> {
+  // expected-error @+1 {{result #0 must be statically shaped tensor of 1-bit signless integer values}}
+  %0 = sharc.compare %a, %a {predicate = #sharc.predicate<eq>} : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+func.func @select_branches(%c: tensor<3xi1>, %a: tensor<3xf32>, %b: tensor<3xf64>) -> tensor<3xf32> {
+  // expected-error @+2 {{element types differ}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.select %c, %a, %b : (tensor<3xi1>, tensor<3xf32>, tensor<3xf64>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+func.func @cast_shape(%a: tensor<3xf32>) -> tensor<4xf16> {
+  // expected-error @+1 {{requires the same shape for all operands and results}}
+  %0 = sharc.cast %a : tensor<3xf32> to tensor<4xf16>
+  return %0 : tensor<4xf16>
+}
+
+// -----
+
+func.func @matmul_contraction(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) -> tensor<2x5xf32> {
+  // expected-error @+2 {{contraction sizes differ: 3 vs 4}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.matmul %a, %b : (tensor<2x3xf32>, tensor<4x5xf32>) -> tensor<2x5xf32>
+  return %0 : tensor<2x5xf32>
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<3xf32>, %b: tensor<3x5xf32>) -> tensor<5xf32> {
+  // expected-error @+2 {{rank >= 2}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.matmul %a, %b : (tensor<3xf32>, tensor<3x5xf32>) -> tensor<5xf32>
+  return %0 : tensor<5xf32>
+}
+
+// -----
+
+func.func @matmul_batch(%a: tensor<2x4x3xf32>, %b: tensor<3x3x5xf32>) -> tensor<2x4x5xf32> {
+  // expected-error @+2 {{batch dimensions do not broadcast}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.matmul %a, %b : (tensor<2x4x3xf32>, tensor<3x3x5xf32>) -> tensor<2x4x5xf32>
+  return %0 : tensor<2x4x5xf32>
+}
+
+// -----
+
+func.func @reduce_axis(%a: tensor<2x3xf32>) -> tensor<2xf32> {
+  // expected-error @+2 {{reduction axis 2 is out of range for rank 2}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.reduce %a {kind = #sharc.reduce_kind<sum>, axes = array<i64: 2>} : (tensor<2x3xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @reduce_repeated(%a: tensor<2x3xf32>) -> tensor<2xf32> {
+  // expected-error @+2 {{reduction axis 1 is repeated}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.reduce %a {kind = #sharc.reduce_kind<sum>, axes = array<i64: 1, 1>} : (tensor<2x3xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @reduce_mean_int(%a: tensor<2x3xi64>) -> tensor<2xi64> {
+  // expected-error @+2 {{mean reduction needs a float tensor}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.reduce %a {kind = #sharc.reduce_kind<mean>, axes = array<i64: 1>} : (tensor<2x3xi64>) -> tensor<2xi64>
+  return %0 : tensor<2xi64>
+}
+
+// -----
+
+func.func @softmax_axis(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{axis 2 is out of range for rank 2}}
+  %0 = sharc.softmax %a {axis = 2} : tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @log_softmax_axis(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+1 {{axis -1 is out of range for rank 2}}
+  %0 = sharc.log_softmax %a {axis = -1} : tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @layer_norm_scale(%a: tensor<2x3xf32>, %s: tensor<4xf32>) -> tensor<2x3xf32> {
+  // expected-error @+2 {{does not broadcast to the normalized shape}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = sharc.layer_norm %a, %s {axis = 1, epsilon = 1.0e-5} : (tensor<2x3xf32>, tensor<4xf32>) -> (tensor<2x3xf32>, tensor<2x1xf32>, tensor<2x1xf32>)
+  return %0#0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @reshape_count(%a: tensor<2x3xf32>) -> tensor<7xf32> {
+  // expected-error @+1 {{cannot reshape 'tensor<2x3xf32>' (6 elements) to 'tensor<7xf32>' (7 elements)}}
+  %0 = sharc.reshape %a : tensor<2x3xf32> to tensor<7xf32>
+  return %0 : tensor<7xf32>
+}
+
+// -----
+
+func.func @reshape_type(%a: tensor<2x3xf32>) -> tensor<6xf16> {
+  // expected-error @+1 {{element type changes}}
+  %0 = sharc.reshape %a : tensor<2x3xf32> to tensor<6xf16>
+  return %0 : tensor<6xf16>
+}
+
+// -----
+
+func.func @transpose_perm(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
+  // expected-error @+2 {{invalid permutation [0, 0]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.transpose %a {permutation = array<i64: 0, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  return %0 : tensor<3x2xf32>
+}
+
+// -----
+
+func.func @broadcast_bad(%a: tensor<2x3xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'tensor<2x3xf32>' does not broadcast to 'tensor<2x4xf32>'}}
+  %0 = sharc.broadcast %a : tensor<2x3xf32> to tensor<2x4xf32>
+  return %0 : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @slice_bounds(%a: tensor<4xf32>) -> tensor<3xf32> {
+  // expected-error @+1 {{dimension 0 reads indices 2 to 6, outside [0, 4)}}
+  %0 = sharc.slice %a {start = array<i64: 2>, stride = array<i64: 2>} : tensor<4xf32> to tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+func.func @slice_stride(%a: tensor<4xf32>) -> tensor<3xf32> {
+  // expected-error @+1 {{stride of dimension 0 is zero}}
+  %0 = sharc.slice %a {start = array<i64: 0>, stride = array<i64: 0>} : tensor<4xf32> to tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+func.func @concat_mismatch(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) -> tensor<4x3xf32> {
+  // expected-error @+2 {{differ outside axis 0}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.concat %a, %b {axis = 0} : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+
+// -----
+
+func.func @gather_axis(%a: tensor<2x3xf32>, %i: tensor<4xi64>) -> tensor<4xf32> {
+  // expected-error @+2 {{gather axis 2 is out of range for rank 2}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.gather %a, %i {axis = 2} : (tensor<2x3xf32>, tensor<4xi64>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @gather_float_indices(%a: tensor<2x3xf32>, %i: tensor<4xf32>) -> tensor<4x3xf32> {
+  // expected-error @+1 {{operand #1 must be statically shaped tensor of 64-bit signless integer or 32-bit signless integer values}}
+  %0 = sharc.gather %a, %i {axis = 0} : (tensor<2x3xf32>, tensor<4xf32>) -> tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+
+// -----
+
+func.func @trilu_rank(%a: tensor<3xf32>) -> tensor<3xf32> {
+  // expected-error @+1 {{needs rank >= 2}}
+  %0 = sharc.trilu %a {upper = true} : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+func.func @iota_dim(%a: tensor<3xf32>) -> tensor<3xi64> {
+  // expected-error @+1 {{dimension 1 is out of range for rank 1}}
+  %0 = sharc.iota {dimension = 1} : tensor<3xi64>
+  return %0 : tensor<3xi64>
+}
+
+// -----
+
+func.func @loss_target(%l: tensor<4x5xf32>, %t: tensor<5xi64>) -> tensor<f32> {
+  // expected-error @+2 {{target shape 'tensor<5xi64>' does not match input 'tensor<4x5xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.cross_entropy %l, %t {reduction = #sharc.loss_reduction<mean>} : (tensor<4x5xf32>, tensor<5xi64>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+func.func @loss_weight(%l: tensor<4x5xf32>, %t: tensor<4xi64>, %w: tensor<4xf32>) -> tensor<f32> {
+  // expected-error @+2 {{must be a [C] tensor of the input type}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.nll_loss %l, %t, %w {reduction = #sharc.loss_reduction<sum>} : (tensor<4x5xf32>, tensor<4xi64>, tensor<4xf32>) -> tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+func.func @conv_channels(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x4x6x6xf32> {
+  // expected-error @+2 {{conv channels do not match}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.conv2d %x, %w {strides = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x6x6xf32>
+  return %0 : tensor<1x4x6x6xf32>
+}
+
+// -----
+
+func.func @conv_window(%x: tensor<1x3x2x2xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x1x1xf32> {
+  // expected-error @+2 {{does not fit input}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.conv2d %x, %w {strides = array<i64: 1, 1>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x2x2xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x1x1xf32>
+  return %0 : tensor<1x4x1x1xf32>
+}
+
+// -----
+
+func.func @pool_attrs(%x: tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32> {
+  // expected-error @+2 {{2-D windows need 2 kernel sizes}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.max_pool2d %x {kernel = array<i64: 2>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
+  return %0 : tensor<1x3x4x4xf32>
+}
+
+// -----
+
+func.func @pool_input(%x: tensor<3x8x8xf32>) -> tensor<3x4x4xf32> {
+  // expected-error @+2 {{expected an NCHW input}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.avg_pool2d %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>} : (tensor<3x8x8xf32>) -> tensor<3x4x4xf32>
+  return %0 : tensor<3x4x4xf32>
+}
+
+// -----
+
+func.func @reduce_scatter_divisible(%g: tensor<6x3xf32>) -> tensor<1x3xf32> {
+  // expected-error @+2 {{to be a multiple of the group size 4}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.reduce_scatter %g {kind = #sharc.collective_kind<sum>, ranks = 4} : (tensor<6x3xf32>) -> tensor<1x3xf32>
+  return %0 : tensor<1x3xf32>
+}
+
+// -----
+
+func.func @all_reduce_ranks(%g: tensor<6x3xf32>) -> tensor<6x3xf32> {
+  // expected-error @+1 {{group size must be positive, got 0}}
+  %0 = sharc.all_reduce %g {kind = #sharc.collective_kind<sum>, ranks = 0} : tensor<6x3xf32>
+  return %0 : tensor<6x3xf32>
+}
+
+// -----
+
+func.func @broadcast_root(%g: tensor<6x3xf32>) -> tensor<6x3xf32> {
+  // expected-error @+1 {{root 4 is not a rank of a group of 4}}
+  %0 = sharc.broadcast_from %g {root = 4, ranks = 4} : tensor<6x3xf32>
+  return %0 : tensor<6x3xf32>
+}
+
+// -----
+
+// expected-error @+1 {{argument #0 is marked as a parameter but is not a floating-point tensor}}
+func.func @param_int(%a: tensor<3xi64> {sharc.param = #sharc.param<"a", "a">}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'sharc.param' must be a #sharc.param attribute}}
+func.func @param_string(%a: tensor<3xf32> {sharc.param = "a"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{unknown sharc argument attribute 'sharc.weight'}}
+func.func @unknown_arg_attr(%a: tensor<3xf32> {sharc.weight}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'sharc.output' must be a string}}
+func.func @output_name(%a: tensor<3xf32>) -> (tensor<3xf32> {sharc.output = 1}) {
+  return %a : tensor<3xf32>
+}

@@ -1,0 +1,137 @@
+// RUN: sharc-opt %s | sharc-opt | FileCheck %s
+// RUN: sharc-opt %s --mlir-print-op-generic | sharc-opt | FileCheck %s
+
+// Every op prints in a form that parses back to the same IR.
+
+// CHECK-LABEL: func.func @elementwise
+// CHECK-SAME: {sharc.param = #sharc.param<"w", "layer.weight">}
+// CHECK-SAME: {sharc.input = "tokens"}
+// CHECK-SAME: {sharc.output = "y"}
+func.func @elementwise(%a: tensor<2x3xf32> {sharc.param = #sharc.param<"w", "layer.weight">},
+                       %b: tensor<3xf32> {sharc.input = "tokens"}, %c: tensor<2x3xi1>)
+    -> (tensor<2x3xf32> {sharc.output = "y"}) {
+  // CHECK: sharc.add %{{.*}}, %{{.*}} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %0 = sharc.add %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.sub
+  %1 = sharc.sub %0, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.mul
+  %2 = sharc.mul %1, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.div
+  %3 = sharc.div %2, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.pow
+  %4 = sharc.pow %3, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.max
+  %5 = sharc.max %4, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.min
+  %6 = sharc.min %5, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.neg {{.*}} : tensor<2x3xf32>
+  %7 = sharc.neg %6 : tensor<2x3xf32>
+  // CHECK: sharc.abs
+  %8 = sharc.abs %7 : tensor<2x3xf32>
+  // CHECK: sharc.exp
+  %9 = sharc.exp %8 : tensor<2x3xf32>
+  // CHECK: sharc.log
+  %10 = sharc.log %9 : tensor<2x3xf32>
+  // CHECK: sharc.sqrt
+  %11 = sharc.sqrt %10 : tensor<2x3xf32>
+  // CHECK: sharc.rsqrt
+  %12 = sharc.rsqrt %11 : tensor<2x3xf32>
+  // CHECK: sharc.erf
+  %13 = sharc.erf %12 : tensor<2x3xf32>
+  // CHECK: sharc.tanh
+  %14 = sharc.tanh %13 : tensor<2x3xf32>
+  // CHECK: sharc.sigmoid
+  %15 = sharc.sigmoid %14 : tensor<2x3xf32>
+  // CHECK: sharc.relu
+  %16 = sharc.relu %15 : tensor<2x3xf32>
+  // CHECK: sharc.gelu %{{.*}} {approximation = #sharc.gelu_approximation<tanh>}
+  %17 = sharc.gelu %16 {approximation = #sharc.gelu_approximation<tanh>} : tensor<2x3xf32>
+  // CHECK: sharc.compare %{{.*}} {predicate = #sharc.predicate<lt>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
+  %18 = sharc.compare %17, %b {predicate = #sharc.predicate<lt>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
+  // CHECK: sharc.not
+  %19 = sharc.not %18 : tensor<2x3xi1>
+  // CHECK: sharc.and
+  %20 = sharc.and %19, %c : (tensor<2x3xi1>, tensor<2x3xi1>) -> tensor<2x3xi1>
+  // CHECK: sharc.or
+  %21 = sharc.or %20, %c : (tensor<2x3xi1>, tensor<2x3xi1>) -> tensor<2x3xi1>
+  // CHECK: sharc.select {{.*}} : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  %22 = sharc.select %21, %17, %b : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.cast {{.*}} : tensor<2x3xf32> to tensor<2x3xbf16>
+  %23 = sharc.cast %22 : tensor<2x3xf32> to tensor<2x3xbf16>
+  // CHECK: sharc.cast {{.*}} : tensor<2x3xbf16> to tensor<2x3xf32>
+  %24 = sharc.cast %23 : tensor<2x3xbf16> to tensor<2x3xf32>
+  return %24 : tensor<2x3xf32>
+}
+
+// CHECK-LABEL: func.func @structure
+func.func @structure(%x: tensor<2x4x8xf16>, %ids: tensor<2x5xi64>, %table: tensor<10x8xf16>)
+    -> (tensor<2x4x8xf16>, tensor<8x2x4xf16>, tensor<2x5x8xf16>, tensor<2x2x8xf16>, tensor<4x4x8xf16>, tensor<3x8xi32>, tensor<2x4x8xf16>, tensor<2x4x8xf16>) {
+  // CHECK: sharc.constant dense<1.000000e+00> : tensor<8xf16>
+  %one = sharc.constant dense<1.0> : tensor<8xf16>
+  // CHECK: sharc.iota {dimension = 1 : i64} : tensor<3x8xi32>
+  %iota = sharc.iota {dimension = 1} : tensor<3x8xi32>
+  // CHECK: sharc.matmul {{.*}} {transpose_rhs = true} : (tensor<2x4x8xf16>, tensor<2x4x8xf16>) -> tensor<2x4x4xf16>
+  %scores = sharc.matmul %x, %x {transpose_rhs = true} : (tensor<2x4x8xf16>, tensor<2x4x8xf16>) -> tensor<2x4x4xf16>
+  // CHECK: sharc.trilu {{.*}} {upper = false} : tensor<2x4x4xf16>
+  %masked = sharc.trilu %scores {upper = false} : tensor<2x4x4xf16>
+  // CHECK: sharc.softmax {{.*}} {axis = 2 : i64} : tensor<2x4x4xf16>
+  %p = sharc.softmax %masked {axis = 2} : tensor<2x4x4xf16>
+  // CHECK: sharc.log_softmax
+  %lp = sharc.log_softmax %p {axis = 2} : tensor<2x4x4xf16>
+  // CHECK: sharc.matmul
+  %ctx = sharc.matmul %lp, %x : (tensor<2x4x4xf16>, tensor<2x4x8xf16>) -> tensor<2x4x8xf16>
+  // CHECK: sharc.layer_norm {{.*}} : (tensor<2x4x8xf16>, tensor<8xf16>, tensor<8xf16>) -> (tensor<2x4x8xf16>, tensor<2x4x1xf16>, tensor<2x4x1xf16>)
+  %ln:3 = sharc.layer_norm %ctx, %one, %one {axis = 2, epsilon = 1.0e-5} : (tensor<2x4x8xf16>, tensor<8xf16>, tensor<8xf16>) -> (tensor<2x4x8xf16>, tensor<2x4x1xf16>, tensor<2x4x1xf16>)
+  // CHECK: sharc.layer_norm {{.*}} : (tensor<2x4x8xf16>, tensor<8xf16>) -> (tensor<2x4x8xf16>, tensor<2x4x1xf16>, tensor<2x4x1xf16>)
+  %ln2:3 = sharc.layer_norm %ctx, %one {axis = 2, epsilon = 1.0e-5} : (tensor<2x4x8xf16>, tensor<8xf16>) -> (tensor<2x4x8xf16>, tensor<2x4x1xf16>, tensor<2x4x1xf16>)
+  // CHECK: sharc.reduce {{.*}} {axes = array<i64: 1>, keep_dims = true, kind = #sharc.reduce_kind<mean>}
+  %mean = sharc.reduce %x {kind = #sharc.reduce_kind<mean>, axes = array<i64: 1>, keep_dims = true} : (tensor<2x4x8xf16>) -> tensor<2x1x8xf16>
+  // CHECK: sharc.transpose {{.*}} {permutation = array<i64: 2, 0, 1>} : (tensor<2x4x8xf16>) -> tensor<8x2x4xf16>
+  %t = sharc.transpose %x {permutation = array<i64: 2, 0, 1>} : (tensor<2x4x8xf16>) -> tensor<8x2x4xf16>
+  // CHECK: sharc.reshape {{.*}} : tensor<8x2x4xf16> to tensor<64xf16>
+  %flat = sharc.reshape %t : tensor<8x2x4xf16> to tensor<64xf16>
+  // CHECK: sharc.broadcast {{.*}} : tensor<2x1x8xf16> to tensor<2x4x8xf16>
+  %b = sharc.broadcast %mean : tensor<2x1x8xf16> to tensor<2x4x8xf16>
+  // CHECK: sharc.gather {{.*}} {axis = 0 : i64} : (tensor<10x8xf16>, tensor<2x5xi64>) -> tensor<2x5x8xf16>
+  %emb = sharc.gather %table, %ids {axis = 0} : (tensor<10x8xf16>, tensor<2x5xi64>) -> tensor<2x5x8xf16>
+  // CHECK: sharc.slice {{.*}} {start = array<i64: 0, 3, 0>, stride = array<i64: 1, -2, 1>} : tensor<2x4x8xf16> to tensor<2x2x8xf16>
+  %s = sharc.slice %x {start = array<i64: 0, 3, 0>, stride = array<i64: 1, -2, 1>} : tensor<2x4x8xf16> to tensor<2x2x8xf16>
+  // CHECK: sharc.concat {{.*}} {axis = 0 : i64} : (tensor<2x4x8xf16>, tensor<2x4x8xf16>) -> tensor<4x4x8xf16>
+  %cat = sharc.concat %x, %b {axis = 0} : (tensor<2x4x8xf16>, tensor<2x4x8xf16>) -> tensor<4x4x8xf16>
+  return %ln#0, %t, %emb, %s, %cat, %iota, %ln2#0, %b : tensor<2x4x8xf16>, tensor<8x2x4xf16>, tensor<2x5x8xf16>, tensor<2x2x8xf16>, tensor<4x4x8xf16>, tensor<3x8xi32>, tensor<2x4x8xf16>, tensor<2x4x8xf16>
+}
+
+// CHECK-LABEL: func.func @losses
+func.func @losses(%logits: tensor<4x5x3xf64>, %target: tensor<4x3xi32>, %w: tensor<5xf64>)
+    -> (tensor<f64>, tensor<4x3xf64>) {
+  // CHECK: sharc.cross_entropy {{.*}} {ignore_index = -1 : i64, reduction = #sharc.loss_reduction<mean>} : (tensor<4x5x3xf64>, tensor<4x3xi32>, tensor<5xf64>) -> tensor<f64>
+  %0 = sharc.cross_entropy %logits, %target, %w {reduction = #sharc.loss_reduction<mean>, ignore_index = -1} : (tensor<4x5x3xf64>, tensor<4x3xi32>, tensor<5xf64>) -> tensor<f64>
+  // CHECK: sharc.nll_loss {{.*}} {reduction = #sharc.loss_reduction<none>} : (tensor<4x5x3xf64>, tensor<4x3xi32>) -> tensor<4x3xf64>
+  %1 = sharc.nll_loss %logits, %target {reduction = #sharc.loss_reduction<none>} : (tensor<4x5x3xf64>, tensor<4x3xi32>) -> tensor<4x3xf64>
+  return %0, %1 : tensor<f64>, tensor<4x3xf64>
+}
+
+// CHECK-LABEL: func.func @vision
+func.func @vision(%x: tensor<2x4x9x9xf32>, %w: tensor<6x2x3x3xf32>, %bias: tensor<6xf32>)
+    -> (tensor<2x6x5x5xf32>, tensor<2x4x5x5xf32>, tensor<2x4x4x4xf32>) {
+  // CHECK: sharc.conv2d {{.*}} : (tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>, tensor<6xf32>) -> tensor<2x6x5x5xf32>
+  %c = sharc.conv2d %x, %w, %bias {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, groups = 2} : (tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>, tensor<6xf32>) -> tensor<2x6x5x5xf32>
+  // CHECK: sharc.max_pool2d {{.*}} -> tensor<2x4x5x5xf32>
+  %m = sharc.max_pool2d %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, ceil_mode = true} : (tensor<2x4x9x9xf32>) -> tensor<2x4x5x5xf32>
+  // CHECK: sharc.avg_pool2d {{.*}} -> tensor<2x4x4x4xf32>
+  %a = sharc.avg_pool2d %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>, count_include_pad = true} : (tensor<2x4x9x9xf32>) -> tensor<2x4x4x4xf32>
+  return %c, %m, %a : tensor<2x6x5x5xf32>, tensor<2x4x5x5xf32>, tensor<2x4x4x4xf32>
+}
+
+// CHECK-LABEL: func.func @collectives
+func.func @collectives(%g: tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<2x3xf32>, tensor<32x3xf32>, tensor<8x3xf32>) {
+  // CHECK: sharc.all_reduce {{.*}} {kind = #sharc.collective_kind<sum>, ranks = 4 : i64} : tensor<8x3xf32>
+  %0 = sharc.all_reduce %g {kind = #sharc.collective_kind<sum>, ranks = 4} : tensor<8x3xf32>
+  // CHECK: sharc.reduce_scatter {{.*}} -> tensor<2x3xf32>
+  %1 = sharc.reduce_scatter %g {kind = #sharc.collective_kind<sum>, ranks = 4} : (tensor<8x3xf32>) -> tensor<2x3xf32>
+  // CHECK: sharc.all_gather {{.*}} -> tensor<32x3xf32>
+  %2 = sharc.all_gather %g {ranks = 4} : (tensor<8x3xf32>) -> tensor<32x3xf32>
+  // CHECK: sharc.broadcast_from {{.*}} {ranks = 4 : i64, root = 0 : i64} : tensor<8x3xf32>
+  %3 = sharc.broadcast_from %g {root = 0, ranks = 4} : tensor<8x3xf32>
+  return %0, %1, %2, %3 : tensor<8x3xf32>, tensor<2x3xf32>, tensor<32x3xf32>, tensor<8x3xf32>
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything sharc needs on Debian 12, as root.
+#   tools/install-deps.sh          build dependencies (Debian packages)
+#   tools/install-deps.sh --test   also the Python test environment
+# The Python environment lives in $SHARC_VENV (default ~/.cache/sharc/venv-<hash>),
+# keyed by the requirements so that unchanged requirements are not reinstalled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  cmake ninja-build ccache g++ python3
+  libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools clang-22 libclang-rt-22-dev
+  libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
+  libopenblas-dev openmpi-bin libopenmpi-dev googletest libgtest-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "sharc: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ "${1:-}" = "--test" ]; then
+  reqs=tools/requirements-test.txt
+  torch_pkgs="torch==2.15.0 nvidia-cufile nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 nvidia-nccl-cu13"
+  hash=$( (cat "$reqs"; echo "$torch_pkgs"; python3 --version) | sha256sum | cut -c1-12)
+  venv=${SHARC_VENV:-$HOME/.cache/sharc/venv-$hash}
+  if [ ! -f "$venv/.complete" ]; then
+    echo "sharc: creating the Python test environment in $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q -r "$reqs"
+    # The PyPI torch wheel declares the whole CUDA stack as dependencies; the
+    # tests use its CPU path, which needs only these few of them (the rest of
+    # the CUDA libraries come from the toolkit in /usr/local/cuda).
+    "$venv/bin/pip" install -q --no-deps $torch_pkgs
+    "$venv/bin/python" -c "import torch, onnx, onnxruntime, numpy"
+    touch "$venv/.complete"
+  fi
+  echo "$venv" > .venv-path
+fi

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One-command set-up on a fresh Debian 12 machine (as root).
+#   tools/setup.sh example   install, build, and run the bundled example
+#   tools/setup.sh test      install, build, and run every test suite
+# BUILD_DIR (default: build) selects the build directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+case "$mode" in
+  example) tools/install-deps.sh ;;
+  test) tools/install-deps.sh --test
+        venv=$(cat .venv-path)
+        export PATH="$venv/bin:$PATH" ;;
+  *) echo "usage: tools/setup.sh example|test" >&2; exit 2 ;;
+esac
+
+build=${BUILD_DIR:-build}
+jobs=$(nproc)
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$(command -v python3)"
+fi
+echo "sharc: building in $build"
+ninja -C "$build" -j "$jobs"
+
+if [ "$mode" = example ]; then
+  model=test/models/tiny-gpt.onnx
+  echo "sharc: importing $model"
+  "$build/bin/sharc" import "$model" -o "$build/tiny-gpt.mlir"
+  echo "sharc: wrote $build/tiny-gpt.mlir ($(grep -c 'sharc\.' "$build/tiny-gpt.mlir") sharc ops)"
+  echo "sharc: evaluating the loss of $model on the bundled batch"
+  "$build/bin/sharc" eval "$model" \
+    --input tokens=test/models/tiny-gpt-tokens.npy \
+    --input targets=test/models/tiny-gpt-targets.npy
+else
+  ctest --test-dir "$build" --output-on-failure -j "$jobs"
+fi

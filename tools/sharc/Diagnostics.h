@@ -1,0 +1,32 @@
+//===- Diagnostics.h - user-facing diagnostic printing ------------*- C++ -*-===//
+//
+// Prints MLIR diagnostics for people running the sharc CLI: locations built by
+// the ONNX importer (node name + model file) read as
+// "model.onnx: node 'name': error: message".
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_TOOLS_DIAGNOSTICS_H
+#define SHARC_TOOLS_DIAGNOSTICS_H
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <string>
+
+namespace sharc {
+
+/// Renders `loc` as "file:line:col", "file" (line 0) or
+/// "file: node 'name'", whichever the location holds.
+std::string formatLocation(mlir::Location loc);
+
+/// Installs a handler on `context` that prints every diagnostic to stderr in
+/// the format above (notes attached to a diagnostic are printed after it).
+class CliDiagnosticHandler : public mlir::ScopedDiagnosticHandler {
+public:
+  explicit CliDiagnosticHandler(mlir::MLIRContext *context);
+};
+
+} // namespace sharc
+
+#endif // SHARC_TOOLS_DIAGNOSTICS_H

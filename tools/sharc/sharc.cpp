@@ -1,0 +1,357 @@
+//===- sharc.cpp - the sharc command-line interface -------------------------===//
+//
+//   sharc import MODEL.onnx [--input-shape NAME=DIMS]... [-o OUT.mlir]
+//   sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... [--output-dir DIR]
+//
+//===----------------------------------------------------------------------===//
+
+#include "frontends/onnx/Importer.h"
+#include "ir/Evaluator.h"
+#include "ir/SharcOps.h"
+#include "runtime/Npy.h"
+#include "tools/sharc/Diagnostics.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <map>
+
+using namespace mlir;
+using namespace sharc;
+namespace cl = llvm::cl;
+
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+static cl::OptionCategory sharcCategory("sharc options");
+
+static cl::SubCommand importCommand("import",
+                                    "Import an ONNX model and print sharc IR");
+static cl::SubCommand evalCommand(
+    "eval", "Run a model on the reference evaluator and print its outputs");
+
+static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
+                                      cl::desc("<model.onnx | input.mlir>"),
+                                      cl::sub(importCommand),
+                                      cl::sub(evalCommand));
+
+static cl::list<std::string>
+    inputShapes("input-shape",
+                cl::desc("Static shape of a graph input: NAME=D0xD1x... "
+                         "(NAME= for a scalar)"),
+                cl::value_desc("NAME=DIMS"), cl::sub(importCommand),
+                cl::sub(evalCommand), cl::cat(sharcCategory));
+
+static cl::opt<std::string> outputPath("o", cl::desc("Output file (default: "
+                                                     "standard output)"),
+                                       cl::value_desc("file"), cl::init("-"),
+                                       cl::sub(importCommand),
+                                       cl::cat(sharcCategory));
+
+static cl::list<std::string>
+    inputFiles("input",
+               cl::desc("Value of a model input or parameter: NAME=FILE.npy"),
+               cl::value_desc("NAME=FILE.npy"), cl::sub(evalCommand),
+               cl::cat(sharcCategory));
+
+static cl::opt<std::string>
+    outputDir("output-dir", cl::desc("Write every output as DIR/NAME.npy"),
+              cl::value_desc("DIR"), cl::sub(evalCommand),
+              cl::cat(sharcCategory));
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "sharc: error: " << message << "\n";
+  return 1;
+}
+
+/// Parses "NAME=2x3x4" (or "NAME=" for a scalar) into `options`.
+static LogicalResult parseInputShapes(ImportOptions &options) {
+  for (const std::string &spec : inputShapes) {
+    auto [name, dims] = StringRef(spec).split('=');
+    if (name.empty() || !StringRef(spec).contains('=')) {
+      fail("--input-shape expects NAME=D0xD1x..., got '" + spec + "'");
+      return failure();
+    }
+    SmallVector<int64_t> shape;
+    SmallVector<StringRef> parts;
+    if (!dims.empty())
+      dims.split(parts, 'x');
+    for (StringRef part : parts) {
+      int64_t value;
+      if (part.getAsInteger(10, value) || value < 0) {
+        fail("--input-shape " + spec + ": '" + part +
+             "' is not a non-negative dimension");
+        return failure();
+      }
+      shape.push_back(value);
+    }
+    options.inputShapes[name] = shape;
+  }
+  return success();
+}
+
+/// A model ready to evaluate: the module, its entry function and the values
+/// of its parameters known so far (from the ONNX initializers).
+struct LoadedModel {
+  OwningOpRef<ModuleOp> module;
+  func::FuncOp entry;
+  std::map<std::string, Tensor> parameters;
+};
+
+static FailureOr<LoadedModel> loadModel(MLIRContext &context) {
+  ImportOptions options;
+  if (failed(parseInputShapes(options)))
+    return failure();
+  LoadedModel model;
+  if (StringRef(modelPath).ends_with(".mlir")) {
+    if (!inputShapes.empty()) {
+      fail("--input-shape applies to ONNX models only");
+      return failure();
+    }
+    llvm::SourceMgr sourceMgr;
+    std::string error;
+    auto file = openInputFile(modelPath, &error);
+    if (!file) {
+      fail(error);
+      return failure();
+    }
+    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+    model.module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!model.module)
+      return failure();
+  } else {
+    auto imported = importOnnxFile(modelPath, context, options);
+    if (failed(imported))
+      return failure();
+    model.module = std::move(imported->module);
+    for (auto &[name, value] : imported->parameters)
+      model.parameters[name] = std::move(value);
+  }
+  auto funcs = model.module->getOps<func::FuncOp>();
+  for (func::FuncOp func : funcs)
+    if (func.getSymName() == options.functionName)
+      model.entry = func;
+  if (!model.entry && std::distance(funcs.begin(), funcs.end()) == 1)
+    model.entry = *funcs.begin();
+  if (!model.entry) {
+    fail(modelPath + ": no function named '" + options.functionName +
+         "' and not exactly one function");
+    return failure();
+  }
+  return model;
+}
+
+/// The user-facing name of argument `index`: its parameter name, its model
+/// input name, or "arg<index>".
+static std::string argumentName(func::FuncOp func, unsigned index) {
+  if (ParamAttr param = getParamAttr(func, index))
+    return param.getName().str();
+  if (auto name = func.getArgAttrOfType<StringAttr>(
+          index, SharcDialect::getInputAttrName()))
+    return name.str();
+  return "arg" + std::to_string(index);
+}
+
+static std::string resultName(func::FuncOp func, unsigned index) {
+  if (auto name = func.getResultAttrOfType<StringAttr>(
+          index, SharcDialect::getOutputAttrName()))
+    return name.str();
+  return "result" + std::to_string(index);
+}
+
+/// Makes `name` safe as a file name.
+static std::string fileNameFor(StringRef name) {
+  std::string result;
+  for (char c : name)
+    result += llvm::isAlnum(c) || c == '_' || c == '-' || c == '.' ? c : '_';
+  if (result.empty() || result[0] == '.')
+    result.insert(result.begin(), '_');
+  return result;
+}
+
+/// Reads `path` as a value for argument `name` of type `type`.
+static FailureOr<Tensor> readArgument(StringRef name, StringRef path,
+                                      RankedTensorType type) {
+  rt::NpyArray array;
+  std::string error;
+  if (!rt::readNpy(path.str(), array, error)) {
+    fail(error);
+    return failure();
+  }
+  Tensor value = Tensor::fromNpy(array);
+  std::optional<DType> want = dtypeOf(type.getElementType());
+  if (!want) {
+    fail("input '" + name + "': unsupported element type");
+    return failure();
+  }
+  if (value.dtype() != *want) {
+    // NumPy has no bfloat16: bf16 inputs are given as float32.
+    if (!(*want == DType::bf16 && value.dtype() == DType::f32)) {
+      fail("input '" + name + "' (" + path + "): file holds " +
+           dtypeName(value.dtype()) + ", the model expects " +
+           dtypeName(*want));
+      return failure();
+    }
+    value = value.convertTo(*want);
+  }
+  if (value.shape() != type.getShape()) {
+    std::string expected = Tensor(*want, type.getShape()).describe();
+    fail("input '" + name + "' (" + path + "): shape " + value.describe() +
+         " does not match the model's " + expected);
+    return failure();
+  }
+  return value;
+}
+
+//===----------------------------------------------------------------------===//
+// Commands
+//===----------------------------------------------------------------------===//
+
+static int runImport(MLIRContext &context) {
+  auto model = loadModel(context);
+  if (failed(model))
+    return 1;
+  std::string error;
+  auto output = openOutputFile(outputPath, &error);
+  if (!output)
+    return fail(error);
+  model->module->print(output->os());
+  output->os() << "\n";
+  output->keep();
+  return 0;
+}
+
+static void printScalar(const Tensor &value, llvm::raw_ostream &os) {
+  char buffer[64];
+  if (value.isFloat())
+    std::snprintf(buffer, sizeof(buffer), "%.*g",
+                  value.dtype() == DType::f64 ? 17 : 9, value.getDouble(0));
+  else
+    std::snprintf(buffer, sizeof(buffer), "%lld",
+                  (long long)value.getInt(0));
+  os << buffer;
+}
+
+static int runEval(MLIRContext &context) {
+  auto model = loadModel(context);
+  if (failed(model))
+    return 1;
+  func::FuncOp func = model->entry;
+
+  // Collect --input values by name.
+  std::map<std::string, std::string> given;
+  for (const std::string &spec : inputFiles) {
+    auto [name, path] = StringRef(spec).split('=');
+    if (name.empty() || path.empty())
+      return fail("--input expects NAME=FILE.npy, got '" + spec + "'");
+    if (!given.emplace(name.str(), path.str()).second)
+      return fail("--input " + name + " is given twice");
+  }
+
+  std::vector<Tensor> args;
+  std::vector<std::string> missing;
+  std::map<std::string, bool> used;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    std::string name = argumentName(func, i);
+    auto type = cast<RankedTensorType>(func.getArgument(i).getType());
+    auto it = given.find(name);
+    if (it == given.end())
+      if (ParamAttr param = getParamAttr(func, i))
+        it = given.find(param.getSource().str());
+    if (it != given.end()) {
+      used[it->first] = true;
+      auto value = readArgument(name, it->second, type);
+      if (failed(value))
+        return 1;
+      args.push_back(std::move(*value));
+      continue;
+    }
+    auto known = model->parameters.find(name);
+    if (known != model->parameters.end()) {
+      args.push_back(known->second);
+      continue;
+    }
+    missing.push_back(name);
+    args.emplace_back();
+  }
+  for (auto &[name, path] : given)
+    if (!used.count(name)) {
+      std::string expected;
+      for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+        expected += (i ? ", " : "") + argumentName(func, i);
+      return fail("--input " + name + ": the model has no input or parameter "
+                  "of that name (it has: " + expected + ")");
+    }
+  if (!missing.empty())
+    return fail("missing --input for " + llvm::join(missing, ", "));
+
+  auto results = evaluate(func, args);
+  if (failed(results))
+    return 1;
+
+  if (!outputDir.empty())
+    if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
+      return fail("cannot create output directory '" + outputDir +
+                  "': " + ec.message());
+  for (unsigned i = 0, e = results->size(); i < e; ++i) {
+    const Tensor &value = (*results)[i];
+    std::string name = resultName(func, i);
+    if (value.rank() == 0) {
+      llvm::outs() << name << " = ";
+      printScalar(value, llvm::outs());
+      llvm::outs() << "\n";
+    } else {
+      llvm::outs() << name << " " << value.describe() << "\n";
+    }
+    if (outputDir.empty())
+      continue;
+    llvm::SmallString<256> path(outputDir);
+    llvm::sys::path::append(path, fileNameFor(name) + ".npy");
+    Tensor stored = value.dtype() == DType::bf16 ? value.convertTo(DType::f32)
+                                                  : value;
+    std::string error;
+    if (!rt::writeNpy(path.str().str(), stored.toNpy(), error))
+      return fail(error);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(sharcCategory);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "sharc: a compiler for training steps\n\n"
+      "  sharc import MODEL.onnx [--input-shape NAME=DIMS]... [-o OUT.mlir]\n"
+      "  sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... "
+      "[--output-dir DIR]\n");
+
+  DialectRegistry registry;
+  registry.insert<SharcDialect, func::FuncDialect>();
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  CliDiagnosticHandler diagnostics(&context);
+
+  if (importCommand)
+    return runImport(context);
+  if (evalCommand)
+    return runEval(context);
+  return fail("no command given; run 'sharc --help'");
+}
