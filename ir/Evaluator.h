@@ -27,6 +27,9 @@ class CollectiveGroup;
 /// types exactly) as rank `rank` of `group` (null: a group of one).  Run-time
 /// errors (an index out of range, a type mismatch of an argument) are emitted
 /// as diagnostics located at the offending op or function, and give failure.
+/// With a group (see ir/Collectives.h), a failure aborts the group so that
+/// the other ranks fail too instead of waiting, and success marks the rank
+/// as finished; a group serves one evaluation per rank.
 mlir::FailureOr<std::vector<Tensor>>
 evaluate(mlir::func::FuncOp func, llvm::ArrayRef<Tensor> args,
          CollectiveGroup *group = nullptr, int rank = 0);

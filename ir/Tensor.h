@@ -68,7 +68,9 @@ public:
 
   /// Element `index` (row-major) as a double, whatever the dtype.
   double getDouble(int64_t index) const;
-  /// Stores `value` at `index`, rounding/truncating it to the dtype.
+  /// Stores `value` at `index`, rounding/truncating it to the dtype.  For
+  /// integer dtypes the value truncates toward zero, saturates to the int64
+  /// range (NaN gives 0) and wraps to the dtype; i1 stores value != 0.
   void setDouble(int64_t index, double value);
   /// Element `index` as an int64 (floats truncate toward zero).
   int64_t getInt(int64_t index) const;

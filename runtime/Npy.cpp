@@ -1,4 +1,5 @@
-//===- Npy.cpp - .npy file reading and writing ------------------------------===//
+//===- Npy.cpp - .npy file reading and writing
+//------------------------------===//
 
 #include "runtime/Npy.h"
 
@@ -192,12 +193,25 @@ bool parseNpy(const std::string &name, const char *bytes, size_t size,
     return fail("unsupported dtype '" + descr +
                 "' (supported: <f8 <f4 <f2 <i8 <i4 |b1)");
   out.shape = shape;
-  int64_t count = out.numElements();
-  size_t need = (size_t)count * npyTypeBytes(out.type);
+  // Multiply with an overflow guard: a forged header must not make a huge
+  // shape look like it matches a small file.
+  size_t need = npyTypeBytes(out.type);
+  for (int64_t d : shape) {
+    if (d != 0 && need > size / (size_t)d) {
+      need = size + 1;
+      break;
+    }
+    need *= (size_t)d;
+  }
   size_t dataOffset = offset + headerLen;
-  if (size - dataOffset != need)
-    return fail("expected " + std::to_string(need) + " data bytes for shape, " +
-                "found " + std::to_string(size - dataOffset));
+  if (size - dataOffset != need) {
+    std::string dims;
+    for (int64_t d : shape)
+      dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+    return fail("expected " + std::to_string(need) + " data bytes for " +
+                descr + " shape (" + dims + "), found " +
+                std::to_string(size - dataOffset));
+  }
   out.data.assign(bytes + dataOffset, bytes + size);
   return true;
 }
@@ -219,7 +233,10 @@ bool writeNpy(const std::string &path, const NpyArray &array,
   std::string header = "{'descr': '" + std::string(descrOf(array.type)) +
                        "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < array.shape.size(); ++i)
-    header += std::to_string(array.shape[i]) + (array.shape.size() == 1 ? "," : (i + 1 < array.shape.size() ? ", " : ""));
+    header +=
+        std::to_string(array.shape[i]) +
+        (array.shape.size() == 1 ? ","
+                                 : (i + 1 < array.shape.size() ? ", " : ""));
   header += "), }";
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -229,7 +246,14 @@ bool writeNpy(const std::string &path, const NpyArray &array,
     error = path + ": cannot open for writing";
     return false;
   }
-  char preamble[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0,
+  char preamble[10] = {'\x93',
+                       'N',
+                       'U',
+                       'M',
+                       'P',
+                       'Y',
+                       1,
+                       0,
                        (char)(header.size() & 0xff),
                        (char)(header.size() >> 8)};
   out.write(preamble, 10);

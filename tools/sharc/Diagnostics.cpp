@@ -1,7 +1,9 @@
-//===- Diagnostics.cpp - user-facing diagnostic printing --------------------===//
+//===- Diagnostics.cpp - user-facing diagnostic printing
+//--------------------===//
 
 #include "tools/sharc/Diagnostics.h"
 
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Location.h"
 #include "llvm/Support/raw_ostream.h"
 

@@ -1,4 +1,5 @@
-//===- Diagnostics.h - user-facing diagnostic printing ------------*- C++ -*-===//
+//===- Diagnostics.h - user-facing diagnostic printing ------------*- C++
+//-*-===//
 //
 // Prints MLIR diagnostics for people running the sharc CLI: locations built by
 // the ONNX importer (node name + model file) read as

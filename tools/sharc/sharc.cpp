@@ -1,4 +1,5 @@
-//===- sharc.cpp - the sharc command-line interface -------------------------===//
+//===- sharc.cpp - the sharc command-line interface
+//-------------------------===//
 //
 //   sharc import MODEL.onnx [--input-shape NAME=DIMS]... [-o OUT.mlir]
 //   sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... [--output-dir DIR]
@@ -40,8 +41,9 @@ static cl::OptionCategory sharcCategory("sharc options");
 
 static cl::SubCommand importCommand("import",
                                     "Import an ONNX model and print sharc IR");
-static cl::SubCommand evalCommand(
-    "eval", "Run a model on the reference evaluator and print its outputs");
+static cl::SubCommand
+    evalCommand("eval",
+                "Run a model on the reference evaluator and print its outputs");
 
 static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx | input.mlir>"),
@@ -55,8 +57,9 @@ static cl::list<std::string>
                 cl::value_desc("NAME=DIMS"), cl::sub(importCommand),
                 cl::sub(evalCommand), cl::cat(sharcCategory));
 
-static cl::opt<std::string> outputPath("o", cl::desc("Output file (default: "
-                                                     "standard output)"),
+static cl::opt<std::string> outputPath("o",
+                                       cl::desc("Output file (default: "
+                                                "standard output)"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::sub(importCommand),
                                        cl::cat(sharcCategory));
@@ -244,8 +247,7 @@ static void printScalar(const Tensor &value, llvm::raw_ostream &os) {
     std::snprintf(buffer, sizeof(buffer), "%.*g",
                   value.dtype() == DType::f64 ? 17 : 9, value.getDouble(0));
   else
-    std::snprintf(buffer, sizeof(buffer), "%lld",
-                  (long long)value.getInt(0));
+    std::snprintf(buffer, sizeof(buffer), "%lld", (long long)value.getInt(0));
   os << buffer;
 }
 
@@ -296,8 +298,10 @@ static int runEval(MLIRContext &context) {
       std::string expected;
       for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
         expected += (i ? ", " : "") + argumentName(func, i);
-      return fail("--input " + name + ": the model has no input or parameter "
-                  "of that name (it has: " + expected + ")");
+      return fail("--input " + name +
+                  ": the model has no input or parameter "
+                  "of that name (it has: " +
+                  expected + ")");
     }
   if (!missing.empty())
     return fail("missing --input for " + llvm::join(missing, ", "));
@@ -324,8 +328,8 @@ static int runEval(MLIRContext &context) {
       continue;
     llvm::SmallString<256> path(outputDir);
     llvm::sys::path::append(path, fileNameFor(name) + ".npy");
-    Tensor stored = value.dtype() == DType::bf16 ? value.convertTo(DType::f32)
-                                                  : value;
+    Tensor stored =
+        value.dtype() == DType::bf16 ? value.convertTo(DType::f32) : value;
     std::string error;
     if (!rt::writeNpy(path.str().str(), stored.toNpy(), error))
       return fail(error);

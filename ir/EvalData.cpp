@@ -1,0 +1,147 @@
+//===- EvalData.cpp - constants and data movement -------------------------===//
+//
+// constant, iota, reshape, transpose, broadcast, slice, concat, gather and
+// trilu.  None of them computes new values, so no rounding is needed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ir/EvalInternal.h"
+#include "ir/SharcOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace sharc;
+using namespace sharc::eval;
+
+namespace {
+
+LogicalResult evalConstant(const OpCall &call, ConstantOp op) {
+  std::optional<Tensor> value = Tensor::fromAttr(op.getValue());
+  if (!value)
+    return call.error() << "cannot read the constant's value "
+                           "(unsupported attribute or missing resource data)";
+  call.result() = std::move(*value);
+  return success();
+}
+
+LogicalResult evalIota(const OpCall &call, IotaOp op) {
+  Tensor &out = call.result();
+  int64_t dimension = op.getDimension();
+  int64_t size = out.shape()[dimension];
+  int64_t stride = product(out.shape(), dimension + 1, out.rank());
+  for (int64_t i = 0, e = out.numElements(); i < e; ++i)
+    out.setDouble(i, static_cast<double>((i / stride) % size));
+  return success();
+}
+
+LogicalResult evalTranspose(const OpCall &call, TransposeOp op) {
+  const Tensor &in = call.operand(0);
+  SmallVector<int64_t> inStrides = contiguousStrides(in.shape());
+  SmallVector<int64_t> strides;
+  for (int64_t p : op.getPermutation())
+    strides.push_back(inStrides[p]);
+  copyStrided(in, call.result(), strides, 0);
+  return success();
+}
+
+LogicalResult evalSlice(const OpCall &call, SliceOp op) {
+  const Tensor &in = call.operand(0);
+  SmallVector<int64_t> inStrides = contiguousStrides(in.shape());
+  SmallVector<int64_t> strides;
+  int64_t base = 0;
+  for (auto [d, start, stride] :
+       llvm::enumerate(op.getStart(), op.getStride())) {
+    base += start * inStrides[d];
+    strides.push_back(stride * inStrides[d]);
+  }
+  copyStrided(in, call.result(), strides, base);
+  return success();
+}
+
+LogicalResult evalConcat(const OpCall &call, ConcatOp op) {
+  Tensor &out = call.result();
+  int64_t axis = op.getAxis();
+  int64_t outer = product(out.shape(), 0, axis);
+  int64_t inner = product(out.shape(), axis + 1, out.rank());
+  int64_t outRow = out.shape()[axis] * inner;
+  int64_t offset = 0;
+  for (const Tensor *in : call.operands) {
+    int64_t row = in->shape()[axis] * inner;
+    for (int64_t o = 0; o < outer; ++o)
+      copyElements(*in, o * row, out, o * outRow + offset, row);
+    offset += row;
+  }
+  return success();
+}
+
+LogicalResult evalGather(const OpCall &call, GatherOp op) {
+  const Tensor &data = call.operand(0), &indices = call.operand(1);
+  Tensor &out = call.result();
+  int64_t axis = op.getAxis();
+  int64_t outer = product(data.shape(), 0, axis);
+  int64_t size = data.shape()[axis];
+  int64_t inner = product(data.shape(), axis + 1, data.rank());
+  ArrayRef<int64_t> index = indices.ints();
+  int64_t count = index.size();
+  for (int64_t j = 0; j < count; ++j)
+    if (index[j] < -size || index[j] >= size)
+      return call.error() << "gather index " << index[j] << " (at position "
+                          << j << ") is out of range for dimension " << axis
+                          << " of size " << size;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t i = index[j] < 0 ? index[j] + size : index[j];
+      copyElements(data, (o * size + i) * inner, out, (o * count + j) * inner,
+                   inner);
+    }
+  return success();
+}
+
+LogicalResult evalTrilu(const OpCall &call, TriluOp op) {
+  const Tensor &in = call.operand(0);
+  Tensor &out = call.result();
+  int64_t rows = in.shape()[in.rank() - 2], cols = in.shape().back();
+  int64_t batches = product(in.shape(), 0, in.rank() - 2);
+  // Any diagonal beyond +-(rows + cols) keeps everything or nothing.
+  int64_t diagonal = std::clamp(static_cast<int64_t>(op.getDiagonal()),
+                                -(rows + cols), rows + cols);
+  bool upper = op.getUpper();
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t i = 0; i < rows; ++i) {
+      // Kept columns: j >= i + diagonal (upper) or j <= i + diagonal (lower).
+      int64_t begin = upper ? std::clamp(i + diagonal, int64_t(0), cols) : 0;
+      int64_t end =
+          upper ? cols : std::clamp(i + diagonal + 1, int64_t(0), cols);
+      int64_t row = (b * rows + i) * cols;
+      copyElements(in, row + begin, out, row + begin, end - begin);
+    }
+  return success();
+}
+
+} // namespace
+
+std::optional<LogicalResult> eval::evalDataOp(const OpCall &call) {
+  using Result = std::optional<LogicalResult>;
+  return llvm::TypeSwitch<Operation *, Result>(call.op)
+      .Case([&](ConstantOp op) { return evalConstant(call, op); })
+      .Case([&](IotaOp op) { return evalIota(call, op); })
+      .Case([&](ReshapeOp) {
+        call.result() = call.operand(0).reshaped(call.result().shape());
+        return success();
+      })
+      .Case([&](TransposeOp op) { return evalTranspose(call, op); })
+      .Case([&](BroadcastOp) {
+        const Tensor &in = call.operand(0);
+        copyStrided(in, call.result(),
+                    broadcastStrides(in.shape(), call.result().shape()), 0);
+        return success();
+      })
+      .Case([&](SliceOp op) { return evalSlice(call, op); })
+      .Case([&](ConcatOp op) { return evalConcat(call, op); })
+      .Case([&](GatherOp op) { return evalGather(call, op); })
+      .Case([&](TriluOp op) { return evalTrilu(call, op); })
+      .Default([](Operation *) { return Result(); });
+}

@@ -1,0 +1,327 @@
+//===- Evaluator.cpp - reference evaluator of sharc IR --------------------===//
+//
+// Runs a function op by op.  The ops themselves are evaluated by the family
+// evaluators (EvalElementwise.cpp, EvalData.cpp, EvalLinalg.cpp, EvalNN.cpp,
+// EvalCollectives.cpp); this file holds the driver and the shared helpers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ir/Evaluator.h"
+#include "ir/Collectives.h"
+#include "ir/EvalInternal.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <cstring>
+#include <thread>
+
+using namespace mlir;
+using namespace sharc;
+using namespace sharc::eval;
+
+//===----------------------------------------------------------------------===//
+// Shared helpers
+//===----------------------------------------------------------------------===//
+
+InFlightDiagnostic OpCall::error() const {
+  InFlightDiagnostic diag = op->emitError();
+  if (group && group->size() > 1)
+    diag.attachNote() << "on rank " << rank << " of " << group->size();
+  return diag;
+}
+
+void eval::roundInPlace(Tensor &tensor) {
+  MutableArrayRef<double> data = tensor.floats();
+  switch (tensor.dtype()) {
+  case DType::f32:
+    for (double &v : data)
+      v = static_cast<double>(static_cast<float>(v));
+    return;
+  case DType::f16:
+    for (double &v : data)
+      v = static_cast<double>(static_cast<_Float16>(v));
+    return;
+  case DType::bf16:
+    for (double &v : data)
+      v = roundTo(DType::bf16, v);
+    return;
+  default:
+    return;
+  }
+}
+
+void eval::wrapInPlace(Tensor &tensor) {
+  if (tensor.dtype() != DType::i32 && tensor.dtype() != DType::i1)
+    return;
+  for (int64_t &v : tensor.ints())
+    v = wrapTo(tensor.dtype(), v);
+}
+
+SmallVector<int64_t> eval::contiguousStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  return strides;
+}
+
+SmallVector<int64_t> eval::broadcastStrides(ArrayRef<int64_t> from,
+                                            ArrayRef<int64_t> to) {
+  SmallVector<int64_t> own = contiguousStrides(from);
+  SmallVector<int64_t> strides(to.size(), 0);
+  size_t offset = to.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d)
+    strides[offset + d] = from[d] == 1 ? 0 : own[d];
+  return strides;
+}
+
+void eval::copyStrided(const Tensor &in, Tensor &out, ArrayRef<int64_t> strides,
+                       int64_t base) {
+  if (in.isFloat()) {
+    ArrayRef<double> src = in.floats();
+    MutableArrayRef<double> dst = out.floats();
+    stridedLoop<1>(
+        out.shape(), {strides}, {base},
+        [&](int64_t o, std::array<int64_t, 1> at) { dst[o] = src[at[0]]; });
+    return;
+  }
+  ArrayRef<int64_t> src = in.ints();
+  MutableArrayRef<int64_t> dst = out.ints();
+  stridedLoop<1>(
+      out.shape(), {strides}, {base},
+      [&](int64_t o, std::array<int64_t, 1> at) { dst[o] = src[at[0]]; });
+}
+
+void eval::copyElements(const Tensor &in, int64_t from, Tensor &out, int64_t to,
+                        int64_t count) {
+  if (count == 0)
+    return;
+  if (in.isFloat())
+    std::memcpy(&out.floats()[to], &in.floats()[from], count * sizeof(double));
+  else
+    std::memcpy(&out.ints()[to], &in.ints()[from], count * sizeof(int64_t));
+}
+
+int64_t eval::product(ArrayRef<int64_t> shape, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t d = begin; d < end; ++d)
+    n *= shape[d];
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// Driver
+//===----------------------------------------------------------------------===//
+
+/// Prints `type` for diagnostics.
+static std::string describeType(Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << type;
+  return text;
+}
+
+/// True when `tensor` has exactly the (static, ranked) tensor type `type`.
+static bool matchesType(const Tensor &tensor, Type type) {
+  auto ranked = dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.hasStaticShape())
+    return false;
+  std::optional<DType> dtype = dtypeOf(ranked.getElementType());
+  return dtype && *dtype == tensor.dtype() &&
+         ranked.getShape() == tensor.shape();
+}
+
+/// Creates zero-filled tensors for the results of `op`.
+static LogicalResult makeResults(const OpCall &call,
+                                 SmallVectorImpl<Tensor> &results) {
+  for (Type type : call.op->getResultTypes()) {
+    auto ranked = dyn_cast<RankedTensorType>(type);
+    std::optional<DType> dtype =
+        ranked ? dtypeOf(ranked.getElementType()) : std::nullopt;
+    if (!dtype || !ranked.hasStaticShape())
+      return call.error() << "cannot evaluate a result of type " << type;
+    results.emplace_back(*dtype, ranked.getShape());
+  }
+  return success();
+}
+
+/// Evaluates `op` on `operands` into `results`.
+static LogicalResult evalOp(Operation *op, ArrayRef<const Tensor *> operands,
+                            SmallVectorImpl<Tensor> &results,
+                            CollectiveGroup *group, int rank) {
+  OpCall call{op, operands, {}, group, rank};
+  if (failed(makeResults(call, results)))
+    return failure();
+  call.results = results;
+  for (auto family : {evalElementwiseOp, evalDataOp, evalLinalgOp, evalNNOp,
+                      evalCollectiveOp})
+    if (std::optional<LogicalResult> result = family(call))
+      return *result;
+  return call.error() << "the evaluator does not support '" << op->getName()
+                      << "'";
+}
+
+/// Evaluates the body of `func`, whose arguments have been checked.
+static FailureOr<std::vector<Tensor>> run(func::FuncOp func,
+                                          ArrayRef<Tensor> args,
+                                          CollectiveGroup *group, int rank) {
+  if (func.isExternal())
+    return func.emitError() << "cannot evaluate a function without a body";
+  if (!func.getBody().hasOneBlock())
+    return func.emitError()
+           << "the evaluator supports single-block functions only";
+  Block &body = func.getBody().front();
+
+  // Every value gets a slot; arguments refer to the caller's tensors.
+  llvm::DenseMap<Value, unsigned> slotOf;
+  std::vector<const Tensor *> slots;
+  for (auto [arg, tensor] : llvm::zip(body.getArguments(), args)) {
+    slotOf[arg] = slots.size();
+    slots.push_back(&tensor);
+  }
+  for (Operation &op : body)
+    for (Value result : op.getResults()) {
+      slotOf[result] = slots.size();
+      slots.push_back(nullptr);
+    }
+  // Index of the op that uses each slot last, so its tensor can be freed.
+  std::vector<size_t> lastUse(slots.size(), 0);
+  std::vector<std::unique_ptr<Tensor>> owned(slots.size());
+  size_t index = 0;
+  for (Operation &op : body) {
+    for (Value operand : op.getOperands()) {
+      auto it = slotOf.find(operand);
+      if (it == slotOf.end())
+        return op.emitError() << "operand defined outside the function body";
+      lastUse[it->second] = index;
+    }
+    ++index;
+  }
+
+  index = 0;
+  for (Operation &op : body) {
+    SmallVector<const Tensor *> operands;
+    for (Value operand : op.getOperands()) {
+      const Tensor *tensor = slots[slotOf.lookup(operand)];
+      if (!tensor)
+        return op.emitError() << "operand used before it is defined";
+      operands.push_back(tensor);
+    }
+    if (isa<func::ReturnOp>(op)) {
+      std::vector<Tensor> results;
+      OperandRange values = op.getOperands();
+      for (unsigned i = 0; i < values.size(); ++i) {
+        std::unique_ptr<Tensor> &own = owned[slotOf.lookup(values[i])];
+        // A value returned twice is moved only on its last appearance.
+        if (own && !llvm::is_contained(values.drop_front(i + 1), values[i]))
+          results.push_back(std::move(*own));
+        else
+          results.push_back(*operands[i]);
+      }
+      return results;
+    }
+    SmallVector<Tensor> results;
+    if (failed(evalOp(&op, operands, results, group, rank)))
+      return failure();
+    for (auto [value, tensor] : llvm::zip(op.getResults(), results)) {
+      unsigned slot = slotOf.lookup(value);
+      owned[slot] = std::make_unique<Tensor>(std::move(tensor));
+      slots[slot] = owned[slot].get();
+      if (value.use_empty()) {
+        owned[slot].reset();
+        slots[slot] = nullptr;
+      }
+    }
+    for (Value operand : op.getOperands()) {
+      unsigned slot = slotOf.lookup(operand);
+      if (lastUse[slot] == index && owned[slot]) {
+        owned[slot].reset();
+        slots[slot] = nullptr;
+      }
+    }
+    ++index;
+  }
+  return func.emitError() << "function body has no func.return";
+}
+
+FailureOr<std::vector<Tensor>> sharc::evaluate(func::FuncOp func,
+                                               ArrayRef<Tensor> args,
+                                               CollectiveGroup *group,
+                                               int rank) {
+  auto fail = [&]() -> FailureOr<std::vector<Tensor>> {
+    if (group)
+      group->abort();
+    return failure();
+  };
+  if (group && (rank < 0 || rank >= group->size())) {
+    func.emitError() << "rank " << rank << " is not in a group of "
+                     << group->size();
+    return fail();
+  }
+  ArrayRef<Type> inputs = func.getArgumentTypes();
+  if (inputs.size() != args.size()) {
+    func.emitError() << "function '" << func.getSymName() << "' takes "
+                     << inputs.size() << " arguments, got " << args.size();
+    return fail();
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (matchesType(args[i], inputs[i]))
+      continue;
+    func.emitError() << "argument #" << i << " of '" << func.getSymName()
+                     << "' is " << args[i].describe() << ", expected "
+                     << describeType(inputs[i]);
+    return fail();
+  }
+  FailureOr<std::vector<Tensor>> results = run(func, args, group, rank);
+  if (failed(results))
+    return fail();
+  if (group)
+    group->finish(rank);
+  return results;
+}
+
+FailureOr<std::vector<std::vector<Tensor>>>
+sharc::evaluateRanks(func::FuncOp func,
+                     ArrayRef<std::vector<Tensor>> argsPerRank) {
+  int ranks = argsPerRank.size();
+  if (ranks == 0)
+    return func.emitError() << "evaluateRanks needs at least one rank";
+  CollectiveGroup group(ranks);
+  std::vector<FailureOr<std::vector<Tensor>>> results(ranks, failure());
+  std::vector<std::thread> threads;
+  threads.reserve(ranks);
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back(
+        [&, r] { results[r] = evaluate(func, argsPerRank[r], &group, r); });
+  for (std::thread &thread : threads)
+    thread.join();
+  std::vector<std::vector<Tensor>> all;
+  for (FailureOr<std::vector<Tensor>> &result : results) {
+    if (failed(result))
+      return failure();
+    all.push_back(std::move(*result));
+  }
+  return all;
+}
+
+FailureOr<std::vector<Tensor>> sharc::evaluateOp(Operation *op,
+                                                 ArrayRef<Tensor> operands) {
+  if (op->getNumOperands() != operands.size())
+    return op->emitError() << "evaluateOp: the op has " << op->getNumOperands()
+                           << " operands, got " << operands.size();
+  SmallVector<const Tensor *> pointers;
+  for (auto [i, tensor] : llvm::enumerate(operands)) {
+    if (!matchesType(tensor, op->getOperand(i).getType()))
+      return op->emitError()
+             << "evaluateOp: operand #" << i << " is " << tensor.describe()
+             << ", expected " << describeType(op->getOperand(i).getType());
+    pointers.push_back(&tensor);
+  }
+  SmallVector<Tensor> results;
+  if (failed(evalOp(op, pointers, results, nullptr, 0)))
+    return failure();
+  return std::vector<Tensor>(std::make_move_iterator(results.begin()),
+                             std::make_move_iterator(results.end()));
+}

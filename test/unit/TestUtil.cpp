@@ -1,0 +1,134 @@
+//===- TestUtil.cpp - helpers of the sharc unit tests ---------------------===//
+
+#include "TestUtil.h"
+
+#include "ir/SharcOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Parser/Parser.h"
+
+#include <cmath>
+#include <random>
+
+using namespace mlir;
+
+void sharc::PrintTo(const Tensor &tensor, std::ostream *os) {
+  *os << tensor.describe() << " {";
+  for (int64_t i = 0; i < tensor.numElements() && i < 16; ++i)
+    *os << (i ? ", " : "") << tensor.getDouble(i);
+  *os << (tensor.numElements() > 16 ? ", ...}" : "}");
+}
+
+namespace sharc::test {
+
+std::string tensorType(ArrayRef<int64_t> shape, StringRef element) {
+  std::string text = "tensor<";
+  for (int64_t d : shape)
+    text += std::to_string(d) + "x";
+  return text + element.str() + ">";
+}
+
+IRTest::IRTest() {
+  context.loadDialect<SharcDialect, func::FuncDialect>();
+  handler = std::make_unique<ScopedDiagnosticHandler>(
+      &context, [this](Diagnostic &diag) {
+        diagnostics += diag.str();
+        for (Diagnostic &note : diag.getNotes())
+          diagnostics += " [note: " + note.str() + "]";
+        diagnostics += "\n";
+        return success();
+      });
+}
+
+func::FuncOp IRTest::parse(StringRef text, StringRef name) {
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
+  if (!module) {
+    ADD_FAILURE() << "parse failed:\n" << diagnostics << "\n" << text.str();
+    return {};
+  }
+  auto func = module->lookupSymbol<func::FuncOp>(name);
+  if (!func)
+    ADD_FAILURE() << "no function @" << name.str();
+  modules.push_back(std::move(module));
+  return func;
+}
+
+std::vector<Tensor> IRTest::run(StringRef text, std::vector<Tensor> args) {
+  func::FuncOp func = parse(text);
+  if (!func)
+    return {};
+  FailureOr<std::vector<Tensor>> results = evaluate(func, args);
+  if (failed(results)) {
+    ADD_FAILURE() << "evaluation failed:\n" << diagnostics;
+    return {};
+  }
+  return *results;
+}
+
+std::string IRTest::runFailing(StringRef text, std::vector<Tensor> args) {
+  func::FuncOp func = parse(text);
+  if (!func)
+    return "";
+  diagnostics.clear();
+  EXPECT_TRUE(failed(evaluate(func, args))) << "evaluation should fail";
+  return diagnostics;
+}
+
+std::string substitute(StringRef text, ArrayRef<std::string> args) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '$' && i + 1 < text.size() && text[i + 1] >= '0' &&
+        text[i + 1] <= '9' && size_t(text[i + 1] - '0') < args.size()) {
+      out += args[text[i + 1] - '0'];
+      ++i;
+      continue;
+    }
+    out += text[i];
+  }
+  return out;
+}
+
+Tensor makeTensor(DType type, ArrayRef<int64_t> shape,
+                  ArrayRef<double> values) {
+  Tensor t(type, shape);
+  EXPECT_EQ(t.numElements(), static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i)
+    t.setDouble(i, values[i]);
+  return t;
+}
+
+Tensor randomTensor(DType type, ArrayRef<int64_t> shape, unsigned seed,
+                    double low, double high) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(low, high);
+  Tensor t(type, shape);
+  for (int64_t i = 0; i < t.numElements(); ++i)
+    t.setDouble(i, dist(gen));
+  return t;
+}
+
+void expectClose(const Tensor &actual, ArrayRef<double> expected,
+                 double tolerance, const char *what) {
+  ASSERT_EQ(actual.numElements(), static_cast<int64_t>(expected.size()))
+      << what;
+  int reported = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    double a = actual.getDouble(i), e = expected[i];
+    bool ok =
+        std::isnan(e)
+            ? std::isnan(a)
+            : (a == e || std::fabs(a - e) <= tolerance * (1 + std::fabs(e)));
+    if (!ok && reported++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " is " << a << ", expected "
+                    << e;
+  }
+}
+
+int64_t linearIndex(ArrayRef<int64_t> shape, ArrayRef<int64_t> index) {
+  int64_t linear = 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    linear = linear * shape[d] + index[d];
+  return linear;
+}
+
+} // namespace sharc::test

@@ -1,0 +1,73 @@
+//===- TestUtil.h - helpers of the sharc unit tests -------------*- C++ -*-===//
+
+#ifndef SHARC_TEST_UNIT_TESTUTIL_H
+#define SHARC_TEST_UNIT_TESTUTIL_H
+
+#include "ir/Evaluator.h"
+#include "ir/Tensor.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sharc {
+/// Lets gtest print tensors in failure messages.
+void PrintTo(const Tensor &tensor, std::ostream *os);
+} // namespace sharc
+
+namespace sharc::test {
+
+/// A fixture with a context that loads the sharc and func dialects and
+/// captures every diagnostic into `diagnostics`.
+class IRTest : public ::testing::Test {
+protected:
+  IRTest();
+
+  /// Parses `text` and returns its function `name` (null after reporting a
+  /// test failure when parsing fails).
+  mlir::func::FuncOp parse(llvm::StringRef text, llvm::StringRef name = "main");
+  /// Parses `text` and evaluates @main, expecting success.
+  std::vector<Tensor> run(llvm::StringRef text, std::vector<Tensor> args);
+  /// Parses `text` and evaluates @main, expecting failure; returns the
+  /// diagnostics.
+  std::string runFailing(llvm::StringRef text, std::vector<Tensor> args);
+
+  mlir::MLIRContext context;
+  std::vector<mlir::OwningOpRef<mlir::ModuleOp>> modules;
+  std::string diagnostics;
+  std::unique_ptr<mlir::ScopedDiagnosticHandler> handler;
+};
+
+/// The MLIR spelling of a tensor type, e.g. "tensor<2x3xf32>".
+std::string tensorType(llvm::ArrayRef<int64_t> shape, llvm::StringRef element);
+
+/// `text` with each "$i" replaced by `args[i]` (i < 10).
+std::string substitute(llvm::StringRef text, llvm::ArrayRef<std::string> args);
+
+/// A tensor with the given elements (stored with setDouble).
+Tensor makeTensor(DType type, llvm::ArrayRef<int64_t> shape,
+                  llvm::ArrayRef<double> values);
+/// A tensor of uniform random values in [low, high), rounded to the dtype
+/// (integers: truncated).
+Tensor randomTensor(DType type, llvm::ArrayRef<int64_t> shape, unsigned seed,
+                    double low = -1, double high = 1);
+
+/// Expects every element of `actual` to be within `tolerance` (absolute plus
+/// relative) of `expected`; NaN matches NaN.
+void expectClose(const Tensor &actual, llvm::ArrayRef<double> expected,
+                 double tolerance, const char *what = "");
+
+/// Row-major linear index of `index` in `shape`.
+int64_t linearIndex(llvm::ArrayRef<int64_t> shape,
+                    llvm::ArrayRef<int64_t> index);
+
+} // namespace sharc::test
+
+#endif // SHARC_TEST_UNIT_TESTUTIL_H
