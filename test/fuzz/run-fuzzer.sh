@@ -27,6 +27,6 @@ if [ -d "$data" ]; then
 fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-"$build/bin/sharc-onnx-import-fuzzer" "$corpus" -max_total_time="$seconds" \
+"$build/test/fuzz/sharc-onnx-import-fuzzer" "$corpus" -max_total_time="$seconds" \
   -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 -artifact_prefix="$build/"
 echo "run-fuzzer: no crash in $seconds s"

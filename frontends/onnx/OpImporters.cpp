@@ -1,0 +1,1236 @@
+//===- OpImporters.cpp - ONNX operators to sharc ops ----------------------===//
+//
+// One rule per ONNX operator (default domain, opsets 13 to 21).  Operators
+// without a direct sharc op are decomposed into primitives; inputs that
+// determine shapes (Reshape's shape, Slice's bounds, axes, ...) must be
+// constants by the time the node is imported, which constant folding of the
+// shape computations before it guarantees for static graphs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "frontends/onnx/ImporterInternal.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace mlir;
+using namespace sharc;
+using namespace sharc::onnx_import;
+
+/// Largest kernel size, stride, dilation, padding or group count accepted.
+static constexpr int64_t kMaxWindowValue = int64_t(1) << 31;
+
+static ArrayRef<int64_t> shapeOf(Value value) {
+  return tensorTypeOf(value).getShape();
+}
+static int64_t rankOf(Value value) { return tensorTypeOf(value).getRank(); }
+static Type elementTypeOf(Value value) {
+  return tensorTypeOf(value).getElementType();
+}
+
+static FailureOr<Results> wrap(FailureOr<Value> value) {
+  if (failed(value))
+    return failure();
+  return Results{*value};
+}
+
+/// Maps `axis` from [-rank, rank) to [0, rank).
+static FailureOr<int64_t> normalizeAxis(NodeImporter &n, int64_t axis,
+                                        int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return n.emitError() << "axis " << axis << " is out of range for rank "
+                         << rank;
+  return axis < 0 ? axis + rank : axis;
+}
+
+/// Normalizes a list of distinct axes.
+static FailureOr<SmallVector<int64_t>>
+normalizeAxes(NodeImporter &n, ArrayRef<int64_t> axes, int64_t rank) {
+  SmallVector<int64_t> result;
+  SmallVector<bool> seen(rank, false);
+  for (int64_t axis : axes) {
+    FailureOr<int64_t> normalized = normalizeAxis(n, axis, rank);
+    if (failed(normalized))
+      return failure();
+    if (seen[*normalized])
+      return n.emitError() << "axis " << axis << " is repeated";
+    seen[*normalized] = true;
+    result.push_back(*normalized);
+  }
+  return result;
+}
+
+static SmallVector<int64_t> allAxes(int64_t rank) {
+  return llvm::to_vector(llvm::seq<int64_t>(0, rank));
+}
+
+static LogicalResult requireFloat(NodeImporter &n, Value value) {
+  if (isa<FloatType>(elementTypeOf(value)))
+    return success();
+  return n.emitError() << "needs a floating-point tensor, got "
+                       << value.getType();
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+template <typename OpTy>
+static FailureOr<Results> importUnary(NodeImporter &n) {
+  return wrap(n.create<OpTy>(n.input(0)));
+}
+
+template <typename OpTy>
+static FailureOr<Results> importBinary(NodeImporter &n) {
+  return wrap(n.create<OpTy>(n.input(0), n.input(1)));
+}
+
+template <ComparePredicate predicate>
+static FailureOr<Results> importCompare(NodeImporter &n) {
+  return wrap(n.create<CompareOp>(n.input(0), n.input(1), predicate));
+}
+
+/// Max and Min: a left fold over any number of inputs.
+template <typename OpTy>
+static FailureOr<Results> importVariadic(NodeImporter &n) {
+  Value result = n.input(0);
+  for (unsigned i = 1; i < n.numInputs(); ++i) {
+    if (!n.hasInput(i))
+      return n.emitError() << "input #" << i << " is empty";
+    FailureOr<Value> next = n.create<OpTy>(result, n.input(i));
+    if (failed(next))
+      return failure();
+    result = *next;
+  }
+  return Results{result};
+}
+
+/// The exponent may have another type than the base; ONNX computes in the
+/// base's type.
+static FailureOr<Results> importPow(NodeImporter &n) {
+  FailureOr<Value> exponent = n.cast(n.input(1), elementTypeOf(n.input(0)));
+  if (failed(exponent))
+    return failure();
+  return wrap(n.create<PowOp>(n.input(0), *exponent));
+}
+
+/// 1 / x.
+static FailureOr<Results> importReciprocal(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  return wrap(n.create<DivOp>(n.scalar(elementTypeOf(x), 1.0), x));
+}
+
+/// x < 0 ? alpha * x : x.
+static FailureOr<Results> importLeakyRelu(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  Type type = elementTypeOf(x);
+  double alpha = n.getFloat("alpha", static_cast<double>(0.01f));
+  FailureOr<Value> negative =
+      n.create<CompareOp>(x, n.scalar(type, 0.0), ComparePredicate::lt);
+  if (failed(negative))
+    return failure();
+  FailureOr<Value> scaled = n.create<MulOp>(x, n.scalar(type, alpha));
+  if (failed(scaled))
+    return failure();
+  return wrap(n.create<SelectOp>(*negative, *scaled, x));
+}
+
+static FailureOr<Results> importGelu(NodeImporter &n) {
+  std::string approximation = n.getString("approximate", "none");
+  GeluApproximation kind;
+  if (approximation == "none")
+    kind = GeluApproximation::none;
+  else if (approximation == "tanh")
+    kind = GeluApproximation::tanh;
+  else
+    return n.emitError() << "unsupported approximation '" << approximation
+                         << "'";
+  return wrap(n.create<GeluOp>(n.input(0), kind));
+}
+
+/// log(exp(x) + 1), as ONNX defines it.
+static FailureOr<Results> importSoftplus(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<Value> exp = n.create<ExpOp>(x);
+  if (failed(exp))
+    return failure();
+  FailureOr<Value> sum = n.create<AddOp>(*exp, n.scalar(elementTypeOf(x), 1.0));
+  if (failed(sum))
+    return failure();
+  return wrap(n.create<LogOp>(*sum));
+}
+
+/// min(max(x, lo), hi), each bound optional and possibly a dynamic value.
+static FailureOr<Results> importClip(NodeImporter &n) {
+  Value result = n.input(0);
+  for (unsigned index : {1u, 2u}) {
+    if (!n.hasInput(index))
+      continue;
+    Value bound = n.input(index);
+    if (tensorTypeOf(bound).getNumElements() != 1)
+      return n.emitError() << (index == 1 ? "min" : "max")
+                           << " must be a scalar, got " << bound.getType();
+    FailureOr<Value> scalarBound = n.reshape(bound, {});
+    if (failed(scalarBound))
+      return failure();
+    FailureOr<Value> clipped = index == 1
+                                   ? n.create<MaxOp>(result, *scalarBound)
+                                   : n.create<MinOp>(result, *scalarBound);
+    if (failed(clipped))
+      return failure();
+    result = *clipped;
+  }
+  return Results{result};
+}
+
+static FailureOr<Results> importWhere(NodeImporter &n) {
+  return wrap(n.create<SelectOp>(n.input(0), n.input(1), n.input(2)));
+}
+
+static FailureOr<Results> importCast(NodeImporter &n) {
+  if (!n.hasAttr("to"))
+    return n.emitError() << "needs the 'to' attribute";
+  int64_t to = n.getInt("to", 0);
+  std::optional<DType> dtype = dtypeFromOnnx(to);
+  if (!dtype)
+    return n.emitError() << "cannot cast to unsupported element type "
+                         << onnxTypeName(to);
+  return wrap(n.cast(n.input(0), mlirType(*dtype, n.context())));
+}
+
+static FailureOr<Results> importCastLike(NodeImporter &n) {
+  return wrap(n.cast(n.input(0), elementTypeOf(n.input(1))));
+}
+
+static FailureOr<Results> importIdentity(NodeImporter &n) {
+  return Results{n.input(0)};
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and shape computations
+//===----------------------------------------------------------------------===//
+
+static FailureOr<Results> importConstant(NodeImporter &n) {
+  int given =
+      llvm::count_if(ArrayRef<StringRef>{"value", "value_float", "value_floats",
+                                         "value_int", "value_ints"},
+                     [&](StringRef name) { return n.hasAttr(name); });
+  if (given != 1)
+    return n.emitError() << "needs exactly one value attribute, got " << given;
+  Tensor value;
+  if (const onnx::TensorProto *proto = n.getTensor("value")) {
+    FailureOr<Tensor> tensor = n.readTensor(*proto, "the 'value' attribute");
+    if (failed(tensor))
+      return failure();
+    value = std::move(*tensor);
+  } else if (n.hasAttr("value_float")) {
+    value = Tensor(DType::f32, {});
+    value.floats()[0] = n.getFloat("value_float", 0.0);
+  } else if (std::optional<SmallVector<double>> floats =
+                 n.getFloats("value_floats")) {
+    value = Tensor(DType::f32, {static_cast<int64_t>(floats->size())});
+    llvm::copy(*floats, value.floats().begin());
+  } else if (n.hasAttr("value_int")) {
+    value = Tensor(DType::i64, {});
+    value.ints()[0] = n.getInt("value_int", 0);
+  } else {
+    SmallVector<int64_t> ints = *n.getInts("value_ints");
+    value = Tensor(DType::i64, {static_cast<int64_t>(ints.size())});
+    llvm::copy(ints, value.ints().begin());
+  }
+  return Results{n.constant(value)};
+}
+
+/// A scalar broadcast to the shape; it folds to a constant when small.
+static FailureOr<Results> importConstantOfShape(NodeImporter &n) {
+  FailureOr<SmallVector<int64_t>> shape = n.requireInts(0, "shape");
+  if (failed(shape))
+    return failure();
+  if (!checkedNumElements(*shape))
+    return n.emitError() << "shape " << formatShape(*shape)
+                         << " is invalid or too large";
+  Tensor value(DType::f32, {});
+  if (const onnx::TensorProto *proto = n.getTensor("value")) {
+    FailureOr<Tensor> tensor = n.readTensor(*proto, "the 'value' attribute");
+    if (failed(tensor))
+      return failure();
+    if (tensor->numElements() != 1)
+      return n.emitError() << "the 'value' attribute must hold one element, "
+                              "got "
+                           << tensor->describe();
+    value = tensor->reshaped({});
+  }
+  return wrap(n.broadcast(n.constant(value), *shape));
+}
+
+static FailureOr<Results> importShape(NodeImporter &n) {
+  ArrayRef<int64_t> dims = shapeOf(n.input(0));
+  int64_t rank = dims.size();
+  auto clampIndex = [&](int64_t index) {
+    if (index < 0)
+      index += rank;
+    return std::clamp<int64_t>(index, 0, rank);
+  };
+  int64_t start = clampIndex(n.getInt("start", 0));
+  int64_t end = clampIndex(n.getInt("end", rank));
+  Tensor value(DType::i64, {std::max<int64_t>(end - start, 0)});
+  for (int64_t i = start; i < end; ++i)
+    value.ints()[i - start] = dims[i];
+  return Results{n.constant(value)};
+}
+
+static FailureOr<Results> importSize(NodeImporter &n) {
+  Tensor value(DType::i64, {});
+  value.ints()[0] = tensorTypeOf(n.input(0)).getNumElements();
+  return Results{n.constant(value)};
+}
+
+/// Number of elements of Range(start, limit, delta) for integers.
+static std::optional<int64_t> integerRangeCount(int64_t start, int64_t limit,
+                                                int64_t delta) {
+  if (delta == 0)
+    return std::nullopt;
+  if (delta > 0 ? limit <= start : limit >= start)
+    return 0;
+  uint64_t distance = delta > 0 ? static_cast<uint64_t>(limit) - start
+                                : static_cast<uint64_t>(start) - limit;
+  uint64_t step = delta > 0 ? static_cast<uint64_t>(delta)
+                            : 0 - static_cast<uint64_t>(delta);
+  uint64_t count = distance / step + (distance % step != 0);
+  if (count > static_cast<uint64_t>(kMaxElements))
+    return std::nullopt;
+  return count;
+}
+
+/// output[i] = start + i * delta, built from iota so that it folds when small.
+static FailureOr<Results> importRange(NodeImporter &n) {
+  Type type = elementTypeOf(n.input(0));
+  if (elementTypeOf(n.input(1)) != type || elementTypeOf(n.input(2)) != type)
+    return n.emitError() << "start, limit and delta must have the same type";
+  static constexpr const char *names[] = {"start", "limit", "delta"};
+  SmallVector<Tensor, 3> operands;
+  for (unsigned index = 0; index < 3; ++index) {
+    StringRef name = names[index];
+    FailureOr<Tensor> value = n.requireConstant(index, name);
+    if (failed(value))
+      return failure();
+    if (value->numElements() != 1)
+      return n.emitError() << name << " must be a scalar, got "
+                           << value->describe();
+    operands.push_back(value->reshaped({}));
+  }
+  std::optional<int64_t> count;
+  if (isa<FloatType>(type)) {
+    double start = operands[0].getDouble(0), limit = operands[1].getDouble(0),
+           delta = operands[2].getDouble(0);
+    double elements = std::ceil((limit - start) / delta);
+    if (delta != 0 && elements <= static_cast<double>(kMaxElements))
+      count = elements > 0 ? static_cast<int64_t>(elements) : 0;
+  } else {
+    count = integerRangeCount(operands[0].getInt(0), operands[1].getInt(0),
+                              operands[2].getInt(0));
+  }
+  if (!count)
+    return n.emitError() << "Range with delta "
+                         << llvm::formatv("{0}", operands[2].getDouble(0))
+                         << " has no valid element count";
+  FailureOr<Value> iota =
+      n.createTyped<IotaOp>(RankedTensorType::get({*count}, type), int64_t(0));
+  if (failed(iota))
+    return failure();
+  FailureOr<Value> scaled = n.create<MulOp>(*iota, n.constant(operands[2]));
+  if (failed(scaled))
+    return failure();
+  return wrap(n.create<AddOp>(*scaled, n.constant(operands[0])));
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+static FailureOr<Results> importGather(NodeImporter &n) {
+  Value data = n.input(0);
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", 0), rankOf(data));
+  if (failed(axis))
+    return failure();
+  return wrap(n.create<GatherOp>(data, n.input(1), *axis));
+}
+
+static FailureOr<Results> importUnsqueeze(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<SmallVector<int64_t>> axes = n.requireInts(1, "axes");
+  if (failed(axes))
+    return failure();
+  int64_t rank = rankOf(x) + axes->size();
+  if (rank > kMaxRank)
+    return n.emitError() << "the result would have rank " << rank;
+  FailureOr<SmallVector<int64_t>> normalized = normalizeAxes(n, *axes, rank);
+  if (failed(normalized))
+    return failure();
+  SmallVector<int64_t> shape;
+  ArrayRef<int64_t> dims = shapeOf(x);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (llvm::is_contained(*normalized, d)) {
+      shape.push_back(1);
+    } else {
+      shape.push_back(dims.front());
+      dims = dims.drop_front();
+    }
+  }
+  return wrap(n.reshape(x, shape));
+}
+
+static FailureOr<Results> importSqueeze(NodeImporter &n) {
+  Value x = n.input(0);
+  ArrayRef<int64_t> dims = shapeOf(x);
+  SmallVector<int64_t> shape;
+  if (n.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> axes = n.requireInts(1, "axes");
+    if (failed(axes))
+      return failure();
+    FailureOr<SmallVector<int64_t>> normalized =
+        normalizeAxes(n, *axes, dims.size());
+    if (failed(normalized))
+      return failure();
+    for (auto [d, size] : llvm::enumerate(dims)) {
+      if (!llvm::is_contained(*normalized, static_cast<int64_t>(d)))
+        shape.push_back(size);
+      else if (size != 1)
+        return n.emitError()
+               << "cannot squeeze axis " << d << " of size " << size;
+    }
+  } else {
+    llvm::copy_if(dims, std::back_inserter(shape),
+                  [](int64_t size) { return size != 1; });
+  }
+  return wrap(n.reshape(x, shape));
+}
+
+/// ONNX Reshape: 0 copies the input dimension (unless allowzero), one -1 is
+/// inferred.
+static FailureOr<Results> importReshape(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<SmallVector<int64_t>> target = n.requireInts(1, "shape");
+  if (failed(target))
+    return failure();
+  bool allowZero = n.getInt("allowzero", 0) != 0;
+  ArrayRef<int64_t> dims = shapeOf(x);
+  SmallVector<int64_t> shape;
+  std::optional<size_t> inferred;
+  for (auto [index, size] : llvm::enumerate(*target)) {
+    if (size == -1) {
+      if (inferred)
+        return n.emitError()
+               << "shape " << formatShape(*target) << " has more than one -1";
+      inferred = index;
+      shape.push_back(1);
+    } else if (size == 0 && !allowZero) {
+      if (index >= dims.size())
+        return n.emitError()
+               << "shape " << formatShape(*target) << " copies dimension "
+               << index << " of a rank-" << dims.size() << " input";
+      shape.push_back(dims[index]);
+    } else if (size < 0) {
+      return n.emitError() << "shape " << formatShape(*target)
+                           << " has a negative entry";
+    } else {
+      shape.push_back(size);
+    }
+  }
+  if (inferred) {
+    std::optional<int64_t> known = checkedNumElements(shape);
+    int64_t total = tensorTypeOf(x).getNumElements();
+    if ((allowZero && llvm::is_contained(*target, 0)) || !known ||
+        *known == 0 || total % *known != 0)
+      return n.emitError() << "cannot infer the -1 of shape "
+                           << formatShape(*target) << " for input "
+                           << x.getType();
+    shape[*inferred] = total / *known;
+  }
+  return wrap(n.reshape(x, shape));
+}
+
+static FailureOr<Results> importFlatten(NodeImporter &n) {
+  Value x = n.input(0);
+  ArrayRef<int64_t> dims = shapeOf(x);
+  int64_t rank = dims.size();
+  int64_t axis = n.getInt("axis", 1);
+  if (axis < -rank || axis > rank)
+    return n.emitError() << "axis " << axis << " is out of range for rank "
+                         << rank;
+  if (axis < 0)
+    axis += rank;
+  std::optional<int64_t> outer = checkedNumElements(dims.take_front(axis));
+  std::optional<int64_t> inner = checkedNumElements(dims.drop_front(axis));
+  if (!outer || !inner)
+    return n.emitError() << "cannot flatten " << x.getType();
+  return wrap(n.reshape(x, {*outer, *inner}));
+}
+
+static FailureOr<Results> importTranspose(NodeImporter &n) {
+  Value x = n.input(0);
+  SmallVector<int64_t> permutation =
+      llvm::to_vector(llvm::reverse(llvm::seq<int64_t>(0, rankOf(x))));
+  if (std::optional<SmallVector<int64_t>> given = n.getInts("perm"))
+    permutation = *given;
+  return wrap(n.create<TransposeOp>(x, permutation));
+}
+
+/// The output shape is the broadcast of the input's and the given shape.
+static FailureOr<Results> importExpand(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<SmallVector<int64_t>> target = n.requireInts(1, "shape");
+  if (failed(target))
+    return failure();
+  FailureOr<SmallVector<int64_t>> shape = failure();
+  if (llvm::none_of(*target, [](int64_t d) { return d < 0; }))
+    shape = broadcastShapes(shapeOf(x), *target);
+  if (failed(shape))
+    return n.emitError() << "cannot expand " << formatShape(shapeOf(x))
+                         << " to " << formatShape(*target);
+  return wrap(n.broadcast(x, *shape));
+}
+
+static FailureOr<Results> importConcat(NodeImporter &n) {
+  if (!n.hasAttr("axis"))
+    return n.emitError() << "needs the 'axis' attribute";
+  SmallVector<Value> inputs;
+  for (unsigned i = 0; i < n.numInputs(); ++i) {
+    if (!n.hasInput(i))
+      return n.emitError() << "input #" << i << " is empty";
+    inputs.push_back(n.input(i));
+  }
+  FailureOr<int64_t> axis =
+      normalizeAxis(n, n.getInt("axis", 0), rankOf(inputs.front()));
+  if (failed(axis))
+    return failure();
+  // Keep the joined size in range before the op's shape function adds up.
+  int64_t joined = 0;
+  for (Value input : inputs) {
+    ArrayRef<int64_t> dims = shapeOf(input);
+    if (static_cast<int64_t>(dims.size()) > *axis)
+      joined += dims[*axis];
+    if (joined > kMaxElements)
+      return n.emitError() << "the result would be too large";
+  }
+  return wrap(n.create<ConcatOp>(ValueRange(inputs), *axis));
+}
+
+/// Sizes of the parts of a Split along a dimension of size `size`.
+static FailureOr<SmallVector<int64_t>> splitSizes(NodeImporter &n,
+                                                  int64_t size) {
+  int64_t outputs = n.numOutputs();
+  if (n.hasInput(1)) {
+    if (n.hasAttr("num_outputs"))
+      return n.emitError() << "takes either the 'split' input or the "
+                              "'num_outputs' attribute, not both";
+    FailureOr<SmallVector<int64_t>> sizes = n.requireInts(1, "split");
+    if (failed(sizes))
+      return failure();
+    int64_t total = 0;
+    for (int64_t part : *sizes) {
+      if (part < 0 || part > size - total)
+        return n.emitError() << "split sizes " << formatShape(*sizes)
+                             << " exceed the dimension's size " << size;
+      total += part;
+    }
+    if (static_cast<int64_t>(sizes->size()) != outputs || total != size)
+      return n.emitError() << "split sizes " << formatShape(*sizes)
+                           << " do not divide a dimension of size " << size
+                           << " into " << outputs << " outputs";
+    return sizes;
+  }
+  if (n.hasAttr("num_outputs")) {
+    int64_t parts = n.getInt("num_outputs", 0);
+    if (parts != outputs || parts < 1)
+      return n.emitError() << "num_outputs is " << parts << " but the node has "
+                           << outputs << " outputs";
+    // Equal parts of ceil(size / parts); the last one may be smaller.
+    int64_t chunk = (size + parts - 1) / parts;
+    SmallVector<int64_t> sizes;
+    for (int64_t i = 0; i < parts; ++i)
+      sizes.push_back(std::clamp<int64_t>(size - i * chunk, 0, chunk));
+    return sizes;
+  }
+  if (outputs < 1 || size % outputs != 0)
+    return n.emitError() << "cannot split a dimension of size " << size
+                         << " into " << outputs << " equal parts";
+  return SmallVector<int64_t>(outputs, size / outputs);
+}
+
+static FailureOr<Results> importSplit(NodeImporter &n) {
+  Value x = n.input(0);
+  ArrayRef<int64_t> dims = shapeOf(x);
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", 0), dims.size());
+  if (failed(axis))
+    return failure();
+  FailureOr<SmallVector<int64_t>> sizes = splitSizes(n, dims[*axis]);
+  if (failed(sizes))
+    return failure();
+  Results results;
+  SmallVector<int64_t> start(dims.size(), 0), stride(dims.size(), 1);
+  SmallVector<int64_t> shape(dims);
+  for (int64_t size : *sizes) {
+    shape[*axis] = size;
+    FailureOr<Value> part = n.createTyped<SliceOp>(tensorTypeOf(x).clone(shape),
+                                                   x, ArrayRef<int64_t>(start),
+                                                   ArrayRef<int64_t>(stride));
+    if (failed(part))
+      return failure();
+    results.push_back(*part);
+    start[*axis] += size;
+  }
+  return results;
+}
+
+/// One dimension of an ONNX Slice after clamping: the first index read, the
+/// stride and the number of elements.
+struct SliceDim {
+  int64_t start, stride, count;
+};
+
+static SliceDim clampSlice(int64_t begin, int64_t end, int64_t step,
+                           int64_t size) {
+  if (size == 0)
+    return {0, step > 0 ? 1 : -1, 0};
+  if (begin < 0)
+    begin += size;
+  if (end < 0)
+    end += size;
+  int64_t count;
+  if (step > 0) {
+    begin = std::clamp<int64_t>(begin, 0, size);
+    end = std::clamp<int64_t>(end, 0, size);
+    count = begin < end ? (end - begin - 1) / step + 1 : 0;
+  } else {
+    begin = std::clamp<int64_t>(begin, 0, size - 1);
+    end = std::clamp<int64_t>(end, -1, size - 1);
+    uint64_t magnitude = 0 - static_cast<uint64_t>(step);
+    count = begin > end
+                ? static_cast<int64_t>((begin - end - 1) / magnitude) + 1
+                : 0;
+  }
+  return {count > 0 ? begin : 0, count > 1 ? step : (step > 0 ? 1 : -1), count};
+}
+
+static FailureOr<Results> importSlice(NodeImporter &n) {
+  Value x = n.input(0);
+  ArrayRef<int64_t> dims = shapeOf(x);
+  FailureOr<SmallVector<int64_t>> starts = n.requireInts(1, "starts");
+  if (failed(starts))
+    return failure();
+  FailureOr<SmallVector<int64_t>> ends = n.requireInts(2, "ends");
+  if (failed(ends))
+    return failure();
+  SmallVector<int64_t> axes = allAxes(starts->size());
+  SmallVector<int64_t> steps(starts->size(), 1);
+  if (n.hasInput(3)) {
+    FailureOr<SmallVector<int64_t>> given = n.requireInts(3, "axes");
+    if (failed(given))
+      return failure();
+    axes = std::move(*given);
+  }
+  if (n.hasInput(4)) {
+    FailureOr<SmallVector<int64_t>> given = n.requireInts(4, "steps");
+    if (failed(given))
+      return failure();
+    steps = std::move(*given);
+  }
+  if (ends->size() != starts->size() || axes.size() != starts->size() ||
+      steps.size() != starts->size())
+    return n.emitError()
+           << "starts, ends, axes and steps must have the same length";
+  FailureOr<SmallVector<int64_t>> normalized =
+      normalizeAxes(n, axes, dims.size());
+  if (failed(normalized))
+    return failure();
+  SmallVector<int64_t> start(dims.size(), 0), stride(dims.size(), 1);
+  SmallVector<int64_t> shape(dims);
+  for (auto [index, axis] : llvm::enumerate(*normalized)) {
+    if (steps[index] == 0)
+      return n.emitError() << "step of axis " << axes[index] << " is 0";
+    SliceDim dim =
+        clampSlice((*starts)[index], (*ends)[index], steps[index], dims[axis]);
+    start[axis] = dim.start;
+    stride[axis] = dim.stride;
+    shape[axis] = dim.count;
+  }
+  return wrap(n.createTyped<SliceOp>(tensorTypeOf(x).clone(shape), x,
+                                     ArrayRef<int64_t>(start),
+                                     ArrayRef<int64_t>(stride)));
+}
+
+static FailureOr<Results> importTrilu(NodeImporter &n) {
+  int64_t diagonal = 0;
+  if (n.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> k = n.requireInts(1, "k");
+    if (failed(k))
+      return failure();
+    if (k->size() != 1)
+      return n.emitError() << "k must be a scalar";
+    diagonal = k->front();
+  }
+  return wrap(
+      n.create<TriluOp>(n.input(0), n.getInt("upper", 1) != 0, diagonal));
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra, reductions, normalization, losses
+//===----------------------------------------------------------------------===//
+
+/// numpy matmul: a 1-D lhs gets a leading 1, a 1-D rhs a trailing 1, both
+/// removed from the result.
+static FailureOr<Results> importMatMul(NodeImporter &n) {
+  Value lhs = n.input(0), rhs = n.input(1);
+  int64_t lhsRank = rankOf(lhs), rhsRank = rankOf(rhs);
+  if (lhsRank == 0 || rhsRank == 0)
+    return n.emitError() << "operands must have rank >= 1, got "
+                         << lhs.getType() << " and " << rhs.getType();
+  if (lhsRank == 1) {
+    FailureOr<Value> matrix = n.reshape(lhs, {1, shapeOf(lhs)[0]});
+    if (failed(matrix))
+      return failure();
+    lhs = *matrix;
+  }
+  if (rhsRank == 1) {
+    FailureOr<Value> matrix = n.reshape(rhs, {shapeOf(rhs)[0], 1});
+    if (failed(matrix))
+      return failure();
+    rhs = *matrix;
+  }
+  FailureOr<Value> product = n.create<MatmulOp>(lhs, rhs, false, false);
+  if (failed(product) || (lhsRank > 1 && rhsRank > 1))
+    return wrap(product);
+  SmallVector<int64_t> shape(shapeOf(*product));
+  if (rhsRank == 1)
+    shape.pop_back();
+  if (lhsRank == 1)
+    shape.erase(shape.end() - (rhsRank == 1 ? 1 : 2));
+  return wrap(n.reshape(*product, shape));
+}
+
+/// alpha * op(A) op(B) + beta * C.
+static FailureOr<Results> importGemm(NodeImporter &n) {
+  Value a = n.input(0), b = n.input(1);
+  if (rankOf(a) != 2 || rankOf(b) != 2)
+    return n.emitError() << "A and B must be 2-D, got " << a.getType()
+                         << " and " << b.getType();
+  Type type = elementTypeOf(a);
+  FailureOr<Value> result = n.create<MatmulOp>(a, b, n.getInt("transA", 0) != 0,
+                                               n.getInt("transB", 0) != 0);
+  if (failed(result))
+    return failure();
+  double alpha = n.getFloat("alpha", 1.0), beta = n.getFloat("beta", 1.0);
+  if (alpha != 1.0) {
+    result = n.create<MulOp>(*result, n.scalar(type, alpha));
+    if (failed(result))
+      return failure();
+  }
+  if (!n.hasInput(2))
+    return Results{*result};
+  Value c = n.input(2);
+  if (!isBroadcastableTo(shapeOf(c), shapeOf(*result)))
+    return n.emitError() << "C " << c.getType()
+                         << " does not broadcast to the product "
+                         << result->getType();
+  if (beta != 1.0) {
+    FailureOr<Value> scaled = n.create<MulOp>(c, n.scalar(type, beta));
+    if (failed(scaled))
+      return failure();
+    c = *scaled;
+  }
+  return wrap(n.create<AddOp>(*result, c));
+}
+
+template <typename OpTy>
+static FailureOr<Results> importSoftmax(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", -1), rankOf(x));
+  if (failed(axis))
+    return failure();
+  return wrap(n.create<OpTy>(x, *axis));
+}
+
+/// ReduceSum takes its axes as an input since opset 13, ReduceMean and
+/// ReduceMax since opset 18 (before: the `axes` attribute).
+template <ReduceKind kind>
+static FailureOr<Results> importReduce(NodeImporter &n) {
+  Value x = n.input(0);
+  bool axesInput = kind == ReduceKind::sum || n.opset() >= 18;
+  std::optional<SmallVector<int64_t>> axes;
+  if (axesInput) {
+    if (n.hasInput(1)) {
+      FailureOr<SmallVector<int64_t>> given = n.requireInts(1, "axes");
+      if (failed(given))
+        return failure();
+      axes = std::move(*given);
+    }
+  } else {
+    if (n.numInputs() > 1)
+      return n.emitError() << "takes its axes as an attribute before opset 18";
+    axes = n.getInts("axes");
+  }
+  if (!axes || axes->empty()) {
+    if (axesInput && n.getInt("noop_with_empty_axes", 0) != 0)
+      return Results{x};
+    axes = allAxes(rankOf(x));
+  }
+  FailureOr<SmallVector<int64_t>> normalized =
+      normalizeAxes(n, *axes, rankOf(x));
+  if (failed(normalized))
+    return failure();
+  return wrap(n.create<ReduceOp>(x, kind, ArrayRef<int64_t>(*normalized),
+                                 n.getInt("keepdims", 1) != 0));
+}
+
+/// Mean and InvStdDev have the stash type, as in ONNX's shape inference.
+static FailureOr<Results> importLayerNorm(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", -1), rankOf(x));
+  if (failed(axis))
+    return failure();
+  int64_t stashType = n.getInt("stash_type", onnx::TensorProto::FLOAT);
+  std::optional<DType> stash = dtypeFromOnnx(stashType);
+  if (!stash || !isFloat(*stash))
+    return n.emitError() << "unsupported stash_type " << stashType;
+  double epsilon = n.getFloat("epsilon", static_cast<double>(1e-5f));
+  FailureOr<SmallVector<Value>> norm = n.createOp<LayerNormOp, 3>(
+      x, n.input(1), n.input(2), *axis, llvm::APFloat(epsilon));
+  if (failed(norm))
+    return failure();
+  Results results{(*norm)[0]};
+  for (Value statistic : ArrayRef<Value>(*norm).drop_front()) {
+    FailureOr<Value> converted =
+        n.cast(statistic, mlirType(*stash, n.context()));
+    if (failed(converted))
+      return failure();
+    results.push_back(*converted);
+  }
+  return results;
+}
+
+static FailureOr<LossReduction> lossReduction(NodeImporter &n) {
+  std::string reduction = n.getString("reduction", "mean");
+  if (reduction == "none")
+    return LossReduction::none;
+  if (reduction == "sum")
+    return LossReduction::sum;
+  if (reduction == "mean")
+    return LossReduction::mean;
+  return n.emitError() << "unsupported reduction '" << reduction << "'";
+}
+
+static IntegerAttr ignoreIndex(NodeImporter &n) {
+  if (!n.hasAttr("ignore_index"))
+    return {};
+  return IntegerAttr::get(IntegerType::get(n.context(), 64),
+                          n.getInt("ignore_index", 0));
+}
+
+/// cross_entropy on the logits; the optional log_prob output is
+/// log_softmax(scores) along the class axis.
+static FailureOr<Results> importSoftmaxCrossEntropy(NodeImporter &n) {
+  FailureOr<LossReduction> reduction = lossReduction(n);
+  if (failed(reduction))
+    return failure();
+  FailureOr<Value> loss = n.create<CrossEntropyOp>(
+      n.input(0), n.input(1), n.input(2), *reduction, ignoreIndex(n));
+  if (failed(loss))
+    return failure();
+  Results results{*loss};
+  if (n.hasOutput(1)) {
+    FailureOr<Value> logProb = n.create<LogSoftmaxOp>(n.input(0), int64_t(1));
+    if (failed(logProb))
+      return failure();
+    results.push_back(*logProb);
+  }
+  return results;
+}
+
+static FailureOr<Results> importNegativeLogLikelihood(NodeImporter &n) {
+  FailureOr<LossReduction> reduction = lossReduction(n);
+  if (failed(reduction))
+    return failure();
+  return wrap(n.create<NllLossOp>(n.input(0), n.input(1), n.input(2),
+                                  *reduction, ignoreIndex(n)));
+}
+
+/// Inference-mode Dropout: the identity, and an all-true mask.
+static FailureOr<Results> importDropout(NodeImporter &n) {
+  Value x = n.input(0);
+  if (n.hasInput(2)) {
+    FailureOr<Tensor> training = n.requireConstant(2, "training_mode");
+    if (failed(training))
+      return failure();
+    if (training->numElements() != 1)
+      return n.emitError() << "training_mode must be a scalar";
+    double ratio = 0.5;
+    if (training->getInt(0) != 0 && n.hasInput(1)) {
+      FailureOr<Tensor> given = n.requireConstant(1, "ratio");
+      if (failed(given))
+        return failure();
+      if (given->numElements() != 1)
+        return n.emitError() << "ratio must be a scalar";
+      ratio = given->getDouble(0);
+    }
+    if (training->getInt(0) != 0 && ratio != 0)
+      return n.emitError() << "training-mode Dropout (ratio "
+                           << llvm::formatv("{0}", ratio)
+                           << ") is not supported; export the model for "
+                              "inference";
+  }
+  Results results{x};
+  if (n.hasOutput(1)) {
+    FailureOr<Value> mask = n.broadcast(
+        n.scalar(IntegerType::get(n.context(), 1), 1.0), shapeOf(x));
+    if (failed(mask))
+      return failure();
+    results.push_back(*mask);
+  }
+  return results;
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+/// The inputs of sharc's convolutions and pools are NCHW.
+static LogicalResult requireImage(NodeImporter &n, Value x) {
+  int64_t rank = rankOf(x);
+  if (rank == 4)
+    return success();
+  if (rank == 3)
+    return n.emitError() << "1-D " << n.node().op_type()
+                         << " is not supported (sharc convolutions and pools "
+                            "are 2-D)";
+  return n.emitError() << "needs a 4-D (NCHW) input, got " << x.getType();
+}
+
+/// A 2-D window attribute with one value per spatial dimension (default 1).
+static FailureOr<SmallVector<int64_t>> windowAttr(NodeImporter &n,
+                                                  StringRef name) {
+  std::optional<SmallVector<int64_t>> values = n.getInts(name);
+  if (!values)
+    return SmallVector<int64_t>{1, 1};
+  if (values->size() != 2 || llvm::any_of(*values, [](int64_t v) {
+        return v < 1 || v > kMaxWindowValue;
+      }))
+    return n.emitError() << "'" << name << "' must be 2 positive values, got "
+                         << formatShape(*values);
+  return std::move(*values);
+}
+
+/// Kernel, strides, dilations and padding [top, left, bottom, right] of a
+/// 2-D window, with auto_pad resolved.
+struct Window {
+  SmallVector<int64_t> kernel, strides, dilations, padding;
+};
+
+static FailureOr<Window> resolveWindow(NodeImporter &n, Value input,
+                                       ArrayRef<int64_t> kernel) {
+  Window window;
+  window.kernel.assign(kernel.begin(), kernel.end());
+  if (kernel.size() != 2 || llvm::any_of(kernel, [](int64_t k) {
+        return k < 1 || k > kMaxWindowValue;
+      }))
+    return n.emitError() << "invalid kernel shape " << formatShape(kernel);
+  FailureOr<SmallVector<int64_t>> strides = windowAttr(n, "strides");
+  if (failed(strides))
+    return failure();
+  FailureOr<SmallVector<int64_t>> dilations = windowAttr(n, "dilations");
+  if (failed(dilations))
+    return failure();
+  window.strides = std::move(*strides);
+  window.dilations = std::move(*dilations);
+  window.padding.assign(4, 0);
+
+  std::string autoPad = n.getString("auto_pad", "NOTSET");
+  std::optional<SmallVector<int64_t>> pads = n.getInts("pads");
+  if (pads && (pads->size() != 4 || llvm::any_of(*pads, [](int64_t p) {
+                 return p < 0 || p > kMaxWindowValue;
+               })))
+    return n.emitError() << "'pads' must be 4 non-negative values, got "
+                         << formatShape(*pads);
+  if (autoPad == "NOTSET") {
+    if (pads)
+      window.padding = *pads;
+    return window;
+  }
+  if (pads && llvm::any_of(*pads, [](int64_t p) { return p != 0; }))
+    return n.emitError() << "'pads' cannot be combined with auto_pad "
+                         << autoPad;
+  if (autoPad == "VALID")
+    return window;
+  if (autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER")
+    return n.emitError() << "unsupported auto_pad '" << autoPad << "'";
+  // SAME: the output has ceil(input / stride) elements; the odd padding
+  // element goes at the end (SAME_UPPER) or the beginning (SAME_LOWER).
+  for (int d = 0; d < 2; ++d) {
+    int64_t size = shapeOf(input)[2 + d], stride = window.strides[d];
+    int64_t output = (size + stride - 1) / stride;
+    int64_t span = (kernel[d] - 1) * window.dilations[d] + 1;
+    int64_t total = std::max<int64_t>((output - 1) * stride + span - size, 0);
+    int64_t begin = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    window.padding[d] = begin;
+    window.padding[d + 2] = total - begin;
+  }
+  return window;
+}
+
+static FailureOr<Results> importConv(NodeImporter &n) {
+  Value x = n.input(0), weight = n.input(1);
+  if (failed(requireImage(n, x)))
+    return failure();
+  if (rankOf(weight) != 4)
+    return n.emitError() << "the weight must be 4-D (OIHW), got "
+                         << weight.getType();
+  ArrayRef<int64_t> kernel = shapeOf(weight).drop_front(2);
+  std::optional<SmallVector<int64_t>> kernelShape = n.getInts("kernel_shape");
+  if (kernelShape && ArrayRef<int64_t>(*kernelShape) != kernel)
+    return n.emitError() << "kernel_shape " << formatShape(*kernelShape)
+                         << " differs from the weight's "
+                         << formatShape(kernel);
+  FailureOr<Window> window = resolveWindow(n, x, kernel);
+  if (failed(window))
+    return failure();
+  int64_t groups = n.getInt("group", 1);
+  int64_t channels = shapeOf(x)[1];
+  if (groups < 1 || groups > channels || channels % groups != 0)
+    return n.emitError() << "group count " << groups << " does not divide the "
+                         << channels << " input channels";
+  return wrap(n.create<Conv2DOp>(x, weight, n.input(2),
+                                 ArrayRef<int64_t>(window->strides),
+                                 ArrayRef<int64_t>(window->padding),
+                                 ArrayRef<int64_t>(window->dilations), groups));
+}
+
+/// The pooling window of MaxPool / AveragePool (`kernel_shape` required).
+static FailureOr<Window> poolWindow(NodeImporter &n) {
+  if (failed(requireImage(n, n.input(0))))
+    return failure();
+  std::optional<SmallVector<int64_t>> kernel = n.getInts("kernel_shape");
+  if (!kernel)
+    return n.emitError() << "needs the 'kernel_shape' attribute";
+  return resolveWindow(n, n.input(0), *kernel);
+}
+
+/// The Indices output is not supported; storage_order only affects it.
+static FailureOr<Results> importMaxPool(NodeImporter &n) {
+  FailureOr<Window> window = poolWindow(n);
+  if (failed(window))
+    return failure();
+  return wrap(n.create<MaxPool2DOp>(
+      n.input(0), ArrayRef<int64_t>(window->kernel),
+      ArrayRef<int64_t>(window->strides), ArrayRef<int64_t>(window->padding),
+      ArrayRef<int64_t>(window->dilations), n.getInt("ceil_mode", 0) != 0));
+}
+
+static FailureOr<Results> importAveragePool(NodeImporter &n) {
+  FailureOr<Window> window = poolWindow(n);
+  if (failed(window))
+    return failure();
+  if (llvm::any_of(window->dilations, [](int64_t d) { return d != 1; }))
+    return n.emitError() << "dilated average pooling is not supported";
+  return wrap(n.create<AvgPool2DOp>(
+      n.input(0), ArrayRef<int64_t>(window->kernel),
+      ArrayRef<int64_t>(window->strides), ArrayRef<int64_t>(window->padding),
+      n.getInt("ceil_mode", 0) != 0, n.getInt("count_include_pad", 0) != 0));
+}
+
+/// Mean over the spatial dimensions, kept as size 1.
+static FailureOr<Results> importGlobalAveragePool(NodeImporter &n) {
+  Value x = n.input(0);
+  if (rankOf(x) < 3)
+    return n.emitError() << "needs an (N, C, spatial...) input, got "
+                         << x.getType();
+  SmallVector<int64_t> axes = llvm::to_vector(llvm::seq<int64_t>(2, rankOf(x)));
+  return wrap(
+      n.create<ReduceOp>(x, ReduceKind::mean, ArrayRef<int64_t>(axes), true));
+}
+
+//===----------------------------------------------------------------------===//
+// The rule table
+//===----------------------------------------------------------------------===//
+
+static llvm::StringMap<OpRule> buildRules() {
+  using Attr = onnx::AttributeProto;
+  constexpr unsigned kVariadic = OpRule::kVariadic;
+  const std::vector<AttrSpec> reduceAttrs = {
+      {"keepdims", Attr::INT},
+      {"axes", Attr::INTS, 1, 17},
+      {"noop_with_empty_axes", Attr::INT, 18}};
+  const std::vector<AttrSpec> lossAttrs = {{"reduction", Attr::STRING},
+                                           {"ignore_index", Attr::INT}};
+  const std::vector<AttrSpec> poolAttrs = {
+      {"auto_pad", Attr::STRING}, {"ceil_mode", Attr::INT},
+      {"dilations", Attr::INTS},  {"kernel_shape", Attr::INTS},
+      {"pads", Attr::INTS},       {"storage_order", Attr::INT},
+      {"strides", Attr::INTS}};
+  return llvm::StringMap<OpRule>{
+      // Elementwise.
+      {"Add", {13, 2, 2, 1, {}, importBinary<AddOp>}},
+      {"Sub", {13, 2, 2, 1, {}, importBinary<SubOp>}},
+      {"Mul", {13, 2, 2, 1, {}, importBinary<MulOp>}},
+      {"Div", {13, 2, 2, 1, {}, importBinary<DivOp>}},
+      {"Pow", {13, 2, 2, 1, {}, importPow}},
+      {"Neg", {13, 1, 1, 1, {}, importUnary<NegOp>}},
+      {"Abs", {13, 1, 1, 1, {}, importUnary<AbsOp>}},
+      {"Exp", {13, 1, 1, 1, {}, importUnary<ExpOp>}},
+      {"Log", {13, 1, 1, 1, {}, importUnary<LogOp>}},
+      {"Sqrt", {13, 1, 1, 1, {}, importUnary<SqrtOp>}},
+      {"Reciprocal", {13, 1, 1, 1, {}, importReciprocal}},
+      {"Erf", {13, 1, 1, 1, {}, importUnary<ErfOp>}},
+      {"Tanh", {13, 1, 1, 1, {}, importUnary<TanhOp>}},
+      {"Sigmoid", {13, 1, 1, 1, {}, importUnary<SigmoidOp>}},
+      {"Relu", {13, 1, 1, 1, {}, importUnary<ReluOp>}},
+      {"LeakyRelu", {13, 1, 1, 1, {{"alpha", Attr::FLOAT}}, importLeakyRelu}},
+      {"Gelu", {20, 1, 1, 1, {{"approximate", Attr::STRING}}, importGelu}},
+      {"Softplus", {13, 1, 1, 1, {}, importSoftplus}},
+      {"Max", {13, 1, kVariadic, 1, {}, importVariadic<MaxOp>}},
+      {"Min", {13, 1, kVariadic, 1, {}, importVariadic<MinOp>}},
+      {"Clip", {13, 1, 3, 1, {}, importClip}},
+      {"Where", {13, 3, 3, 1, {}, importWhere}},
+      {"Equal", {13, 2, 2, 1, {}, importCompare<ComparePredicate::eq>}},
+      {"Less", {13, 2, 2, 1, {}, importCompare<ComparePredicate::lt>}},
+      {"LessOrEqual", {13, 2, 2, 1, {}, importCompare<ComparePredicate::le>}},
+      {"Greater", {13, 2, 2, 1, {}, importCompare<ComparePredicate::gt>}},
+      {"GreaterOrEqual",
+       {13, 2, 2, 1, {}, importCompare<ComparePredicate::ge>}},
+      {"Not", {13, 1, 1, 1, {}, importUnary<NotOp>}},
+      {"And", {13, 2, 2, 1, {}, importBinary<AndOp>}},
+      {"Or", {13, 2, 2, 1, {}, importBinary<OrOp>}},
+      {"Cast",
+       {13,
+        1,
+        1,
+        1,
+        {{"to", Attr::INT}, {"saturate", Attr::INT, 19}},
+        importCast}},
+      {"CastLike",
+       {15, 2, 2, 1, {{"saturate", Attr::INT, 19}}, importCastLike}},
+      {"Identity", {13, 1, 1, 1, {}, importIdentity}},
+      // Constants and shape computations.
+      {"Constant",
+       {13,
+        0,
+        0,
+        1,
+        {{"value", Attr::TENSOR},
+         {"value_float", Attr::FLOAT},
+         {"value_floats", Attr::FLOATS},
+         {"value_int", Attr::INT},
+         {"value_ints", Attr::INTS}},
+        importConstant}},
+      {"ConstantOfShape",
+       {13, 1, 1, 1, {{"value", Attr::TENSOR}}, importConstantOfShape}},
+      {"Shape",
+       {13,
+        1,
+        1,
+        1,
+        {{"start", Attr::INT, 15}, {"end", Attr::INT, 15}},
+        importShape}},
+      {"Size", {13, 1, 1, 1, {}, importSize}},
+      {"Range", {13, 3, 3, 1, {}, importRange}},
+      // Data movement.
+      {"Gather", {13, 2, 2, 1, {{"axis", Attr::INT}}, importGather}},
+      {"Unsqueeze", {13, 2, 2, 1, {}, importUnsqueeze}},
+      {"Squeeze", {13, 1, 2, 1, {}, importSqueeze}},
+      {"Reshape", {13, 2, 2, 1, {{"allowzero", Attr::INT, 14}}, importReshape}},
+      {"Flatten", {13, 1, 1, 1, {{"axis", Attr::INT}}, importFlatten}},
+      {"Transpose", {13, 1, 1, 1, {{"perm", Attr::INTS}}, importTranspose}},
+      {"Expand", {13, 2, 2, 1, {}, importExpand}},
+      {"Concat", {13, 1, kVariadic, 1, {{"axis", Attr::INT}}, importConcat}},
+      {"Split",
+       {13,
+        1,
+        2,
+        kVariadic,
+        {{"axis", Attr::INT}, {"num_outputs", Attr::INT, 18}},
+        importSplit}},
+      {"Slice", {13, 3, 5, 1, {}, importSlice}},
+      {"Trilu", {14, 1, 2, 1, {{"upper", Attr::INT}}, importTrilu}},
+      // Linear algebra, reductions, normalization, losses.
+      {"MatMul", {13, 2, 2, 1, {}, importMatMul}},
+      {"Gemm",
+       {13,
+        2,
+        3,
+        1,
+        {{"alpha", Attr::FLOAT},
+         {"beta", Attr::FLOAT},
+         {"transA", Attr::INT},
+         {"transB", Attr::INT}},
+        importGemm}},
+      {"Softmax",
+       {13, 1, 1, 1, {{"axis", Attr::INT}}, importSoftmax<SoftmaxOp>}},
+      {"LogSoftmax",
+       {13, 1, 1, 1, {{"axis", Attr::INT}}, importSoftmax<LogSoftmaxOp>}},
+      {"ReduceSum",
+       {13,
+        1,
+        2,
+        1,
+        {{"keepdims", Attr::INT}, {"noop_with_empty_axes", Attr::INT}},
+        importReduce<ReduceKind::sum>}},
+      {"ReduceMean",
+       {13, 1, 2, 1, reduceAttrs, importReduce<ReduceKind::mean>}},
+      {"ReduceMax", {13, 1, 2, 1, reduceAttrs, importReduce<ReduceKind::max>}},
+      {"LayerNormalization",
+       {17,
+        2,
+        3,
+        3,
+        {{"axis", Attr::INT},
+         {"epsilon", Attr::FLOAT},
+         {"stash_type", Attr::INT}},
+        importLayerNorm}},
+      {"SoftmaxCrossEntropyLoss",
+       {13, 2, 3, 2, lossAttrs, importSoftmaxCrossEntropy}},
+      {"NegativeLogLikelihoodLoss",
+       {13, 2, 3, 1, lossAttrs, importNegativeLogLikelihood}},
+      {"Dropout", {13, 1, 3, 2, {{"seed", Attr::INT}}, importDropout}},
+      // Convolution and pooling.
+      {"Conv",
+       {13,
+        2,
+        3,
+        1,
+        {{"auto_pad", Attr::STRING},
+         {"dilations", Attr::INTS},
+         {"group", Attr::INT},
+         {"kernel_shape", Attr::INTS},
+         {"pads", Attr::INTS},
+         {"strides", Attr::INTS}},
+        importConv}},
+      {"MaxPool", {13, 1, 1, 2, poolAttrs, importMaxPool}},
+      {"AveragePool",
+       {13,
+        1,
+        1,
+        1,
+        {{"auto_pad", Attr::STRING},
+         {"ceil_mode", Attr::INT},
+         {"count_include_pad", Attr::INT},
+         {"dilations", Attr::INTS, 19},
+         {"kernel_shape", Attr::INTS},
+         {"pads", Attr::INTS},
+         {"strides", Attr::INTS}},
+        importAveragePool}},
+      {"GlobalAveragePool", {13, 1, 1, 1, {}, importGlobalAveragePool}},
+  };
+}
+
+const OpRule *sharc::onnx_import::findOpRule(StringRef opType) {
+  static const llvm::StringMap<OpRule> rules = buildRules();
+  auto it = rules.find(opType);
+  return it == rules.end() ? nullptr : &it->second;
+}
