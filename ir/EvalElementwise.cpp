@@ -267,6 +267,15 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
       .Case([&](SigmoidOp) {
         return mapFloats(call, [](double x) { return 1 / (1 + std::exp(-x)); });
       })
+      .Case([&](SinOp) {
+        return mapFloats(call, [](double x) { return std::sin(x); });
+      })
+      .Case([&](CosOp) {
+        return mapFloats(call, [](double x) { return std::cos(x); });
+      })
+      .Case([&](FloorOp) {
+        return mapFloats(call, [](double x) { return std::floor(x); });
+      })
       .Case([&](GeluOp op) {
         GeluApproximation approximation = op.getApproximation();
         return mapFloats(call,

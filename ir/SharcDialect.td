@@ -24,7 +24,9 @@ def Sharc_Dialect : Dialect {
     broadcasting.  Function arguments that are trainable parameters carry a
     `sharc.param` attribute naming the parameter and its ONNX initializer;
     other arguments may carry `sharc.input = "name"` and results
-    `sharc.output = "name"` with the model's names for them.
+    `sharc.output = "name"` with the model's names for them.  Training steps
+    mark their carried state with `sharc.state`, updated parameters with
+    `sharc.param`, and gradients with `sharc.grad = "param name"`.
   }];
   let useDefaultAttributePrinterParser = 1;
   let hasRegionArgAttrVerify = 1;
@@ -41,6 +43,15 @@ def Sharc_Dialect : Dialect {
     /// Function-result attribute holding a model output's name.
     static constexpr llvm::StringLiteral getOutputAttrName() {
       return llvm::StringLiteral("sharc.output");
+    }
+    /// Argument/result attribute marking training state (#sharc.state).
+    static constexpr llvm::StringLiteral getStateAttrName() {
+      return llvm::StringLiteral("sharc.state");
+    }
+    /// Function-result attribute: the result is the gradient of the loss with
+    /// respect to the named parameter.
+    static constexpr llvm::StringLiteral getGradAttrName() {
+      return llvm::StringLiteral("sharc.grad");
     }
   }];
 }
@@ -141,6 +152,23 @@ def Sharc_ParamAttr : AttrDef<Sharc_Dialect, "Param"> {
   let parameters = (ins StringRefParameter<"sanitized name">:$name,
                         StringRefParameter<"ONNX initializer name">:$source);
   let assemblyFormat = "`<` $name `,` $source `>`";
+}
+
+def Sharc_StateAttr : AttrDef<Sharc_Dialect, "State"> {
+  let mnemonic = "state";
+  let summary = "names a piece of training state";
+  let description = [{
+    `#sharc.state<"param", "role">` marks a training-step argument or result
+    as state that the runtime carries from one step to the next and that
+    checkpoints store: `role` is the kind of state (`exp_avg`, `exp_avg_sq`,
+    `momentum_buffer`, `step`, ...), `param` the sanitized name of the
+    parameter it belongs to, or empty for state of the whole step (the step
+    counter).  An argument and a result with equal attributes are the value
+    before and after the step.
+  }];
+  let parameters = (ins StringRefParameter<"parameter name">:$param,
+                        StringRefParameter<"kind of state">:$role);
+  let assemblyFormat = "`<` $param `,` $role `>`";
 }
 
 #endif // SHARC_DIALECT_TD

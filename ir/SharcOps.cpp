@@ -31,45 +31,67 @@ void SharcDialect::initialize() {
       >();
 }
 
+/// Checks the sharc attributes shared by arguments and results: a parameter
+/// or gradient must be a float tensor, a name must be a string.
+static LogicalResult verifySignatureAttribute(Operation *op, Type type,
+                                              StringRef what, unsigned index,
+                                              NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  auto fail = [&]() {
+    return op->emitError() << what << " #" << index << ": ";
+  };
+  if (name == SharcDialect::getInputAttrName() ||
+      name == SharcDialect::getOutputAttrName() ||
+      name == SharcDialect::getGradAttrName()) {
+    if (!isa<StringAttr>(attr.getValue()))
+      return fail() << "'" << name << "' must be a string";
+  } else if (name == SharcDialect::getParamAttrName()) {
+    if (!isa<ParamAttr>(attr.getValue()))
+      return fail() << "'" << name << "' must be a #sharc.param attribute";
+  } else if (name == SharcDialect::getStateAttrName()) {
+    if (!isa<StateAttr>(attr.getValue()))
+      return fail() << "'" << name << "' must be a #sharc.state attribute";
+  } else {
+    return fail() << "unknown sharc attribute '" << name << "'";
+  }
+  if (name == SharcDialect::getParamAttrName() ||
+      name == SharcDialect::getGradAttrName()) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor || !isa<FloatType>(tensor.getElementType()))
+      return fail() << "is marked '" << name
+                    << "' but is not a floating-point tensor";
+  }
+  return success();
+}
+
 LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
                                                      unsigned regionIndex,
                                                      unsigned argIndex,
                                                      NamedAttribute attr) {
-  if (attr.getName() == getInputAttrName()) {
-    if (!isa<StringAttr>(attr.getValue()))
-      return op->emitError() << "'" << getInputAttrName()
-                             << "' must be a string";
-    return success();
-  }
-  if (attr.getName() != getParamAttrName())
-    return op->emitError() << "unknown sharc argument attribute '"
-                           << attr.getName().getValue() << "'";
-  if (!isa<ParamAttr>(attr.getValue()))
-    return op->emitError() << "'" << getParamAttrName()
-                           << "' must be a #sharc.param attribute";
   Region &region = op->getRegion(regionIndex);
-  if (region.empty())
+  Type type = region.empty() ? Type()
+                             : region.front().getArgument(argIndex).getType();
+  if (attr.getName() == getOutputAttrName() ||
+      attr.getName() == getGradAttrName())
+    return op->emitError() << "argument #" << argIndex << ": '"
+                           << attr.getName().getValue()
+                           << "' applies to results only";
+  if (!type && (attr.getName() == getParamAttrName()))
     return success();
-  auto type = dyn_cast<RankedTensorType>(
-      region.front().getArgument(argIndex).getType());
-  if (!type || !isa<FloatType>(type.getElementType()))
-    return op->emitError() << "argument #" << argIndex
-                           << " is marked as a parameter but is not a "
-                              "floating-point tensor";
-  return success();
+  return verifySignatureAttribute(op, type, "argument", argIndex, attr);
 }
 
 LogicalResult SharcDialect::verifyRegionResultAttribute(Operation *op,
                                                         unsigned regionIndex,
                                                         unsigned resultIndex,
                                                         NamedAttribute attr) {
-  if (attr.getName() != getOutputAttrName())
-    return op->emitError() << "unknown sharc result attribute '"
-                           << attr.getName().getValue() << "'";
-  if (!isa<StringAttr>(attr.getValue()))
-    return op->emitError() << "'" << getOutputAttrName()
-                           << "' must be a string";
-  return success();
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  Type type = func ? func.getResultTypes()[resultIndex] : Type();
+  if (attr.getName() == getInputAttrName())
+    return op->emitError() << "result #" << resultIndex << ": '"
+                           << attr.getName().getValue()
+                           << "' applies to arguments only";
+  return verifySignatureAttribute(op, type, "result", resultIndex, attr);
 }
 
 //===----------------------------------------------------------------------===//

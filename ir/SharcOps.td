@@ -85,6 +85,15 @@ def Sharc_TanhOp : Sharc_UnaryOp<"tanh", Sharc_FloatTensor> {
 def Sharc_SigmoidOp : Sharc_UnaryOp<"sigmoid", Sharc_FloatTensor> {
   let summary = "1 / (1 + e^-x)";
 }
+def Sharc_SinOp : Sharc_UnaryOp<"sin", Sharc_FloatTensor> {
+  let summary = "sine";
+}
+def Sharc_CosOp : Sharc_UnaryOp<"cos", Sharc_FloatTensor> {
+  let summary = "cosine";
+}
+def Sharc_FloorOp : Sharc_UnaryOp<"floor", Sharc_FloatTensor> {
+  let summary = "largest integer not greater than x";
+}
 def Sharc_NotOp : Sharc_UnaryOp<"not", Sharc_BoolTensor> {
   let summary = "logical negation";
 }

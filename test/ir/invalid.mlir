@@ -325,28 +325,49 @@ func.func @broadcast_root(%g: tensor<6x3xf32>) -> tensor<6x3xf32> {
 
 // -----
 
-// expected-error @+1 {{argument #0 is marked as a parameter but is not a floating-point tensor}}
+// expected-error @+1 {{argument #0: is marked 'sharc.param' but is not a floating-point tensor}}
 func.func @param_int(%a: tensor<3xi64> {sharc.param = #sharc.param<"a", "a">}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{'sharc.param' must be a #sharc.param attribute}}
+// expected-error @+1 {{argument #0: 'sharc.param' must be a #sharc.param attribute}}
 func.func @param_string(%a: tensor<3xf32> {sharc.param = "a"}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{unknown sharc argument attribute 'sharc.weight'}}
+// expected-error @+1 {{argument #0: unknown sharc attribute 'sharc.weight'}}
 func.func @unknown_arg_attr(%a: tensor<3xf32> {sharc.weight}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{'sharc.output' must be a string}}
+// expected-error @+1 {{result #0: 'sharc.output' must be a string}}
 func.func @output_name(%a: tensor<3xf32>) -> (tensor<3xf32> {sharc.output = 1}) {
   return %a : tensor<3xf32>
+}
+
+// -----
+
+// expected-error @+1 {{result #0: is marked 'sharc.grad' but is not a floating-point tensor}}
+func.func @grad_int(%a: tensor<3xi64>) -> (tensor<3xi64> {sharc.grad = "a"}) {
+  return %a : tensor<3xi64>
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'sharc.state' must be a #sharc.state attribute}}
+func.func @state_string(%a: tensor<3xf32> {sharc.state = "a"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'sharc.output' applies to results only}}
+func.func @output_on_arg(%a: tensor<3xf32> {sharc.output = "a"}) {
+  return
 }

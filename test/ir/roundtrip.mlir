@@ -44,8 +44,14 @@ func.func @elementwise(%a: tensor<2x3xf32> {sharc.param = #sharc.param<"w", "lay
   %15 = sharc.sigmoid %14 : tensor<2x3xf32>
   // CHECK: sharc.relu
   %16 = sharc.relu %15 : tensor<2x3xf32>
+  // CHECK: sharc.sin
+  %s0 = sharc.sin %16 : tensor<2x3xf32>
+  // CHECK: sharc.cos
+  %s1 = sharc.cos %s0 : tensor<2x3xf32>
+  // CHECK: sharc.floor
+  %s2 = sharc.floor %s1 : tensor<2x3xf32>
   // CHECK: sharc.gelu %{{.*}} {approximation = #sharc.gelu_approximation<tanh>}
-  %17 = sharc.gelu %16 {approximation = #sharc.gelu_approximation<tanh>} : tensor<2x3xf32>
+  %17 = sharc.gelu %s2 {approximation = #sharc.gelu_approximation<tanh>} : tensor<2x3xf32>
   // CHECK: sharc.compare %{{.*}} {predicate = #sharc.predicate<lt>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
   %18 = sharc.compare %17, %b {predicate = #sharc.predicate<lt>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xi1>
   // CHECK: sharc.not
@@ -134,4 +140,15 @@ func.func @collectives(%g: tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<2x3xf32>
   // CHECK: sharc.broadcast_from {{.*}} {ranks = 4 : i64, root = 0 : i64} : tensor<8x3xf32>
   %3 = sharc.broadcast_from %g {root = 0, ranks = 4} : tensor<8x3xf32>
   return %0, %1, %2, %3 : tensor<8x3xf32>, tensor<2x3xf32>, tensor<32x3xf32>, tensor<8x3xf32>
+}
+
+// CHECK-LABEL: func.func @train_state
+// CHECK-SAME: {sharc.state = #sharc.state<"w", "exp_avg">}
+// CHECK-SAME: {sharc.state = #sharc.state<"", "step">}
+// CHECK-SAME: {sharc.grad = "w"}
+// CHECK-SAME: {sharc.param = #sharc.param<"w", "layer.weight">}
+func.func @train_state(%m: tensor<3xf32> {sharc.state = #sharc.state<"w", "exp_avg">},
+                       %t: tensor<i64> {sharc.state = #sharc.state<"", "step">})
+    -> (tensor<3xf32> {sharc.grad = "w"}, tensor<3xf32> {sharc.param = #sharc.param<"w", "layer.weight">}) {
+  return %m, %m : tensor<3xf32>, tensor<3xf32>
 }
