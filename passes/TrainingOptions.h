@@ -1,0 +1,93 @@
+//===- TrainingOptions.h - what a training step does -------------*- C++ -*-===//
+//
+// Every choice that shapes the training step: which output is the loss, which
+// parameters train, the optimizer and its hyper-parameters, the learning-rate
+// schedule, gradient accumulation and clipping.  Filled from a DeepSpeed
+// config and/or command-line flags by the CLI, or from pass-pipeline options
+// by sharc-opt, and consumed by the autodiff and optimizer passes.  Defaults
+// are DeepSpeed's (see shared/reference/training-semantics.md).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_PASSES_TRAININGOPTIONS_H
+#define SHARC_PASSES_TRAININGOPTIONS_H
+
+#include <cstdint>
+#include <string>
+
+namespace sharc {
+
+enum class OptimizerKind { sgd, adam, adamw };
+
+enum class SchedulerKind {
+  none,
+  warmupLR,
+  warmupDecayLR,
+  warmupCosineLR,
+  oneCycle,
+  lrRangeTest
+};
+
+/// Parameters of every supported schedule (DeepSpeed's names in comments);
+/// only those of `kind` are used.
+struct SchedulerOptions {
+  SchedulerKind kind = SchedulerKind::none;
+  // WarmupLR, WarmupDecayLR.
+  double warmupMinLr = 0.0;      // warmup_min_lr
+  double warmupMaxLr = 1e-3;     // warmup_max_lr
+  int64_t warmupNumSteps = 1000; // warmup_num_steps
+  bool warmupLinear = false;     // warmup_type: "linear" (true) or "log"
+  int64_t totalNumSteps = 0;     // total_num_steps (WarmupDecayLR, Cosine)
+  // WarmupCosineLR.
+  double warmupMinRatio = 0.0; // warmup_min_ratio
+  double cosMinRatio = 1e-4;   // cos_min_ratio
+  // OneCycle.
+  double cycleMinLr = 0.0;            // cycle_min_lr
+  double cycleMaxLr = 0.0;            // cycle_max_lr
+  double decayLrRate = 0.0;           // decay_lr_rate
+  int64_t cycleFirstStepSize = 2000;  // cycle_first_step_size
+  int64_t cycleSecondStepSize = -1;   // cycle_second_step_size (-1: = first)
+  int64_t cycleFirstStairCount = 0;   // cycle_first_stair_count
+  int64_t cycleSecondStairCount = -1; // cycle_second_stair_count (-1: = first)
+  int64_t decayStepSize = 0;          // decay_step_size
+  // LRRangeTest.
+  double lrRangeTestMinLr = 1e-3;     // lr_range_test_min_lr
+  double lrRangeTestStepRate = 1.0;   // lr_range_test_step_rate
+  int64_t lrRangeTestStepSize = 2000; // lr_range_test_step_size
+  bool lrRangeTestStaircase = false;  // lr_range_test_staircase
+};
+
+struct TrainingOptions {
+  /// The forward function (the importer's is "main").
+  std::string function = "main";
+  /// Name (sharc.output) of the loss; empty: the only scalar float output.
+  std::string loss;
+  /// Parameters whose sanitized or ONNX name matches this regex (searched,
+  /// not anchored) are frozen; empty: all parameters train.
+  std::string freeze;
+
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.0;
+  /// SGD only.
+  double momentum = 0.0;
+  bool nesterov = false;
+  /// Adam/AdamW: bias correction of the moments (DeepSpeed default true).
+  bool biasCorrection = true;
+  /// Adam: decoupled weight decay (DeepSpeed's adam_w_mode, default true;
+  /// always true for AdamW).
+  bool adamWMode = true;
+
+  /// Micro-batches per optimizer step (gradient_accumulation_steps).
+  int64_t gradAccum = 1;
+  /// Global-norm gradient clipping threshold; 0 disables clipping.
+  double clip = 0.0;
+
+  SchedulerOptions scheduler;
+};
+
+} // namespace sharc
+
+#endif // SHARC_PASSES_TRAININGOPTIONS_H
