@@ -2,7 +2,9 @@
 //
 // Reads the model (binary protobuf or text format), checks the opset, turns
 // graph inputs and float initializers into function arguments, sorts the
-// nodes topologically and imports each with its rule from OpImporters.cpp.
+// nodes topologically and imports each with its rule from OpImporters.cpp
+// (a model older than opset 13 only where ONNX's schemas show that the
+// operator's definition is the one of opset 13).
 // Every op built for a node is verified on creation and folded into a
 // constant when its operands are constants, so shape computations disappear.
 //
@@ -11,6 +13,7 @@
 #include "frontends/onnx/Importer.h"
 
 #include "frontends/onnx/ImporterInternal.h"
+#include "frontends/onnx/OpSchemas.h"
 #include "frontends/onnx/TextFormat.h"
 #include "ir/Evaluator.h"
 
@@ -26,6 +29,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <functional>
@@ -94,6 +98,11 @@ std::string sharc::onnx_import::onnxTypeName(int64_t onnxType) {
                  static_cast<onnx::TensorProto::DataType>(onnxType)))
       .lower();
 }
+
+/// The default-domain opsets whose operator definitions sharc implements.
+/// Older opsets import where an operator's definition is unchanged since.
+static constexpr int64_t kMinOpset = 13;
+static constexpr int64_t kMaxOpset = 21;
 
 /// The element types sharc accepts, as ONNX names them.
 static constexpr const char *kSupportedTypes =
@@ -607,6 +616,9 @@ private:
                            OpBuilder &builder);
   FailureOr<Results> runRule(const onnx::NodeProto &node, Location loc,
                              OpBuilder &builder);
+  /// In a model older than kMinOpset, checks that ONNX defines `opType` at
+  /// the model's opset as at kMinOpset, so that its rule applies.
+  LogicalResult checkOlderOpset(const std::string &opType, Location loc) const;
   LogicalResult checkOutput(const onnx::ValueInfoProto &output, Value value);
 
   std::string nodeLabel(const onnx::NodeProto &node, int index) const;
@@ -661,9 +673,12 @@ LogicalResult GraphImporter::readOpset(const onnx::ModelProto &model) {
   if (!version)
     return emitError(fileLoc)
            << "the model imports no version of the default ONNX opset";
-  if (*version < 13 || *version > 21)
+  if (*version < 1)
     return emitError(fileLoc) << "the model uses ONNX opset " << *version
-                              << "; sharc supports opsets 13 to 21";
+                              << ", which does not exist (opsets start at 1)";
+  if (*version > kMaxOpset)
+    return emitError(fileLoc) << "the model uses ONNX opset " << *version
+                              << "; sharc supports opsets up to " << kMaxOpset;
   opset = *version;
   return success();
 }
@@ -788,6 +803,27 @@ GraphImporter::sortNodes(const onnx::GraphProto &graph) {
          << "the graph has a cycle through this node";
 }
 
+LogicalResult GraphImporter::checkOlderOpset(const std::string &opType,
+                                             Location loc) const {
+  int64_t defined = 0, current = 0;
+  std::string error;
+  if (!lookUpSinceVersion(opType, opset, defined, error) ||
+      !lookUpSinceVersion(opType, kMinOpset, current, error))
+    return emitError(loc) << error;
+  if (defined == 0)
+    return emitError(loc) << "ONNX opset " << opset << " has no operator '"
+                          << opType << "'";
+  if (defined != current)
+    return emitError(loc) << "this model's opset defines " << opType << "-"
+                          << defined
+                          << ", which sharc does not support (sharc "
+                             "implements the definitions in force from opset "
+                          << kMinOpset << " to " << kMaxOpset
+                          << "); re-export the model at opset " << kMinOpset
+                          << " or later";
+  return success();
+}
+
 FailureOr<Results> GraphImporter::runRule(const onnx::NodeProto &node,
                                           Location loc, OpBuilder &builder) {
   StringRef domain = node.domain();
@@ -799,9 +835,11 @@ FailureOr<Results> GraphImporter::runRule(const onnx::NodeProto &node,
   if (!rule)
     return emitError(loc) << "unsupported ONNX operator '" << node.op_type()
                           << "'";
-  if (opset < rule->sinceOpset)
+  if (rule->sinceOpset > kMinOpset && opset < rule->sinceOpset)
     return emitError(loc) << "'" << node.op_type() << "' needs opset "
                           << rule->sinceOpset << " or newer";
+  if (opset < kMinOpset && failed(checkOlderOpset(node.op_type(), loc)))
+    return failure();
   unsigned numInputs = node.input_size();
   if (numInputs > rule->maxInputs)
     return emitError(loc) << "takes at most " << rule->maxInputs
@@ -822,8 +860,8 @@ FailureOr<Results> GraphImporter::runRule(const onnx::NodeProto &node,
       return emitError(loc) << "input '" << name << "' has no value";
     inputs.push_back(value);
   }
-  NodeImporter importer(builder, reader, node, opset, loc, std::move(inputs),
-                        foldBudget);
+  NodeImporter importer(builder, reader, node, std::max(opset, kMinOpset), loc,
+                        std::move(inputs), foldBudget);
   if (failed(importer.checkAttributes(rule->attributes)))
     return failure();
   return rule->import(importer);

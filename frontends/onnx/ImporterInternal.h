@@ -89,7 +89,9 @@ struct OpRule {
   /// Unbounded input/output count.
   static constexpr unsigned kVariadic = ~0u;
 
-  /// Oldest default-domain opset for which this rule is right.
+  /// Oldest default-domain opset for which this rule is right.  A rule with
+  /// 13 also imports models of older opsets whose definition of the operator
+  /// is the one of opset 13.
   int64_t sinceOpset;
   /// The first `minInputs` inputs must be present.
   unsigned minInputs;
@@ -117,6 +119,8 @@ public:
         location(loc), inputs(std::move(inputs)), foldBudget(foldBudget) {}
 
   const onnx::NodeProto &node() const { return proto; }
+  /// The opset whose definition of the operator applies: the model's, or 13
+  /// for an older model (whose definition of the operator is unchanged).
   int64_t opset() const { return opsetVersion; }
   mlir::Location loc() const { return location; }
   mlir::MLIRContext *context() const { return builder.getContext(); }

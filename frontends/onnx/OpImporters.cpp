@@ -1,10 +1,11 @@
 //===- OpImporters.cpp - ONNX operators to sharc ops ----------------------===//
 //
-// One rule per ONNX operator (default domain, opsets 13 to 21).  Operators
-// without a direct sharc op are decomposed into primitives; inputs that
-// determine shapes (Reshape's shape, Slice's bounds, axes, ...) must be
-// constants by the time the node is imported, which constant folding of the
-// shape computations before it guarantees for static graphs.
+// One rule per ONNX operator (default domain, the definitions in force from
+// opset 13 to 21; see Importer.cpp for older opsets).  Operators without a
+// direct sharc op are decomposed into primitives; inputs that determine
+// shapes (Reshape's shape, Slice's bounds, axes, ...) must be constants by
+// the time the node is imported, which constant folding of the shape
+// computations before it guarantees for static graphs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,13 +110,30 @@ static FailureOr<Results> importVariadic(NodeImporter &n) {
   return Results{result};
 }
 
-/// The exponent may have another type than the base; ONNX computes in the
-/// base's type.
+/// The exponent may have another type than the base; the result has the
+/// base's type.  An integer base with a float exponent is raised in f64 and
+/// truncated back (as numpy and onnxruntime do: 9 ^ 0.5 = 3); otherwise the
+/// exponent is converted to the base's type.
 static FailureOr<Results> importPow(NodeImporter &n) {
-  FailureOr<Value> exponent = n.cast(n.input(1), elementTypeOf(n.input(0)));
-  if (failed(exponent))
+  Value base = n.input(0), exponent = n.input(1);
+  Type type = elementTypeOf(base);
+  if (isa<FloatType>(type) || !isa<FloatType>(elementTypeOf(exponent))) {
+    FailureOr<Value> converted = n.cast(exponent, type);
+    if (failed(converted))
+      return failure();
+    return wrap(n.create<PowOp>(base, *converted));
+  }
+  Type f64 = Float64Type::get(n.context());
+  FailureOr<Value> wideBase = n.cast(base, f64);
+  if (failed(wideBase))
     return failure();
-  return wrap(n.create<PowOp>(n.input(0), *exponent));
+  FailureOr<Value> wideExponent = n.cast(exponent, f64);
+  if (failed(wideExponent))
+    return failure();
+  FailureOr<Value> power = n.create<PowOp>(*wideBase, *wideExponent);
+  if (failed(power))
+    return failure();
+  return wrap(n.cast(*power, type));
 }
 
 /// 1 / x.

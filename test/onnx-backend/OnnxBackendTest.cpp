@@ -14,9 +14,9 @@
 // sharc shapes are static.  Where an ONNX op takes a tensor that determines a
 // result shape (Reshape's shape, Slice's starts, Unsqueeze's axes, ...) as an
 // input, the backend cases feed it as a graph input; the runner then embeds
-// that input's value from input_N.pb as a Constant node, as a static-shape
-// backend's caller would (see `shapeOperands`).  All other inputs stay
-// function arguments.
+// that input's value from input_N.pb as a constant of the graph, as a
+// static-shape backend's caller would (see `shapeOperands` and
+// `embedConstant`).  All other inputs stay function arguments.
 //
 // Every case runs in a child process, so that a crash or a hang in one case is
 // reported as that case's failure and the others still run.
@@ -69,12 +69,13 @@ namespace {
 /// The ONNX ops (default domain) the importer supports, space-separated.
 const char supportedOps[] =
     "Add Sub Mul Div Pow Neg Abs Exp Log Sqrt Reciprocal Erf Tanh Sigmoid Relu "
-    "LeakyRelu Gelu Softplus Max Min Clip Where Equal Less Greater Not Cast "
-    "CastLike Identity Constant ConstantOfShape Shape Size Range Gather "
-    "Unsqueeze Squeeze Reshape Flatten Transpose Expand Concat Split Slice "
-    "Trilu MatMul Gemm Softmax LogSoftmax ReduceSum ReduceMean ReduceMax "
-    "LayerNormalization SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss "
-    "Dropout Conv MaxPool AveragePool GlobalAveragePool";
+    "LeakyRelu Gelu Softplus Max Min Clip Where Equal Less LessOrEqual Greater "
+    "GreaterOrEqual Not And Or Cast CastLike Identity Constant ConstantOfShape "
+    "Shape Size Range Gather Unsqueeze Squeeze Reshape Flatten Transpose "
+    "Expand Concat Split Slice Trilu MatMul Gemm Softmax LogSoftmax ReduceSum "
+    "ReduceMean ReduceMax LayerNormalization SoftmaxCrossEntropyLoss "
+    "NegativeLogLikelihoodLoss Dropout Conv MaxPool AveragePool "
+    "GlobalAveragePool";
 
 /// Operand positions whose values a static-shape compiler needs at compile
 /// time: they determine a result shape (or, for Dropout, whether and how much
@@ -445,6 +446,71 @@ int declaredElemType(const onnx::GraphProto &graph, const std::string &name) {
   return search(graph.output());
 }
 
+/// The version of the default ONNX opset that `model` imports, or 0.
+int64_t defaultOpset(const onnx::ModelProto &model) {
+  for (const onnx::OperatorSetIdProto &entry : model.opset_import())
+    if (entry.domain().empty() || entry.domain() == "ai.onnx")
+      return entry.version();
+  return 0;
+}
+
+bool isFloatType(int type) {
+  return type == onnx::TensorProto::FLOAT ||
+         type == onnx::TensorProto::DOUBLE ||
+         type == onnx::TensorProto::FLOAT16 ||
+         type == onnx::TensorProto::BFLOAT16;
+}
+
+/// Makes `value` (named as the graph input it replaces) a constant of the
+/// graph: a Constant node, appended to `nodes`, in a model of opset 13 or
+/// newer.  sharc imports older models only where an operator's definition is
+/// unchanged since, which excludes Constant (changed at opsets 12 and 13);
+/// there a non-float value becomes an initializer (sharc imports non-float
+/// initializers as constants) and a one-element float value a ConstantOfShape
+/// node (unchanged from opset 9 to 19).
+bool embedConstant(const onnx::TensorProto &value, int64_t opset,
+                   onnx::GraphProto &graph, std::vector<onnx::NodeProto> &nodes,
+                   std::string &error) {
+  if (opset < 13 && !isFloatType(value.data_type())) {
+    *graph.add_initializer() = value;
+    return true;
+  }
+  onnx::NodeProto node;
+  node.set_name("runner_constant_" + value.name());
+  node.add_output(value.name());
+  onnx::AttributeProto *attr = node.add_attribute();
+  attr->set_name("value");
+  attr->set_type(onnx::AttributeProto::TENSOR);
+  *attr->mutable_t() = value;
+  if (opset >= 13) {
+    node.set_op_type("Constant");
+    nodes.push_back(node);
+    return true;
+  }
+  int64_t count = 1;
+  for (int64_t dim : value.dims())
+    count *= dim;
+  if (count != 1) {
+    error = "cannot embed float tensor '" + value.name() + "' of " +
+            std::to_string(count) + " elements in an opset-" +
+            std::to_string(opset) + " model";
+    return false;
+  }
+  onnx::TensorProto shape;
+  shape.set_name("runner_shape_" + value.name());
+  shape.set_data_type(onnx::TensorProto::INT64);
+  shape.add_dims(value.dims_size());
+  for (int64_t dim : value.dims())
+    shape.add_int64_data(dim);
+  *graph.add_initializer() = shape;
+  node.set_op_type("ConstantOfShape");
+  node.add_input(shape.name());
+  attr->mutable_t()->clear_dims();
+  attr->mutable_t()->add_dims(1);
+  nodes.push_back(node);
+  return true;
+}
+
 /// Runs one test data set of a case.  Returns an empty string on success,
 /// else the reason for the failure.
 std::string runDataSet(const onnx::ModelProto &original,
@@ -482,7 +548,7 @@ std::string runDataSet(const onnx::ModelProto &original,
     return true;
   };
 
-  // Inputs used as shape operands become Constant nodes.
+  // Inputs used as shape operands become constants.
   std::set<std::string> shapeInputs;
   for (const onnx::NodeProto &node : graph.node()) {
     auto it = shapeOperands().find(node.op_type());
@@ -502,16 +568,10 @@ std::string runDataSet(const onnx::ModelProto &original,
     if (!readProto(inputFiles[i], proto, error))
       return error;
     if (shapeInputs.count(inputNames[i])) {
-      onnx::NodeProto node;
-      node.set_op_type("Constant");
-      node.set_name("runner_constant_" + inputNames[i]);
-      node.add_output(inputNames[i]);
-      onnx::AttributeProto *attr = node.add_attribute();
-      attr->set_name("value");
-      attr->set_type(onnx::AttributeProto::TENSOR);
-      *attr->mutable_t() = proto;
-      attr->mutable_t()->set_name(inputNames[i]);
-      constantNodes.push_back(node);
+      proto.set_name(inputNames[i]);
+      if (!embedConstant(proto, defaultOpset(model), graph, constantNodes,
+                         error))
+        return "input " + std::to_string(i) + ": " + error;
       continue;
     }
     std::optional<Tensor> tensor = tensorFromProto(
@@ -521,7 +581,7 @@ std::string runDataSet(const onnx::ModelProto &original,
     runtimeInputs.emplace_back(inputNames[i], std::move(*tensor));
   }
 
-  if (!constantNodes.empty()) {
+  if (!shapeInputs.empty()) {
     auto *inputs = graph.mutable_input();
     for (int i = inputs->size() - 1; i >= 0; --i)
       if (shapeInputs.count(inputs->Get(i).name()))
