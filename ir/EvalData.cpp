@@ -1,7 +1,8 @@
 //===- EvalData.cpp - constants and data movement -------------------------===//
 //
-// constant, iota, reshape, transpose, broadcast, slice, concat, gather and
-// trilu.  None of them computes new values, so no rounding is needed.
+// constant, iota, reshape, transpose, broadcast, slice, insert_slice, concat,
+// gather, scatter_add and trilu.  Only scatter_add computes new values (and
+// rounds them once).
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,6 +62,30 @@ LogicalResult evalSlice(const OpCall &call, SliceOp op) {
   return success();
 }
 
+LogicalResult evalInsertSlice(const OpCall &call, InsertSliceOp op) {
+  const Tensor &source = call.operand(0);
+  Tensor &out = call.result();
+  out = call.operand(1);
+  SmallVector<int64_t> outStrides = contiguousStrides(out.shape());
+  SmallVector<int64_t> strides;
+  int64_t base = 0;
+  for (auto [d, start, stride] :
+       llvm::enumerate(op.getStart(), op.getStride())) {
+    base += start * outStrides[d];
+    strides.push_back(stride * outStrides[d]);
+  }
+  auto scatter = [&](auto src, auto dst) {
+    stridedLoop<1>(
+        source.shape(), {strides}, {base},
+        [&](int64_t i, std::array<int64_t, 1> at) { dst[at[0]] = src[i]; });
+  };
+  if (out.isFloat())
+    scatter(source.floats(), out.floats());
+  else
+    scatter(source.ints(), out.ints());
+  return success();
+}
+
 LogicalResult evalConcat(const OpCall &call, ConcatOp op) {
   Tensor &out = call.result();
   int64_t axis = op.getAxis();
@@ -97,6 +122,36 @@ LogicalResult evalGather(const OpCall &call, GatherOp op) {
       copyElements(data, (o * size + i) * inner, out, (o * count + j) * inner,
                    inner);
     }
+  return success();
+}
+
+LogicalResult evalScatterAdd(const OpCall &call, ScatterAddOp op) {
+  const Tensor &indices = call.operand(1), &updates = call.operand(2);
+  Tensor &out = call.result();
+  out = call.operand(0);
+  int64_t axis = op.getAxis();
+  int64_t outer = product(out.shape(), 0, axis);
+  int64_t size = out.shape()[axis];
+  int64_t inner = product(out.shape(), axis + 1, out.rank());
+  ArrayRef<int64_t> index = indices.ints();
+  int64_t count = index.size();
+  for (int64_t j = 0; j < count; ++j)
+    if (index[j] < -size || index[j] >= size)
+      return call.error() << "scatter_add index " << index[j]
+                          << " (at position " << j
+                          << ") is out of range for dimension " << axis
+                          << " of size " << size;
+  ArrayRef<double> src = updates.floats();
+  MutableArrayRef<double> dst = out.floats();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t i = index[j] < 0 ? index[j] + size : index[j];
+      const double *from = &src[(o * count + j) * inner];
+      double *to = &dst[(o * size + i) * inner];
+      for (int64_t k = 0; k < inner; ++k)
+        to[k] += from[k];
+    }
+  roundInPlace(out);
   return success();
 }
 
@@ -140,8 +195,10 @@ std::optional<LogicalResult> eval::evalDataOp(const OpCall &call) {
         return success();
       })
       .Case([&](SliceOp op) { return evalSlice(call, op); })
+      .Case([&](InsertSliceOp op) { return evalInsertSlice(call, op); })
       .Case([&](ConcatOp op) { return evalConcat(call, op); })
       .Case([&](GatherOp op) { return evalGather(call, op); })
+      .Case([&](ScatterAddOp op) { return evalScatterAdd(call, op); })
       .Case([&](TriluOp op) { return evalTrilu(call, op); })
       .Default([](Operation *) { return Result(); });
 }

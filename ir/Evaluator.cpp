@@ -1,8 +1,10 @@
 //===- Evaluator.cpp - reference evaluator of sharc IR --------------------===//
 //
-// Runs a function op by op.  The ops themselves are evaluated by the family
-// evaluators (EvalElementwise.cpp, EvalData.cpp, EvalLinalg.cpp, EvalNN.cpp,
-// EvalCollectives.cpp); this file holds the driver and the shared helpers.
+// Runs a function op by op (a func.call runs its callee, a function of the
+// same module, as the same rank).  The ops themselves are evaluated by the
+// family evaluators (EvalElementwise.cpp, EvalData.cpp, EvalLinalg.cpp,
+// EvalNN.cpp, EvalCollectives.cpp); this file holds the driver and the shared
+// helpers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -163,9 +165,41 @@ static LogicalResult evalOp(Operation *op, ArrayRef<const Tensor *> operands,
                       << "'";
 }
 
+static FailureOr<std::vector<Tensor>> run(func::FuncOp func,
+                                          ArrayRef<const Tensor *> args,
+                                          CollectiveGroup *group, int rank);
+
+/// Evaluates `call` by running its callee, a function of the same module, as
+/// the same rank of the same group.
+static LogicalResult evalCall(func::CallOp call,
+                              ArrayRef<const Tensor *> operands,
+                              SmallVectorImpl<Tensor> &results,
+                              CollectiveGroup *group, int rank) {
+  auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+      call, call.getCalleeAttr());
+  if (!callee)
+    return call.emitError() << "cannot evaluate a call to unknown function "
+                            << call.getCalleeAttr();
+  if (callee.getNumArguments() != operands.size())
+    return call.emitError()
+           << "calls '" << callee.getSymName() << "' with " << operands.size()
+           << " operands, it takes " << callee.getNumArguments();
+  for (auto [i, tensor] : llvm::enumerate(operands))
+    if (!matchesType(*tensor, callee.getArgumentTypes()[i]))
+      return call.emitError()
+             << "operand #" << i << " is " << tensor->describe()
+             << ", expected " << describeType(callee.getArgumentTypes()[i]);
+  FailureOr<std::vector<Tensor>> values = run(callee, operands, group, rank);
+  if (failed(values))
+    return failure();
+  results.append(std::make_move_iterator(values->begin()),
+                 std::make_move_iterator(values->end()));
+  return success();
+}
+
 /// Evaluates the body of `func`, whose arguments have been checked.
 static FailureOr<std::vector<Tensor>> run(func::FuncOp func,
-                                          ArrayRef<Tensor> args,
+                                          ArrayRef<const Tensor *> args,
                                           CollectiveGroup *group, int rank) {
   if (func.isExternal())
     return func.emitError() << "cannot evaluate a function without a body";
@@ -179,7 +213,7 @@ static FailureOr<std::vector<Tensor>> run(func::FuncOp func,
   std::vector<const Tensor *> slots;
   for (auto [arg, tensor] : llvm::zip(body.getArguments(), args)) {
     slotOf[arg] = slots.size();
-    slots.push_back(&tensor);
+    slots.push_back(tensor);
   }
   for (Operation &op : body)
     for (Value result : op.getResults()) {
@@ -223,7 +257,9 @@ static FailureOr<std::vector<Tensor>> run(func::FuncOp func,
       return results;
     }
     SmallVector<Tensor> results;
-    if (failed(evalOp(&op, operands, results, group, rank)))
+    auto call = dyn_cast<func::CallOp>(op);
+    if (failed(call ? evalCall(call, operands, results, group, rank)
+                    : evalOp(&op, operands, results, group, rank)))
       return failure();
     for (auto [value, tensor] : llvm::zip(op.getResults(), results)) {
       unsigned slot = slotOf.lookup(value);
@@ -274,7 +310,10 @@ FailureOr<std::vector<Tensor>> sharc::evaluate(func::FuncOp func,
                      << describeType(inputs[i]);
     return fail();
   }
-  FailureOr<std::vector<Tensor>> results = run(func, args, group, rank);
+  SmallVector<const Tensor *> pointers;
+  for (const Tensor &tensor : args)
+    pointers.push_back(&tensor);
+  FailureOr<std::vector<Tensor>> results = run(func, pointers, group, rank);
   if (failed(results))
     return fail();
   if (group)

@@ -409,32 +409,52 @@ LogicalResult BroadcastOp::verify() {
   return success();
 }
 
-LogicalResult SliceOp::verify() {
-  auto in = tensorType(getOperand());
-  ArrayRef<int64_t> start = getStart(), stride = getStride();
-  int64_t rank = in.getRank();
-  if (in.getElementType() != getType().getElementType())
-    return emitOpError() << "element type changes from " << in << " to "
-                         << getType();
-  if (getType().getRank() != rank || (int64_t)start.size() != rank ||
+/// Checks the strided window shared by slice and insert_slice: `part`'s
+/// index i along dimension d is `full`'s index start[d] + i * stride[d].
+/// `access` names what the op does there ("reads", "writes").
+static LogicalResult verifyStridedWindow(Operation *op, RankedTensorType full,
+                                         RankedTensorType part,
+                                         ArrayRef<int64_t> start,
+                                         ArrayRef<int64_t> stride,
+                                         StringRef access) {
+  int64_t rank = full.getRank();
+  if (full.getElementType() != part.getElementType())
+    return op->emitOpError() << "element types differ: " << full << " and "
+                             << part;
+  if (part.getRank() != rank || (int64_t)start.size() != rank ||
       (int64_t)stride.size() != rank)
-    return emitOpError() << "operand, result, start and stride must all have "
-                            "rank "
-                         << rank;
+    return op->emitOpError() << "operand, result, start and stride must all "
+                                "have rank "
+                             << rank;
   for (int64_t d = 0; d < rank; ++d) {
-    int64_t size = getType().getDimSize(d);
+    int64_t size = part.getDimSize(d);
     if (stride[d] == 0)
-      return emitOpError() << "stride of dimension " << d << " is zero";
+      return op->emitOpError() << "stride of dimension " << d << " is zero";
     if (size == 0)
       continue;
     int64_t last = start[d] + (size - 1) * stride[d];
-    if (start[d] < 0 || start[d] >= in.getDimSize(d) || last < 0 ||
-        last >= in.getDimSize(d))
-      return emitOpError() << "dimension " << d << " reads indices "
-                           << start[d] << " to " << last
-                           << ", outside [0, " << in.getDimSize(d) << ")";
+    if (start[d] < 0 || start[d] >= full.getDimSize(d) || last < 0 ||
+        last >= full.getDimSize(d))
+      return op->emitOpError()
+             << "dimension " << d << " " << access << " indices " << start[d]
+             << " to " << last << ", outside [0, " << full.getDimSize(d)
+             << ")";
   }
   return success();
+}
+
+LogicalResult SliceOp::verify() {
+  auto in = tensorType(getOperand());
+  if (in.getElementType() != getType().getElementType())
+    return emitOpError() << "element type changes from " << in << " to "
+                         << getType();
+  return verifyStridedWindow(*this, in, getType(), getStart(), getStride(),
+                             "reads");
+}
+
+LogicalResult InsertSliceOp::verify() {
+  return verifyStridedWindow(*this, getType(), tensorType(getSource()),
+                             getStart(), getStride(), "writes");
 }
 
 LogicalResult ConcatOp::inferReturnTypes(MLIRContext *,
@@ -479,6 +499,24 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *,
   llvm::append_range(shape, indices.getShape());
   llvm::append_range(shape, data.getShape().drop_front(axis + 1));
   results.push_back(RankedTensorType::get(shape, data.getElementType()));
+  return success();
+}
+
+LogicalResult ScatterAddOp::verify() {
+  RankedTensorType dest = getType();
+  auto indices = tensorType(getIndices());
+  auto updates = tensorType(getUpdates());
+  int64_t axis = getAxis();
+  if (axis < 0 || axis >= dest.getRank())
+    return emitOpError() << "axis " << axis << " is out of range for rank "
+                         << dest.getRank();
+  SmallVector<int64_t> shape(dest.getShape().take_front(axis));
+  llvm::append_range(shape, indices.getShape());
+  llvm::append_range(shape, dest.getShape().drop_front(axis + 1));
+  auto expected = RankedTensorType::get(shape, dest.getElementType());
+  if (updates != expected)
+    return emitOpError() << "updates " << updates << " must be " << expected
+                         << " (dest[:axis] ++ indices ++ dest[axis+1:])";
   return success();
 }
 
@@ -571,13 +609,13 @@ inferWindow(std::optional<Location> loc, RankedTensorType input,
   return out;
 }
 
-LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *,
-                                         std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &results) {
-  auto in = tensorType(adaptor.getInput());
-  auto w = tensorType(adaptor.getWeight());
-  int64_t groups = adaptor.getGroups();
+/// The result type of a conv2d of `in` by `w` (bias `[O]` if given) with
+/// these attributes; shared by conv2d and the verifiers of its gradients.
+static FailureOr<RankedTensorType>
+inferConv2D(std::optional<Location> loc, RankedTensorType in,
+            RankedTensorType w, RankedTensorType bias, int64_t groups,
+            ArrayRef<int64_t> strides, ArrayRef<int64_t> padding,
+            ArrayRef<int64_t> dilations) {
   if (w.getRank() != 4 || w.getElementType() != in.getElementType())
     return emitOptionalError(loc, "conv weight must be OIHW of the input "
                                   "type, got ",
@@ -588,21 +626,61 @@ LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *,
       w.getDimSize(1) * groups != in.getDimSize(1))
     return emitOptionalError(loc, "conv channels do not match: input ", in,
                              ", weight ", w, ", groups ", groups);
-  if (Value b = adaptor.getBias()) {
-    auto bt = tensorType(b);
-    if (bt.getRank() != 1 || bt.getDimSize(0) != w.getDimSize(0))
-      return emitOptionalError(loc, "conv bias must be [", w.getDimSize(0),
-                               "], got ", bt);
-  }
-  auto spatial =
-      inferWindow(loc, in, w.getShape().drop_front(2), adaptor.getStrides(),
-                  adaptor.getPadding(), adaptor.getDilations(), false);
+  if (bias && (bias.getRank() != 1 || bias.getDimSize(0) != w.getDimSize(0)))
+    return emitOptionalError(loc, "conv bias must be [", w.getDimSize(0),
+                             "], got ", bias);
+  auto spatial = inferWindow(loc, in, w.getShape().drop_front(2), strides,
+                             padding, dilations, false);
   if (failed(spatial))
     return failure();
-  results.push_back(RankedTensorType::get(
+  return RankedTensorType::get(
       {in.getDimSize(0), w.getDimSize(0), (*spatial)[0], (*spatial)[1]},
-      in.getElementType()));
+      in.getElementType());
+}
+
+LogicalResult Conv2DOp::inferReturnTypes(MLIRContext *,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &results) {
+  Value bias = adaptor.getBias();
+  auto type = inferConv2D(
+      loc, tensorType(adaptor.getInput()), tensorType(adaptor.getWeight()),
+      bias ? tensorType(bias) : RankedTensorType(), adaptor.getGroups(),
+      adaptor.getStrides(), adaptor.getPadding(), adaptor.getDilations());
+  if (failed(type))
+    return failure();
+  results.push_back(*type);
   return success();
+}
+
+/// Checks that the output gradient of a convolution or pooling gradient op
+/// has the type of the forward op's result, `expected`.
+static LogicalResult verifyOutputGrad(Operation *op,
+                                      FailureOr<RankedTensorType> expected,
+                                      Value outputGrad) {
+  if (failed(expected))
+    return failure();
+  if (*expected != outputGrad.getType())
+    return op->emitOpError() << "output gradient " << outputGrad.getType()
+                             << " does not match the forward result "
+                             << *expected;
+  return success();
+}
+
+LogicalResult Conv2DInputGradOp::verify() {
+  return verifyOutputGrad(
+      *this,
+      inferConv2D(getLoc(), getType(), tensorType(getWeight()), {},
+                  getGroups(), getStrides(), getPadding(), getDilations()),
+      getOutputGrad());
+}
+
+LogicalResult Conv2DWeightGradOp::verify() {
+  return verifyOutputGrad(
+      *this,
+      inferConv2D(getLoc(), tensorType(getInput()), getType(), {}, getGroups(),
+                  getStrides(), getPadding(), getDilations()),
+      getOutputGrad());
 }
 
 LogicalResult MaxPool2DOp::inferReturnTypes(MLIRContext *,
@@ -636,6 +714,38 @@ LogicalResult AvgPool2DOp::inferReturnTypes(MLIRContext *,
       {in.getDimSize(0), in.getDimSize(1), (*spatial)[0], (*spatial)[1]},
       in.getElementType()));
   return success();
+}
+
+/// The pooled NCHW type of `in` for the given window.
+static FailureOr<RankedTensorType>
+inferPool(std::optional<Location> loc, RankedTensorType in,
+          ArrayRef<int64_t> kernel, ArrayRef<int64_t> strides,
+          ArrayRef<int64_t> padding, ArrayRef<int64_t> dilations,
+          bool ceilMode) {
+  auto spatial =
+      inferWindow(loc, in, kernel, strides, padding, dilations, ceilMode);
+  if (failed(spatial))
+    return failure();
+  return RankedTensorType::get(
+      {in.getDimSize(0), in.getDimSize(1), (*spatial)[0], (*spatial)[1]},
+      in.getElementType());
+}
+
+LogicalResult MaxPool2DGradOp::verify() {
+  return verifyOutputGrad(*this,
+                          inferPool(getLoc(), getType(), getKernel(),
+                                    getStrides(), getPadding(), getDilations(),
+                                    getCeilMode()),
+                          getOutputGrad());
+}
+
+LogicalResult AvgPool2DGradOp::verify() {
+  int64_t ones[2] = {1, 1};
+  return verifyOutputGrad(*this,
+                          inferPool(getLoc(), getType(), getKernel(),
+                                    getStrides(), getPadding(), ones,
+                                    getCeilMode()),
+                          getOutputGrad());
 }
 
 //===----------------------------------------------------------------------===//

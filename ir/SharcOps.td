@@ -289,6 +289,23 @@ def Sharc_SliceOp : Sharc_Op<"slice", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Sharc_InsertSliceOp : Sharc_Op<"insert_slice",
+    [Pure, AllTypesMatch<["dest", "result"]>]> {
+  let summary = "strided update: dest with dest[start + i * stride] = source[i]";
+  let description = [{
+    The placement that `slice` reads: per dimension `d`, source index `i` is
+    written to result index `start[d] + i * stride[d]`; every other element
+    is `dest`'s.  Strides are non-zero and may be negative; every write must
+    be in bounds.  Into zeros, it is the gradient of `slice`.
+  }];
+  let arguments = (ins Sharc_Tensor:$source, Sharc_Tensor:$dest,
+                       DenseI64ArrayAttr:$start, DenseI64ArrayAttr:$stride);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$source `into` $dest attr-dict `:` type($source) "
+                       "`into` type($dest)";
+  let hasVerifier = 1;
+}
+
 def Sharc_ConcatOp : Sharc_Op<"concat", [Pure, InferTypeOpAdaptor]> {
   let summary = "join tensors along one axis";
   let arguments = (ins Variadic<Sharc_Tensor>:$inputs, Sharc_I64Attr:$axis);
@@ -307,6 +324,24 @@ def Sharc_GatherOp : Sharc_Op<"gather", [Pure, InferTypeOpAdaptor]> {
   let results = (outs Sharc_Tensor:$result);
   let assemblyFormat = "$data `,` $indices attr-dict `:` "
                        "functional-type(operands, results)";
+}
+
+def Sharc_ScatterAddOp : Sharc_Op<"scatter_add",
+    [Pure, AllTypesMatch<["dest", "result"]>]> {
+  let summary = "add slices at entries along an axis (the transpose of gather)";
+  let description = [{
+    result = dest, then result[o..., indices[j...], i...] +=
+    updates[o..., j..., i...] for every index, where `updates` has gather's
+    result shape dest[:axis] ++ indices.shape ++ dest[axis+1:].  Repeated
+    indices accumulate; negative indices count from the end; an index out of
+    range is a run-time error.  Sums accumulate in f64 and round once.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$dest, Sharc_IndexTensor:$indices,
+                       Sharc_FloatTensor:$updates, Sharc_I64Attr:$axis);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$dest `,` $indices `,` $updates attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Sharc_TriluOp : Sharc_Op<"trilu", [Pure, SameOperandsAndResultType]> {
@@ -379,6 +414,50 @@ def Sharc_Conv2DOp : Sharc_Op<"conv2d", [Pure, InferTypeOpAdaptor]> {
                        "functional-type(operands, results)";
 }
 
+def Sharc_Conv2DInputGradOp : Sharc_Op<"conv2d_input_grad", [Pure]> {
+  let summary = "gradient of conv2d with respect to its input";
+  let description = [{
+    The transposed convolution: for a conv2d with these attributes whose
+    input has the result type [N, C, H, W], weight [O, C/groups, KH, KW] and
+    output gradient [N, O, OH, OW], result[n, c, h, w] is the sum of
+    output_grad[n, o, oh, ow] * weight[o, c mod C/groups, i, j] over the
+    output channels o of c's group and the taps with
+    h = oh * strides[0] - padding[0] + i * dilations[0] and
+    w = ow * strides[1] - padding[1] + j * dilations[1].  The result shape
+    comes from the result type; the verifier checks that conv2d maps it to
+    `output_grad`'s shape.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$output_grad,
+                       Sharc_FloatTensor:$weight,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<Sharc_I64Attr, "1">:$groups);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$output_grad `,` $weight attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Sharc_Conv2DWeightGradOp : Sharc_Op<"conv2d_weight_grad", [Pure]> {
+  let summary = "gradient of conv2d with respect to its weight";
+  let description = [{
+    For a conv2d with these attributes, input [N, C, H, W], a weight of the
+    result type [O, C/groups, KH, KW] and output gradient [N, O, OH, OW]:
+    result[o, c, i, j] is the sum over n, oh, ow of
+    output_grad[n, o, oh, ow] * input[n, g * C/groups + c, h, w] (zero in the
+    padding), with g the group of o and h, w as in `conv2d_input_grad`.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$input,
+                       Sharc_FloatTensor:$output_grad,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<Sharc_I64Attr, "1">:$groups);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $output_grad attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Sharc_MaxPool2DOp : Sharc_Op<"max_pool2d", [Pure, InferTypeOpAdaptor]> {
   let summary = "2-D max pooling over NCHW; padding never wins";
   let arguments = (ins Sharc_FloatTensor:$input, DenseI64ArrayAttr:$kernel,
@@ -387,6 +466,27 @@ def Sharc_MaxPool2DOp : Sharc_Op<"max_pool2d", [Pure, InferTypeOpAdaptor]> {
                        DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
   let results = (outs Sharc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_MaxPool2DGradOp : Sharc_Op<"max_pool2d_grad",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "gradient of max_pool2d: each window's gradient to its maximum";
+  let description = [{
+    Zeros of the input's type, then for every output cell of a max_pool2d of
+    `input` with these attributes, output_grad at that cell is added at the
+    window's maximum: its first position in row-major window order (first
+    NaN if any), PyTorch's convention for ties.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$input,
+                       Sharc_FloatTensor:$output_grad,
+                       DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$padding,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $output_grad attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def Sharc_AvgPool2DOp : Sharc_Op<"avg_pool2d", [Pure, InferTypeOpAdaptor]> {
@@ -401,6 +501,24 @@ def Sharc_AvgPool2DOp : Sharc_Op<"avg_pool2d", [Pure, InferTypeOpAdaptor]> {
                        DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
   let results = (outs Sharc_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+def Sharc_AvgPool2DGradOp : Sharc_Op<"avg_pool2d_grad", [Pure]> {
+  let summary = "gradient of avg_pool2d: each window's gradient spread evenly";
+  let description = [{
+    For an avg_pool2d with these attributes whose input has the result type:
+    zeros, then every output cell's gradient divided by that window's divisor
+    (as in avg_pool2d) is added to each real input cell of the window.
+  }];
+  let arguments = (ins Sharc_FloatTensor:$output_grad,
+                       DenseI64ArrayAttr:$kernel, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$padding,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs Sharc_FloatTensor:$result);
+  let assemblyFormat = "$output_grad attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

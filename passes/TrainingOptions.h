@@ -50,6 +50,12 @@ struct SchedulerOptions {
   int64_t cycleFirstStairCount = 0;   // cycle_first_stair_count
   int64_t cycleSecondStairCount = -1; // cycle_second_stair_count (-1: = first)
   int64_t decayStepSize = 0;          // decay_step_size
+  // OneCycle momentum: with Adam/AdamW, beta1 cycles inversely to the
+  // learning rate and beta2 becomes 0.99 (DeepSpeed's default behaviour).
+  bool cycleMomentum = true; // cycle_momentum
+  double cycleMinMom = 0.8;  // cycle_min_mom
+  double cycleMaxMom = 0.9;  // cycle_max_mom
+  double decayMomRate = 0.0; // decay_mom_rate
   // LRRangeTest.
   double lrRangeTestMinLr = 1e-3;     // lr_range_test_min_lr
   double lrRangeTestStepRate = 1.0;   // lr_range_test_step_rate

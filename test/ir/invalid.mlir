@@ -371,3 +371,67 @@ func.func @state_string(%a: tensor<3xf32> {sharc.state = "a"}) {
 func.func @output_on_arg(%a: tensor<3xf32> {sharc.output = "a"}) {
   return
 }
+
+// -----
+
+func.func @insert_slice_bounds(%s: tensor<3xf32>, %d: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{dimension 0 writes indices 2 to 6, outside [0, 4)}}
+  %0 = sharc.insert_slice %s into %d {start = array<i64: 2>, stride = array<i64: 2>} : tensor<3xf32> into tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @insert_slice_types(%s: tensor<3xf16>, %d: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{element types differ}}
+  %0 = sharc.insert_slice %s into %d {start = array<i64: 0>, stride = array<i64: 1>} : tensor<3xf16> into tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @scatter_add_updates(%d: tensor<10x8xf32>, %i: tensor<5xi64>, %u: tensor<5x4xf32>) -> tensor<10x8xf32> {
+  // expected-error @+1 {{updates 'tensor<5x4xf32>' must be 'tensor<5x8xf32>'}}
+  %0 = sharc.scatter_add %d, %i, %u {axis = 0} : (tensor<10x8xf32>, tensor<5xi64>, tensor<5x4xf32>) -> tensor<10x8xf32>
+  return %0 : tensor<10x8xf32>
+}
+
+// -----
+
+func.func @scatter_add_axis(%d: tensor<10x8xf32>, %i: tensor<5xi64>, %u: tensor<5x8xf32>) -> tensor<10x8xf32> {
+  // expected-error @+1 {{axis 2 is out of range for rank 2}}
+  %0 = sharc.scatter_add %d, %i, %u {axis = 2} : (tensor<10x8xf32>, tensor<5xi64>, tensor<5x8xf32>) -> tensor<10x8xf32>
+  return %0 : tensor<10x8xf32>
+}
+
+// -----
+
+func.func @conv_input_grad_shape(%g: tensor<2x6x5x5xf32>, %w: tensor<6x2x3x3xf32>) -> tensor<2x4x8x8xf32> {
+  // expected-error @+1 {{output gradient 'tensor<2x6x5x5xf32>' does not match the forward result 'tensor<2x6x3x3xf32>'}}
+  %0 = sharc.conv2d_input_grad %g, %w {strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, groups = 2} : (tensor<2x6x5x5xf32>, tensor<6x2x3x3xf32>) -> tensor<2x4x8x8xf32>
+  return %0 : tensor<2x4x8x8xf32>
+}
+
+// -----
+
+func.func @conv_weight_grad_channels(%x: tensor<2x4x9x9xf32>, %g: tensor<2x6x5x5xf32>) -> tensor<6x4x3x3xf32> {
+  // expected-error @+1 {{conv channels do not match}}
+  %0 = sharc.conv2d_weight_grad %x, %g {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, groups = 2} : (tensor<2x4x9x9xf32>, tensor<2x6x5x5xf32>) -> tensor<6x4x3x3xf32>
+  return %0 : tensor<6x4x3x3xf32>
+}
+
+// -----
+
+func.func @max_pool_grad_shape(%x: tensor<2x4x9x9xf32>, %g: tensor<2x4x4x4xf32>) -> tensor<2x4x9x9xf32> {
+  // expected-error @+1 {{output gradient 'tensor<2x4x4x4xf32>' does not match the forward result 'tensor<2x4x5x5xf32>'}}
+  %0 = sharc.max_pool2d_grad %x, %g {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, ceil_mode = true} : (tensor<2x4x9x9xf32>, tensor<2x4x4x4xf32>) -> tensor<2x4x9x9xf32>
+  return %0 : tensor<2x4x9x9xf32>
+}
+
+// -----
+
+func.func @avg_pool_grad_shape(%g: tensor<2x4x4x4xf32>) -> tensor<2x4x7x7xf32> {
+  // expected-error @+1 {{output gradient 'tensor<2x4x4x4xf32>' does not match the forward result 'tensor<2x4x3x3xf32>'}}
+  %0 = sharc.avg_pool2d_grad %g {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>} : (tensor<2x4x4x4xf32>) -> tensor<2x4x7x7xf32>
+  return %0 : tensor<2x4x7x7xf32>
+}

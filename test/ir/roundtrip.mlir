@@ -152,3 +152,25 @@ func.func @train_state(%m: tensor<3xf32> {sharc.state = #sharc.state<"w", "exp_a
     -> (tensor<3xf32> {sharc.grad = "w"}, tensor<3xf32> {sharc.param = #sharc.param<"w", "layer.weight">}) {
   return %m, %m : tensor<3xf32>, tensor<3xf32>
 }
+
+// CHECK-LABEL: func.func @gradient_ops
+func.func @gradient_ops(%x: tensor<2x4x9x9xf32>, %w: tensor<6x2x3x3xf32>, %gc: tensor<2x6x5x5xf32>,
+                        %gp: tensor<2x4x5x5xf32>, %ga: tensor<2x4x4x4xf32>, %table: tensor<10x8xf16>,
+                        %ids: tensor<2x5xi32>, %rows: tensor<2x5x8xf16>, %s: tensor<2x2x8xf16>)
+    -> (tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>, tensor<2x4x9x9xf32>, tensor<2x4x9x9xf32>,
+        tensor<10x8xf16>, tensor<2x4x8xf16>) {
+  // CHECK: sharc.conv2d_input_grad {{.*}} {dilations = array<i64: 1, 1>, groups = 2 : i64, padding = array<i64: 1, 1, 1, 1>, strides = array<i64: 2, 2>} : (tensor<2x6x5x5xf32>, tensor<6x2x3x3xf32>) -> tensor<2x4x9x9xf32>
+  %0 = sharc.conv2d_input_grad %gc, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, groups = 2} : (tensor<2x6x5x5xf32>, tensor<6x2x3x3xf32>) -> tensor<2x4x9x9xf32>
+  // CHECK: sharc.conv2d_weight_grad {{.*}} : (tensor<2x4x9x9xf32>, tensor<2x6x5x5xf32>) -> tensor<6x2x3x3xf32>
+  %1 = sharc.conv2d_weight_grad %x, %gc {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, groups = 2} : (tensor<2x4x9x9xf32>, tensor<2x6x5x5xf32>) -> tensor<6x2x3x3xf32>
+  // CHECK: sharc.max_pool2d_grad {{.*}}ceil_mode = true{{.*}} : (tensor<2x4x9x9xf32>, tensor<2x4x5x5xf32>) -> tensor<2x4x9x9xf32>
+  %2 = sharc.max_pool2d_grad %x, %gp {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, ceil_mode = true} : (tensor<2x4x9x9xf32>, tensor<2x4x5x5xf32>) -> tensor<2x4x9x9xf32>
+  // CHECK: sharc.avg_pool2d_grad {{.*}}count_include_pad = true{{.*}} : (tensor<2x4x4x4xf32>) -> tensor<2x4x9x9xf32>
+  %3 = sharc.avg_pool2d_grad %ga {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>, count_include_pad = true} : (tensor<2x4x4x4xf32>) -> tensor<2x4x9x9xf32>
+  // CHECK: sharc.scatter_add {{.*}} {axis = 0 : i64} : (tensor<10x8xf16>, tensor<2x5xi32>, tensor<2x5x8xf16>) -> tensor<10x8xf16>
+  %4 = sharc.scatter_add %table, %ids, %rows {axis = 0} : (tensor<10x8xf16>, tensor<2x5xi32>, tensor<2x5x8xf16>) -> tensor<10x8xf16>
+  %z = sharc.constant dense<0.0> : tensor<2x4x8xf16>
+  // CHECK: sharc.insert_slice {{.*}} into {{.*}} {start = array<i64: 0, 3, 0>, stride = array<i64: 1, -2, 1>} : tensor<2x2x8xf16> into tensor<2x4x8xf16>
+  %5 = sharc.insert_slice %s into %z {start = array<i64: 0, 3, 0>, stride = array<i64: 1, -2, 1>} : tensor<2x2x8xf16> into tensor<2x4x8xf16>
+  return %0, %1, %2, %3, %4, %5 : tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>, tensor<2x4x9x9xf32>, tensor<2x4x9x9xf32>, tensor<10x8xf16>, tensor<2x4x8xf16>
+}

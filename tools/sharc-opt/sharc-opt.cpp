@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ir/SharcOps.h"
+#include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -17,6 +18,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<sharc::SharcDialect, mlir::func::FuncDialect>();
   mlir::registerTransformsPasses();
+  sharc::registerSharcPasses();
+  sharc::registerSharcPipelines();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "sharc optimizer driver\n", registry));
 }

@@ -1,0 +1,676 @@
+//===- Optimizer.cpp - the training step ----------------------------------===//
+//
+// Builds @train_step around the gradient function that sharc-autodiff makes:
+// micro-batch slicing and gradient accumulation, global-norm clipping, the
+// learning-rate schedule and the optimizer update, with DeepSpeed's semantics
+// (docs/training.md is the contract, docs/optimizers.md the formulas).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+#include "passes/Schedule.h"
+
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSwitch.h"
+
+#include <array>
+#include <numeric>
+
+namespace sharc {
+#define GEN_PASS_DEF_OPTIMIZER
+#include "passes/Passes.h.inc"
+} // namespace sharc
+
+using namespace mlir;
+using namespace sharc;
+
+//===----------------------------------------------------------------------===//
+// Options
+//===----------------------------------------------------------------------===//
+
+std::optional<OptimizerKind> sharc::parseOptimizerKind(StringRef name) {
+  return llvm::StringSwitch<std::optional<OptimizerKind>>(name)
+      .Case("sgd", OptimizerKind::sgd)
+      .Case("adam", OptimizerKind::adam)
+      .Case("adamw", OptimizerKind::adamw)
+      .Default(std::nullopt);
+}
+
+StringRef sharc::stringifyOptimizerKind(OptimizerKind kind) {
+  switch (kind) {
+  case OptimizerKind::sgd:
+    return "sgd";
+  case OptimizerKind::adam:
+    return "adam";
+  case OptimizerKind::adamw:
+    return "adamw";
+  }
+  llvm_unreachable("unknown optimizer");
+}
+
+std::optional<SchedulerKind> sharc::parseSchedulerKind(StringRef name) {
+  return llvm::StringSwitch<std::optional<SchedulerKind>>(name)
+      .Case("none", SchedulerKind::none)
+      .Case("warmup-lr", SchedulerKind::warmupLR)
+      .Case("warmup-decay-lr", SchedulerKind::warmupDecayLR)
+      .Case("warmup-cosine-lr", SchedulerKind::warmupCosineLR)
+      .Case("one-cycle", SchedulerKind::oneCycle)
+      .Case("lr-range-test", SchedulerKind::lrRangeTest)
+      .Default(std::nullopt);
+}
+
+StringRef sharc::stringifySchedulerKind(SchedulerKind kind) {
+  switch (kind) {
+  case SchedulerKind::none:
+    return "none";
+  case SchedulerKind::warmupLR:
+    return "warmup-lr";
+  case SchedulerKind::warmupDecayLR:
+    return "warmup-decay-lr";
+  case SchedulerKind::warmupCosineLR:
+    return "warmup-cosine-lr";
+  case SchedulerKind::oneCycle:
+    return "one-cycle";
+  case SchedulerKind::lrRangeTest:
+    return "lr-range-test";
+  }
+  llvm_unreachable("unknown schedule");
+}
+
+LogicalResult
+sharc::verifyTrainingOptions(const TrainingOptions &options,
+                             function_ref<InFlightDiagnostic()> emitError) {
+  if (options.function.empty())
+    return emitError() << "option 'function' must name the forward function";
+  OptionChecker check(emitError);
+  if (!check.atLeast("lr", options.lr, 0) ||
+      !check.beta("beta1", options.beta1) ||
+      !check.beta("beta2", options.beta2) ||
+      !check.atLeast("weight-decay", options.weightDecay, 0) ||
+      !check.atLeast("momentum", options.momentum, 0) ||
+      !check.atLeast("grad-accum", options.gradAccum, 1) ||
+      !check.atLeast("clip", options.clip, 0) ||
+      !check.positive("eps", options.eps))
+    return failure();
+  if (options.optimizer == OptimizerKind::sgd && options.nesterov &&
+      options.momentum == 0)
+    return emitError() << "option 'nesterov' needs a positive 'momentum'";
+  return verifySchedulerOptions(options, emitError);
+}
+
+//===----------------------------------------------------------------------===//
+// The gradient function
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The signature of `@F_grad` (docs/training.md): `@F`'s arguments then the
+/// loss seed; the loss then one gradient per trainable parameter.
+struct GradSignature {
+  /// Argument indices of the parameters, trainable or frozen, in order.
+  SmallVector<unsigned> params;
+  /// Argument indices of the data inputs, in order.
+  SmallVector<unsigned> inputs;
+  /// Per entry of `params`: the result index of its gradient, 0 if frozen.
+  SmallVector<unsigned> gradients;
+};
+} // namespace
+
+/// Checks that `func` has the signature of a gradient function and returns
+/// its parts.
+static FailureOr<GradSignature> analyzeGradFunction(func::FuncOp func) {
+  FunctionType type = func.getFunctionType();
+  unsigned numArgs = type.getNumInputs();
+  RankedTensorType seedType;
+  StringAttr seedName;
+  if (numArgs) {
+    seedType = dyn_cast<RankedTensorType>(type.getInput(numArgs - 1));
+    seedName = func.getArgAttrOfType<StringAttr>(
+        numArgs - 1, SharcDialect::getInputAttrName());
+  }
+  if (!seedType || seedType.getRank() != 0 ||
+      !isa<FloatType>(seedType.getElementType()) || !seedName ||
+      seedName.getValue() != "loss_seed")
+    return func.emitError() << "the last argument of a gradient function must "
+                               "be the scalar float input 'loss_seed'";
+  if (type.getNumResults() == 0 || type.getResult(0) != seedType)
+    return func.emitError() << "the first result of a gradient function must "
+                               "be the loss, of the loss seed's type "
+                            << seedType;
+
+  GradSignature signature;
+  llvm::StringMap<unsigned> paramPosition;
+  for (unsigned i = 0; i + 1 < numArgs; ++i) {
+    if (ParamAttr param = getParamAttr(func, i)) {
+      paramPosition[param.getName()] = signature.params.size();
+      signature.params.push_back(i);
+    } else {
+      signature.inputs.push_back(i);
+    }
+  }
+  signature.gradients.assign(signature.params.size(), 0);
+  for (unsigned r = 1; r < type.getNumResults(); ++r) {
+    auto name = func.getResultAttrOfType<StringAttr>(
+        r, SharcDialect::getGradAttrName());
+    if (!name)
+      return func.emitError()
+             << "result #" << r << " of a gradient function has no '"
+             << SharcDialect::getGradAttrName() << "'";
+    auto it = paramPosition.find(name.getValue());
+    if (it == paramPosition.end())
+      return func.emitError()
+             << "result #" << r << " is the gradient of '" << name.getValue()
+             << "', which is no parameter argument";
+    unsigned &gradient = signature.gradients[it->second];
+    if (gradient)
+      return func.emitError()
+             << "parameter '" << name.getValue() << "' has two gradients";
+    Type paramType = type.getInput(signature.params[it->second]);
+    if (type.getResult(r) != paramType)
+      return func.emitError()
+             << "the gradient of '" << name.getValue() << "' has type "
+             << type.getResult(r) << ", its parameter " << paramType;
+    gradient = r;
+  }
+  return signature;
+}
+
+//===----------------------------------------------------------------------===//
+// Clipping and updates
+//===----------------------------------------------------------------------===//
+
+static Type elementTypeOf(Value value) {
+  return cast<RankedTensorType>(value.getType()).getElementType();
+}
+
+/// DeepSpeed's clipping: every gradient times 1 / max(1, (norm + 1e-6) /
+/// clip), norm the global L2 norm.  Squares are summed in f32 (f64 for f64
+/// gradients); the per-tensor sums, the norm and the coefficient are f64.
+static void clipByGlobalNorm(MathBuilder &math, MutableArrayRef<Value> grads,
+                             double clip) {
+  ImplicitLocOpBuilder &builder = math.getBuilder();
+  Value sumOfSquares;
+  for (Value grad : grads) {
+    Value wide = elementTypeOf(grad).isF64()
+                     ? grad
+                     : math.cast(grad, builder.getF32Type());
+    SmallVector<int64_t> axes(cast<RankedTensorType>(grad.getType()).getRank());
+    std::iota(axes.begin(), axes.end(), 0);
+    Value sum =
+        ReduceOp::create(builder, math.mul(wide, wide), ReduceKind::sum, axes);
+    sum = math.cast(sum, builder.getF64Type());
+    sumOfSquares = sumOfSquares ? math.add(sumOfSquares, sum) : sum;
+  }
+  if (!sumOfSquares)
+    return;
+  Value norm = math.sqrt(sumOfSquares);
+  Value combined = math.max(
+      math.f64(1), math.div(math.add(norm, math.f64(1e-6)), math.f64(clip)));
+  Value coefficient = math.div(math.f64(1), combined);
+  for (Value &grad : grads)
+    grad = math.mul(grad, math.cast(coefficient, elementTypeOf(grad)));
+}
+
+namespace {
+/// The f64 scalars of one update: the learning rate, and Adam's betas and
+/// bias corrections 1 - beta^(t+1) (null without bias correction).
+struct StepScalars {
+  Value lr, beta1, beta2, correction1, correction2;
+};
+
+/// The scalars of the update in one element type (the parameter's), in
+/// which the update computes, as FusedAdam's kernel does in f32.
+struct TypedScalars {
+  Value lr, beta1, oneMinusBeta1, beta2, oneMinusBeta2, correction1,
+      correction2, eps, weightDecay, momentum;
+};
+
+/// Builds the optimizer update of each trainable parameter.
+class UpdateBuilder {
+public:
+  UpdateBuilder(MathBuilder &math, const TrainingOptions &options,
+                StepScalars step)
+      : math(math), options(options), step(step) {}
+
+  /// AdamW/Adam (FusedAdam): returns the new parameter, exp_avg and
+  /// exp_avg_sq.
+  std::array<Value, 3> adam(Value param, Value grad, Value expAvg,
+                            Value expAvgSq);
+  /// SGD (torch.optim.SGD, dampening 0): returns the new parameter and, with
+  /// momentum, the new momentum buffer.
+  std::pair<Value, Value> sgd(Value param, Value grad, Value buffer);
+
+private:
+  const TypedScalars &scalars(Type elementType);
+
+  MathBuilder &math;
+  const TrainingOptions &options;
+  StepScalars step;
+  llvm::DenseMap<Type, TypedScalars> byType;
+};
+} // namespace
+
+const TypedScalars &UpdateBuilder::scalars(Type elementType) {
+  auto [it, inserted] = byType.try_emplace(elementType);
+  TypedScalars &typed = it->second;
+  if (!inserted)
+    return typed;
+  typed.lr = math.cast(step.lr, elementType);
+  if (options.weightDecay != 0)
+    typed.weightDecay = math.constant(elementType, options.weightDecay);
+  if (options.optimizer == OptimizerKind::sgd) {
+    if (options.momentum != 0)
+      typed.momentum = math.constant(elementType, options.momentum);
+    return typed;
+  }
+  Value one = math.constant(elementType, 1);
+  typed.beta1 = math.cast(step.beta1, elementType);
+  typed.oneMinusBeta1 = math.sub(one, typed.beta1);
+  typed.beta2 = math.cast(step.beta2, elementType);
+  typed.oneMinusBeta2 = math.sub(one, typed.beta2);
+  typed.eps = math.constant(elementType, options.eps);
+  if (step.correction1) {
+    typed.correction1 = math.cast(step.correction1, elementType);
+    typed.correction2 = math.cast(step.correction2, elementType);
+  }
+  return typed;
+}
+
+std::array<Value, 3> UpdateBuilder::adam(Value param, Value grad, Value expAvg,
+                                         Value expAvgSq) {
+  const TypedScalars &s = scalars(elementTypeOf(param));
+  bool decoupled =
+      options.optimizer == OptimizerKind::adamw || options.adamWMode;
+  bool decays = options.weightDecay != 0;
+  if (decays && !decoupled)
+    grad = math.add(grad, math.mul(s.weightDecay, param));
+  Value m =
+      math.add(math.mul(s.beta1, expAvg), math.mul(s.oneMinusBeta1, grad));
+  Value v = math.add(math.mul(s.beta2, expAvgSq),
+                     math.mul(math.mul(s.oneMinusBeta2, grad), grad));
+  Value mHat = s.correction1 ? math.div(m, s.correction1) : m;
+  Value vHat = s.correction2 ? math.div(v, s.correction2) : v;
+  Value update = math.div(mHat, math.add(math.sqrt(vHat), s.eps));
+  if (decays && decoupled)
+    update = math.add(update, math.mul(s.weightDecay, param));
+  return {math.sub(param, math.mul(s.lr, update)), m, v};
+}
+
+std::pair<Value, Value> UpdateBuilder::sgd(Value param, Value grad,
+                                           Value buffer) {
+  const TypedScalars &s = scalars(elementTypeOf(param));
+  if (options.weightDecay != 0)
+    grad = math.add(grad, math.mul(s.weightDecay, param));
+  if (buffer) {
+    // A zero buffer makes the first step's buffer the gradient, as
+    // PyTorch's clone of the first gradient does.
+    buffer = math.add(math.mul(s.momentum, buffer), grad);
+    grad = options.nesterov ? math.add(grad, math.mul(s.momentum, buffer))
+                            : buffer;
+  }
+  return {math.sub(param, math.mul(s.lr, grad)), buffer};
+}
+
+//===----------------------------------------------------------------------===//
+// The training step
+//===----------------------------------------------------------------------===//
+
+/// Roles of the optimizer state of each trainable parameter.
+static SmallVector<StringRef, 2> stateRoles(const TrainingOptions &options) {
+  if (options.optimizer != OptimizerKind::sgd)
+    return {"exp_avg", "exp_avg_sq"};
+  if (options.momentum != 0)
+    return {"momentum_buffer"};
+  return {};
+}
+
+namespace {
+/// Where things are in `@train_step`'s signature: arguments are the
+/// parameters, the state (per trainable parameter, per role), the step
+/// counter, the data inputs; results the loss, the trainable parameters, the
+/// state, the step counter, the learning rate.
+struct StepLayout {
+  StepLayout(const GradSignature &signature, const TrainingOptions &options)
+      : signature(signature), roles(stateRoles(options)) {
+    for (auto [position, gradient] : llvm::enumerate(signature.gradients))
+      if (gradient)
+        trainable.push_back(position);
+  }
+
+  unsigned firstState() const { return signature.params.size(); }
+  unsigned numState() const { return trainable.size() * roles.size(); }
+  unsigned stepArg() const { return firstState() + numState(); }
+  unsigned firstInput() const { return stepArg() + 1; }
+  unsigned firstStateResult() const { return 1 + trainable.size(); }
+  unsigned stepResult() const { return firstStateResult() + numState(); }
+
+  const GradSignature &signature;
+  SmallVector<StringRef, 2> roles;
+  /// Positions (in signature.params) of the trainable parameters.
+  SmallVector<unsigned> trainable;
+};
+} // namespace
+
+/// Creates the empty `@train_step` after `gradFunc`, with its signature and
+/// signature attributes.
+static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
+                                                  const StepLayout &layout,
+                                                  int64_t microBatches) {
+  MLIRContext *context = gradFunc.getContext();
+  FunctionType gradType = gradFunc.getFunctionType();
+  const GradSignature &signature = layout.signature;
+  auto stepType = RankedTensorType::get({}, IntegerType::get(context, 64));
+  auto lrType = RankedTensorType::get({}, Float64Type::get(context));
+
+  SmallVector<Type> argTypes, resultTypes{gradType.getResult(0)};
+  for (unsigned arg : signature.params)
+    argTypes.push_back(gradType.getInput(arg));
+  for (unsigned position : layout.trainable) {
+    Type type = gradType.getInput(signature.params[position]);
+    resultTypes.push_back(type);
+    argTypes.append(layout.roles.size(), type);
+  }
+  resultTypes.append(argTypes.begin() + layout.firstState(), argTypes.end());
+  argTypes.push_back(stepType);
+  resultTypes.append({stepType, lrType});
+  for (unsigned arg : signature.inputs) {
+    auto type = cast<RankedTensorType>(gradType.getInput(arg));
+    if (microBatches > 1 && type.getRank() == 0)
+      return gradFunc.emitError()
+             << "data input #" << arg << " is a scalar: it cannot be split "
+             << "into " << microBatches << " micro-batches";
+    SmallVector<int64_t> shape(type.getShape());
+    if (microBatches > 1)
+      shape[0] *= microBatches;
+    argTypes.push_back(type.clone(shape));
+  }
+
+  OpBuilder builder(context);
+  builder.setInsertionPointAfter(gradFunc);
+  auto step =
+      func::FuncOp::create(builder, gradFunc.getLoc(), "train_step",
+                           FunctionType::get(context, argTypes, resultTypes));
+
+  // Parameters and data inputs keep their attributes.
+  auto copyArgAttrs = [&](unsigned to, unsigned from) {
+    if (DictionaryAttr attrs = gradFunc.getArgAttrDict(from))
+      step.setArgAttrs(to, attrs);
+  };
+  for (auto [index, arg] : llvm::enumerate(signature.params))
+    copyArgAttrs(index, arg);
+  for (auto [index, arg] : llvm::enumerate(signature.inputs))
+    copyArgAttrs(layout.firstInput() + index, arg);
+
+  StringAttr stateName =
+      builder.getStringAttr(SharcDialect::getStateAttrName());
+  StringAttr outputName =
+      builder.getStringAttr(SharcDialect::getOutputAttrName());
+  step.setResultAttr(0, outputName, builder.getStringAttr("loss"));
+  unsigned state = 0;
+  for (auto [index, position] : llvm::enumerate(layout.trainable)) {
+    ParamAttr param = getParamAttr(gradFunc, signature.params[position]);
+    step.setResultAttr(1 + index, SharcDialect::getParamAttrName(), param);
+    for (StringRef role : layout.roles) {
+      auto attr = StateAttr::get(context, param.getName(), role);
+      step.setArgAttr(layout.firstState() + state, stateName, attr);
+      step.setResultAttr(layout.firstStateResult() + state, stateName, attr);
+      ++state;
+    }
+  }
+  auto stepAttr = StateAttr::get(context, "", "step");
+  step.setArgAttr(layout.stepArg(), stateName, stepAttr);
+  step.setResultAttr(layout.stepResult(), stateName, stepAttr);
+  step.setResultAttr(layout.stepResult() + 1, outputName,
+                     builder.getStringAttr("lr"));
+  return step;
+}
+
+/// Calls `gradFunc` on each micro-batch, rows [k * micro, (k + 1) * micro)
+/// of every data input, with loss_seed 1/G.  Returns the mean loss and the
+/// summed gradient of each trainable parameter.
+static std::pair<Value, SmallVector<Value>>
+accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
+                    const StepLayout &layout, Block *entry,
+                    int64_t microBatches) {
+  ImplicitLocOpBuilder &b = math.getBuilder();
+  FunctionType gradType = gradFunc.getFunctionType();
+  const GradSignature &signature = layout.signature;
+  Type lossElement =
+      cast<RankedTensorType>(gradType.getResult(0)).getElementType();
+  Value seed = math.constant(lossElement, 1.0 / microBatches);
+  Value loss;
+  SmallVector<Value> grads(layout.trainable.size());
+  for (int64_t k = 0; k < microBatches; ++k) {
+    SmallVector<Value> operands(gradType.getNumInputs());
+    for (auto [index, arg] : llvm::enumerate(signature.params))
+      operands[arg] = entry->getArgument(index);
+    for (auto [index, arg] : llvm::enumerate(signature.inputs)) {
+      Value data = entry->getArgument(layout.firstInput() + index);
+      if (microBatches > 1) {
+        auto microType = cast<RankedTensorType>(gradType.getInput(arg));
+        SmallVector<int64_t> start(microType.getRank(), 0);
+        SmallVector<int64_t> stride(microType.getRank(), 1);
+        start[0] = k * microType.getDimSize(0);
+        data = SliceOp::create(b, microType, data, start, stride);
+      }
+      operands[arg] = data;
+    }
+    operands.back() = seed;
+    auto call = func::CallOp::create(b, gradFunc, operands);
+    loss = k ? math.add(loss, call.getResult(0)) : call.getResult(0);
+    for (auto [grad, position] : llvm::zip(grads, layout.trainable)) {
+      Value value = call.getResult(signature.gradients[position]);
+      grad = k ? math.add(grad, value) : value;
+    }
+  }
+  if (microBatches > 1)
+    loss = math.div(
+        loss, math.constant(lossElement, static_cast<double>(microBatches)));
+  return {loss, std::move(grads)};
+}
+
+/// The learning rate of step `counter` and, for Adam, the betas and bias
+/// corrections.
+static StepScalars buildStepScalars(MathBuilder &math, Value counter,
+                                    const TrainingOptions &options) {
+  Value t = math.cast(counter, math.getBuilder().getF64Type());
+  ScheduledValues schedule = buildSchedule(math, t, options);
+  StepScalars scalars{schedule.lr, {}, {}, {}, {}};
+  if (options.optimizer != OptimizerKind::sgd) {
+    scalars.beta1 = schedule.beta1 ? schedule.beta1 : math.f64(options.beta1);
+    scalars.beta2 = schedule.beta2 ? schedule.beta2 : math.f64(options.beta2);
+    if (options.biasCorrection) {
+      Value next = math.add(t, math.f64(1));
+      scalars.correction1 =
+          math.sub(math.f64(1), math.pow(scalars.beta1, next));
+      scalars.correction2 =
+          math.sub(math.f64(1), math.pow(scalars.beta2, next));
+    }
+  }
+  // Without a schedule, SGD never reads the step counter.
+  if (t.use_empty())
+    t.getDefiningOp()->erase();
+  return scalars;
+}
+
+FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
+                                              const TrainingOptions &options) {
+  if (failed(
+          verifyTrainingOptions(options, [&] { return module.emitError(); })))
+    return failure();
+  std::string gradName = options.function + "_grad";
+  auto gradFunc = module.lookupSymbol<func::FuncOp>(gradName);
+  if (!gradFunc)
+    return module.emitError() << "no gradient function '@" << gradName
+                              << "' (sharc-autodiff makes it)";
+  if (Operation *existing = module.lookupSymbol("train_step"))
+    return existing->emitError()
+           << "cannot build the training step: '@train_step' already exists";
+  FailureOr<GradSignature> signature = analyzeGradFunction(gradFunc);
+  if (failed(signature))
+    return failure();
+  StepLayout layout(*signature, options);
+  FailureOr<func::FuncOp> step =
+      createStepFunction(gradFunc, layout, options.gradAccum);
+  if (failed(step))
+    return failure();
+
+  Block *entry = step->addEntryBlock();
+  auto b = ImplicitLocOpBuilder::atBlockEnd(gradFunc.getLoc(), entry);
+  MathBuilder math(b);
+  auto [loss, grads] =
+      accumulateGradients(math, gradFunc, layout, entry, options.gradAccum);
+  if (options.clip > 0)
+    clipByGlobalNorm(math, grads, options.clip);
+  Value counter = entry->getArgument(layout.stepArg());
+  StepScalars scalars = buildStepScalars(math, counter, options);
+
+  UpdateBuilder update(math, options, scalars);
+  SmallVector<Value> newParams, newState;
+  size_t numRoles = layout.roles.size();
+  for (auto [index, position] : llvm::enumerate(layout.trainable)) {
+    Value param = entry->getArgument(position);
+    ValueRange state = entry->getArguments().slice(
+        layout.firstState() + index * numRoles, numRoles);
+    if (options.optimizer == OptimizerKind::sgd) {
+      auto [newParam, buffer] =
+          update.sgd(param, grads[index], numRoles ? state[0] : Value());
+      newParams.push_back(newParam);
+      if (buffer)
+        newState.push_back(buffer);
+      continue;
+    }
+    auto [newParam, expAvg, expAvgSq] =
+        update.adam(param, grads[index], state[0], state[1]);
+    newParams.push_back(newParam);
+    newState.append({expAvg, expAvgSq});
+  }
+
+  SmallVector<Value> results{loss};
+  results.append(newParams);
+  results.append(newState);
+  results.push_back(math.add(counter, math.constant(b.getI64Type(), 1)));
+  results.push_back(scalars.lr);
+  func::ReturnOp::create(b, results);
+  return *step;
+}
+
+//===----------------------------------------------------------------------===//
+// The pass
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct OptimizerPass : sharc::impl::OptimizerBase<OptimizerPass> {
+  using OptimizerBase::OptimizerBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    FailureOr<TrainingOptions> options = getTrainingOptions(module);
+    if (failed(options) || failed(buildTrainStep(module, *options)))
+      signalPassFailure();
+  }
+
+  /// The pass options as training options; unknown names are errors.
+  FailureOr<TrainingOptions> getTrainingOptions(ModuleOp module) {
+    TrainingOptions options;
+    options.function = function;
+    std::optional<OptimizerKind> optimizerKind = parseOptimizerKind(optimizer);
+    if (!optimizerKind)
+      return module.emitError() << "unknown optimizer '" << optimizer
+                                << "' (expected sgd, adam or adamw)";
+    options.optimizer = *optimizerKind;
+    options.lr = lr;
+    options.beta1 = beta1;
+    options.beta2 = beta2;
+    options.eps = eps;
+    options.weightDecay = weightDecay;
+    options.momentum = momentum;
+    options.nesterov = nesterov;
+    options.biasCorrection = biasCorrection;
+    options.adamWMode = adamWMode;
+    options.gradAccum = gradAccum;
+    options.clip = clip;
+
+    SchedulerOptions &s = options.scheduler;
+    std::optional<SchedulerKind> schedulerKind = parseSchedulerKind(scheduler);
+    if (!schedulerKind)
+      return module.emitError()
+             << "unknown scheduler '" << scheduler
+             << "' (expected none, warmup-lr, warmup-decay-lr, "
+                "warmup-cosine-lr, one-cycle or lr-range-test)";
+    s.kind = *schedulerKind;
+    if (warmupType != "log" && warmupType != "linear")
+      return module.emitError() << "unknown warmup type '" << warmupType
+                                << "' (expected log or linear)";
+    s.warmupLinear = warmupType == "linear";
+    s.warmupMinLr = warmupMinLr;
+    s.warmupMaxLr = warmupMaxLr;
+    s.warmupNumSteps = warmupNumSteps;
+    s.totalNumSteps = totalNumSteps;
+    s.warmupMinRatio = warmupMinRatio;
+    s.cosMinRatio = cosMinRatio;
+    s.cycleMinLr = cycleMinLr;
+    s.cycleMaxLr = cycleMaxLr;
+    s.decayLrRate = decayLrRate;
+    s.cycleFirstStepSize = cycleFirstStepSize;
+    s.cycleSecondStepSize = cycleSecondStepSize;
+    s.cycleFirstStairCount = cycleFirstStairCount;
+    s.cycleSecondStairCount = cycleSecondStairCount;
+    s.decayStepSize = decayStepSize;
+    s.cycleMomentum = cycleMomentum;
+    s.cycleMinMom = cycleMinMom;
+    s.cycleMaxMom = cycleMaxMom;
+    s.decayMomRate = decayMomRate;
+    s.lrRangeTestMinLr = lrRangeTestMinLr;
+    s.lrRangeTestStepRate = lrRangeTestStepRate;
+    s.lrRangeTestStepSize = lrRangeTestStepSize;
+    s.lrRangeTestStaircase = lrRangeTestStaircase;
+    return options;
+  }
+};
+} // namespace
+
+std::unique_ptr<Pass>
+sharc::createOptimizerPass(const TrainingOptions &options) {
+  const SchedulerOptions &s = options.scheduler;
+  OptimizerOptions o;
+  o.function = options.function;
+  o.optimizer = stringifyOptimizerKind(options.optimizer).str();
+  o.lr = options.lr;
+  o.beta1 = options.beta1;
+  o.beta2 = options.beta2;
+  o.eps = options.eps;
+  o.weightDecay = options.weightDecay;
+  o.momentum = options.momentum;
+  o.nesterov = options.nesterov;
+  o.biasCorrection = options.biasCorrection;
+  o.adamWMode = options.adamWMode;
+  o.gradAccum = options.gradAccum;
+  o.clip = options.clip;
+  o.scheduler = stringifySchedulerKind(s.kind).str();
+  o.warmupMinLr = s.warmupMinLr;
+  o.warmupMaxLr = s.warmupMaxLr;
+  o.warmupNumSteps = s.warmupNumSteps;
+  o.warmupType = s.warmupLinear ? "linear" : "log";
+  o.totalNumSteps = s.totalNumSteps;
+  o.warmupMinRatio = s.warmupMinRatio;
+  o.cosMinRatio = s.cosMinRatio;
+  o.cycleMinLr = s.cycleMinLr;
+  o.cycleMaxLr = s.cycleMaxLr;
+  o.decayLrRate = s.decayLrRate;
+  o.cycleFirstStepSize = s.cycleFirstStepSize;
+  o.cycleSecondStepSize = s.cycleSecondStepSize;
+  o.cycleFirstStairCount = s.cycleFirstStairCount;
+  o.cycleSecondStairCount = s.cycleSecondStairCount;
+  o.decayStepSize = s.decayStepSize;
+  o.cycleMomentum = s.cycleMomentum;
+  o.cycleMinMom = s.cycleMinMom;
+  o.cycleMaxMom = s.cycleMaxMom;
+  o.decayMomRate = s.decayMomRate;
+  o.lrRangeTestMinLr = s.lrRangeTestMinLr;
+  o.lrRangeTestStepRate = s.lrRangeTestStepRate;
+  o.lrRangeTestStepSize = s.lrRangeTestStepSize;
+  o.lrRangeTestStaircase = s.lrRangeTestStaircase;
+  return createOptimizer(std::move(o));
+}
