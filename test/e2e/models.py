@@ -277,53 +277,78 @@ class Case:
     opset: int
 
 
+def make_inputs(name: str, batch: int, generator: torch.Generator,
+                config=None) -> Dict[str, torch.Tensor]:
+    """Random inputs of model `name` (graph input name -> tensor, in argument
+    order) with `batch` rows; `config` is the model's GptConfig/BertConfig."""
+    if name == "mlp":
+        return {
+            "x": torch.randn(batch, 16, generator=generator),
+            "labels": torch.randint(0, 10, (batch,), generator=generator),
+        }
+    if name == "gpt":
+        config = config or GptConfig()
+        shape = (batch, config.seq)
+        return {
+            "tokens": torch.randint(0, config.vocab, shape, generator=generator),
+            "targets": torch.randint(0, config.vocab, shape, generator=generator),
+        }
+    if name == "bert":
+        config = config or BertConfig()
+        shape = (batch, config.seq)
+        lengths = torch.randint(config.seq // 2, config.seq + 1, (batch,),
+                                generator=generator)
+        attention_mask = (torch.arange(config.seq)[None, :] < lengths[:, None])
+        token_types = (torch.arange(config.seq)[None, :] >= lengths[:, None] // 2)
+        return {
+            "input_ids": torch.randint(0, config.vocab, shape, generator=generator),
+            "token_type_ids": token_types.to(torch.long),
+            "attention_mask": attention_mask.to(torch.float32),
+            "labels": torch.randint(0, config.classes, (batch,),
+                                    generator=generator),
+        }
+    if name == "cnn":
+        return {
+            "images": torch.randn(batch, 3, 16, 16, generator=generator),
+            "labels": torch.randint(0, 10, (batch,), generator=generator),
+        }
+    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
+
+
 def make_case(name: str, seed: int = 0, gpt_config: GptConfig = None) -> Case:
     """Builds model `name` with weights and inputs drawn from `seed`."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed + 1)
     if name == "mlp":
-        module = MlpLoss()
-        inputs = {
-            "x": torch.randn(8, 16, generator=generator),
-            "labels": torch.randint(0, 10, (8,), generator=generator),
-        }
-        opset = 17
+        module, batch, opset, config = MlpLoss(), 8, 17, None
     elif name == "gpt":
         config = gpt_config or GptConfig()
-        module = GptLoss(config)
-        shape = (config.batch, config.seq)
-        inputs = {
-            "tokens": torch.randint(0, config.vocab, shape, generator=generator),
-            "targets": torch.randint(0, config.vocab, shape, generator=generator),
-        }
-        opset = 17
+        module, batch, opset = GptLoss(config), config.batch, 17
     elif name == "bert":
         config = BertConfig()
-        module = BertLoss(config)
-        shape = (config.batch, config.seq)
-        lengths = torch.randint(config.seq // 2, config.seq + 1, (config.batch,),
-                                generator=generator)
-        attention_mask = (torch.arange(config.seq)[None, :] < lengths[:, None])
-        token_types = (torch.arange(config.seq)[None, :] >= lengths[:, None] // 2)
-        inputs = {
-            "input_ids": torch.randint(0, config.vocab, shape, generator=generator),
-            "token_type_ids": token_types.to(torch.long),
-            "attention_mask": attention_mask.to(torch.float32),
-            "labels": torch.randint(0, config.classes, (config.batch,),
-                                    generator=generator),
-        }
-        opset = 13
+        module, batch, opset = BertLoss(config), config.batch, 13
     elif name == "cnn":
-        module = CnnLoss()
-        inputs = {
-            "images": torch.randn(4, 3, 16, 16, generator=generator),
-            "labels": torch.randint(0, 10, (4,), generator=generator),
-        }
-        opset = 17
+        module, batch, opset, config = CnnLoss(), 4, 17, None
     else:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
+    inputs = make_inputs(name, batch, generator, config)
     module.eval()
     return Case(name, module, inputs, opset)
+
+
+def make_training_case(name: str, seed: int = 0) -> Case:
+    """make_case(name, seed) with every parameter perturbed by its own noise,
+    so that no two parameters hold equal values.  The exporter merges
+    initializers with equal values (LayerNorm's fresh weights are all ones),
+    which would tie parameters that PyTorch trains separately; with distinct
+    values the ONNX initializers are exactly the parameters, under the names
+    of named_parameters(), and sharc and PyTorch train the same weights."""
+    case = make_case(name, seed)
+    generator = torch.Generator().manual_seed(seed + 2)
+    with torch.no_grad():
+        for parameter in case.module.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    return case
 
 
 def export(case: Case, path) -> None:

@@ -3,6 +3,8 @@
 //
 //   sharc import MODEL.onnx [--input-shape NAME=DIMS]... [-o OUT.mlir]
 //   sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... [--output-dir DIR]
+//   sharc eval MODEL.onnx --train --steps N --input NAME=FILE.npy ...
+//              [--config ds_config.json] [training flags] [--dump-state DIR]
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,12 +13,16 @@
 #include "ir/SharcOps.h"
 #include "runtime/Npy.h"
 #include "tools/sharc/Diagnostics.h"
+#include "tools/sharc/Train.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -79,7 +85,7 @@ static cl::opt<std::string>
 // Helpers
 //===----------------------------------------------------------------------===//
 
-static int fail(const llvm::Twine &message) {
+int sharc::fail(const llvm::Twine &message) {
   llvm::errs() << "sharc: error: " << message << "\n";
   return 1;
 }
@@ -109,14 +115,6 @@ static LogicalResult parseInputShapes(ImportOptions &options) {
   }
   return success();
 }
-
-/// A model ready to evaluate: the module, its entry function and the values
-/// of its parameters known so far (from the ONNX initializers).
-struct LoadedModel {
-  OwningOpRef<ModuleOp> module;
-  func::FuncOp entry;
-  std::map<std::string, Tensor> parameters;
-};
 
 static FailureOr<LoadedModel> loadModel(MLIRContext &context) {
   ImportOptions options;
@@ -161,9 +159,7 @@ static FailureOr<LoadedModel> loadModel(MLIRContext &context) {
   return model;
 }
 
-/// The user-facing name of argument `index`: its parameter name, its model
-/// input name, or "arg<index>".
-static std::string argumentName(func::FuncOp func, unsigned index) {
+std::string sharc::argumentName(func::FuncOp func, unsigned index) {
   if (ParamAttr param = getParamAttr(func, index))
     return param.getName().str();
   if (auto name = func.getArgAttrOfType<StringAttr>(
@@ -179,8 +175,7 @@ static std::string resultName(func::FuncOp func, unsigned index) {
   return "result" + std::to_string(index);
 }
 
-/// Makes `name` safe as a file name.
-static std::string fileNameFor(StringRef name) {
+std::string sharc::fileNameFor(StringRef name) {
   std::string result;
   for (char c : name)
     result += llvm::isAlnum(c) || c == '_' || c == '-' || c == '.' ? c : '_';
@@ -189,9 +184,8 @@ static std::string fileNameFor(StringRef name) {
   return result;
 }
 
-/// Reads `path` as a value for argument `name` of type `type`.
-static FailureOr<Tensor> readArgument(StringRef name, StringRef path,
-                                      RankedTensorType type) {
+FailureOr<Tensor> sharc::readNpyAs(StringRef name, StringRef path,
+                                   RankedTensorType type) {
   rt::NpyArray array;
   std::string error;
   if (!rt::readNpy(path.str(), array, error)) {
@@ -214,9 +208,17 @@ static FailureOr<Tensor> readArgument(StringRef name, StringRef path,
     }
     value = value.convertTo(*want);
   }
-  if (value.shape() != type.getShape()) {
-    std::string expected = Tensor(*want, type.getShape()).describe();
-    fail("input '" + name + "' (" + path + "): shape " + value.describe() +
+  return value;
+}
+
+FailureOr<Tensor> sharc::readArgument(StringRef name, StringRef path,
+                                      RankedTensorType type) {
+  FailureOr<Tensor> value = readNpyAs(name, path, type);
+  if (failed(value))
+    return failure();
+  if (value->shape() != type.getShape()) {
+    std::string expected = Tensor(value->dtype(), type.getShape()).describe();
+    fail("input '" + name + "' (" + path + "): shape " + value->describe() +
          " does not match the model's " + expected);
     return failure();
   }
@@ -266,6 +268,13 @@ static int runEval(MLIRContext &context) {
     if (!given.emplace(name.str(), path.str()).second)
       return fail("--input " + name + " is given twice");
   }
+  if (trainingRequested()) {
+    if (!outputDir.empty())
+      return fail("--output-dir does not apply to --train; use --dump-state");
+    return runTraining(context, *model, given);
+  }
+  if (std::optional<std::string> flag = givenTrainingFlag())
+    return fail("--" + *flag + " applies to training only; add --train");
 
   std::vector<Tensor> args;
   std::vector<std::string> missing;
@@ -339,13 +348,19 @@ static int runEval(MLIRContext &context) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  registerTrainingFlags(evalCommand, sharcCategory);
+  registerPassManagerCLOptions();
+  registerDefaultTimingManagerCLOptions();
+  registerAsmPrinterCLOptions();
   cl::HideUnrelatedOptions(sharcCategory);
   cl::ParseCommandLineOptions(
       argc, argv,
       "sharc: a compiler for training steps\n\n"
       "  sharc import MODEL.onnx [--input-shape NAME=DIMS]... [-o OUT.mlir]\n"
       "  sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... "
-      "[--output-dir DIR]\n");
+      "[--output-dir DIR]\n"
+      "  sharc eval MODEL.onnx --train --steps N --input NAME=FILE.npy ... "
+      "[--config F] [training flags] [--dump-state DIR]\n");
 
   DialectRegistry registry;
   registry.insert<SharcDialect, func::FuncDialect>();

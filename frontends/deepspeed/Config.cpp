@@ -1,0 +1,1088 @@
+//===- Config.cpp - DeepSpeed configuration files -------------------------===//
+//
+// The keys and their meaning follow DeepSpeed v0.16
+// (deepspeed/runtime/config.py, constants.py, lr_schedules.py and
+// zero/config.py); docs/config.md documents every rule implemented here.
+//
+//===----------------------------------------------------------------------===//
+
+#include "frontends/deepspeed/Config.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+using namespace llvm;
+
+namespace sharc {
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Where each key is in the file
+//===----------------------------------------------------------------------===//
+
+/// Line and column (1-based) of a position in the file.
+struct Position {
+  unsigned line = 0, column = 0;
+};
+
+/// Where a key's value is: the position of the key (of the value for array
+/// elements) and the value's source text.
+struct SourceEntry {
+  Position position;
+  StringRef text;
+};
+
+/// Scans text that llvm::json accepted, recording where every value is by
+/// its path ("optimizer.params.betas", "optimizer.params.betas[0]"), and
+/// finds the first key repeated within one object (DeepSpeed rejects those;
+/// llvm::json keeps the last).
+class SourceMap {
+public:
+  explicit SourceMap(StringRef text) : text(text) {
+    lineStarts.push_back(0);
+    for (size_t i = 0, e = text.size(); i < e; ++i)
+      if (text[i] == '\n')
+        lineStarts.push_back(i + 1);
+    value("", StringRef::npos);
+  }
+
+  /// The entry of `path`, if the file has that path.
+  const SourceEntry *lookup(StringRef path) const {
+    auto it = entries.find(path);
+    return it == entries.end() ? nullptr : &it->second;
+  }
+
+  /// The entry of `path` or, failing that, of its closest ancestor.
+  const SourceEntry *find(StringRef path) const {
+    for (; !path.empty(); path = path.take_front(path.find_last_of(".[")))
+      if (const SourceEntry *entry = lookup(path))
+        return entry;
+    return nullptr;
+  }
+
+  /// Path and position of the first repeated key, if any.
+  std::optional<std::pair<std::string, Position>> duplicate;
+
+private:
+  Position positionOf(size_t offset) const {
+    auto next = llvm::upper_bound(lineStarts, offset);
+    size_t lineIndex = next - lineStarts.begin() - 1;
+    return {unsigned(lineIndex + 1),
+            unsigned(offset - lineStarts[lineIndex] + 1)};
+  }
+
+  void skipSpace() {
+    while (pos < text.size() && isSpace(text[pos]))
+      ++pos;
+  }
+
+  /// Consumes a string starting at its opening quote; returns its raw text.
+  StringRef string() {
+    size_t start = ++pos;
+    while (pos < text.size() && text[pos] != '"')
+      pos += text[pos] == '\\' ? 2 : 1;
+    StringRef raw = text.slice(start, pos);
+    ++pos;
+    return raw;
+  }
+
+  /// Consumes the value of `path`, whose key starts at `keyOffset` (npos for
+  /// array elements and the root).
+  void value(const std::string &path, size_t keyOffset) {
+    skipSpace();
+    size_t start = pos;
+    if (pos < text.size() && text[pos] == '{') {
+      object(path);
+    } else if (pos < text.size() && text[pos] == '[') {
+      array(path);
+    } else if (pos < text.size() && text[pos] == '"') {
+      string();
+    } else {
+      while (pos < text.size() && !StringRef(",]} \t\r\n").contains(text[pos]))
+        ++pos;
+    }
+    entries.try_emplace(
+        path, SourceEntry{
+                  positionOf(keyOffset == StringRef::npos ? start : keyOffset),
+                  text.slice(start, pos)});
+  }
+
+  void object(const std::string &path) {
+    ++pos;
+    StringSet<> seen;
+    while (true) {
+      skipSpace();
+      if (pos >= text.size() || text[pos] == '}')
+        break;
+      if (text[pos] == ',') {
+        ++pos;
+        continue;
+      }
+      size_t keyOffset = pos;
+      std::string keyPath = (path.empty() ? "" : path + ".") + string().str();
+      if (!seen.insert(keyPath).second && !duplicate)
+        duplicate = {keyPath, positionOf(keyOffset)};
+      skipSpace();
+      ++pos; // ':'
+      value(keyPath, keyOffset);
+    }
+    ++pos;
+  }
+
+  void array(const std::string &path) {
+    ++pos;
+    unsigned index = 0;
+    while (true) {
+      skipSpace();
+      if (pos >= text.size() || text[pos] == ']')
+        break;
+      if (text[pos] == ',') {
+        ++pos;
+        continue;
+      }
+      value(path + "[" + std::to_string(index++) + "]", StringRef::npos);
+    }
+    ++pos;
+  }
+
+  StringRef text;
+  size_t pos = 0;
+  std::vector<size_t> lineStarts;
+  StringMap<SourceEntry> entries;
+};
+
+//===----------------------------------------------------------------------===//
+// Value descriptions
+//===----------------------------------------------------------------------===//
+
+std::string formatNumber(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", value);
+  return buffer;
+}
+
+/// `source`, the text of a value in the file, shortened when long.
+std::string shorten(StringRef source) {
+  std::string text = source.str();
+  if (text.size() > 60)
+    text = text.substr(0, 57) + "...";
+  return text;
+}
+
+StringRef kindName(const json::Value &value) {
+  switch (value.kind()) {
+  case json::Value::Null:
+    return "null";
+  case json::Value::Boolean:
+    return "a boolean";
+  case json::Value::Number:
+    return "a number";
+  case json::Value::String:
+    return "a string";
+  case json::Value::Array:
+    return "an array";
+  case json::Value::Object:
+    return "an object";
+  }
+  llvm_unreachable("unknown JSON kind");
+}
+
+/// An allowed interval of numbers.
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool loOpen = false, hiOpen = false;
+
+  bool contains(double value) const {
+    return (loOpen ? value > lo : value >= lo) &&
+           (hiOpen ? value < hi : value <= hi);
+  }
+
+  /// "a number >= 0", "a number in [0, 1)", "an integer >= 1".
+  std::string describe(bool integer) const {
+    std::string what = integer ? "an integer" : "a number";
+    bool hasLo = std::isfinite(lo), hasHi = std::isfinite(hi);
+    if (hasLo && hasHi)
+      return what + " in " + (loOpen ? "(" : "[") + formatNumber(lo) + ", " +
+             formatNumber(hi) + (hiOpen ? ")" : "]");
+    if (hasLo)
+      return what + (loOpen ? " > " : " >= ") + formatNumber(lo);
+    if (hasHi)
+      return what + (hiOpen ? " < " : " <= ") + formatNumber(hi);
+    return what;
+  }
+};
+
+const Range nonNegative{0.0};
+const Range positive{0.0, std::numeric_limits<double>::infinity(), true};
+const Range unitInterval{0.0, 1.0};
+const Range beta{0.0, 1.0, false, true};
+const Range atLeastOne{1.0};
+const Range atLeastMinusOne{-1.0};
+
+/// The closest of `known` to `key` by edit distance, if close enough to be a
+/// plausible misspelling.
+std::optional<StringRef> closest(StringRef key, ArrayRef<StringRef> known) {
+  std::optional<StringRef> best;
+  unsigned bestDistance = std::max<size_t>(2, key.size() / 3) + 1;
+  for (StringRef candidate : known) {
+    unsigned distance = key.edit_distance_insensitive(
+        candidate, /*AllowReplacements=*/true, bestDistance);
+    if (distance < bestDistance) {
+      bestDistance = distance;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+/// Keys of an object in sorted order, so that the first error reported does
+/// not depend on hashing.
+SmallVector<StringRef> sortedKeys(const json::Object &object) {
+  SmallVector<StringRef> keys;
+  for (const auto &entry : object)
+    keys.push_back(entry.first);
+  llvm::sort(keys);
+  return keys;
+}
+
+std::string childPath(StringRef parent, StringRef key) {
+  return parent.empty() ? key.str() : (parent + "." + key).str();
+}
+
+//===----------------------------------------------------------------------===//
+// DeepSpeed keys sharc does not implement yet
+//===----------------------------------------------------------------------===//
+
+/// When a not-yet-supported key is harmless: its value leaves the feature off.
+enum class OffWhen {
+  never,        // any use is rejected
+  enabledFalse, // an object whose "enabled" is false or absent
+  isFalse,      // the boolean false
+  isOne,        // the number 1
+  isNull,       // null
+};
+
+struct LaterKey {
+  StringLiteral key;
+  StringLiteral feature;
+  OffWhen off;
+};
+
+// Top-level keys of DeepSpeed's config.py / constants.py and of its feature
+// configs (monitor, profiler, autotuning, elasticity, compression, data
+// efficiency, ...).
+const LaterKey laterKeys[] = {
+    {"fp16", "fp16 mixed precision with loss scaling", OffWhen::enabledFalse},
+    {"bf16", "bf16 mixed precision", OffWhen::enabledFalse},
+    {"bfloat16", "bf16 mixed precision (old name of 'bf16')",
+     OffWhen::enabledFalse},
+    {"amp", "Apex AMP mixed precision", OffWhen::enabledFalse},
+    {"zero_allow_untested_optimizer", "ZeRO with a client optimizer",
+     OffWhen::isFalse},
+    {"zero_force_ds_cpu_optimizer", "ZeRO-Offload's CPU optimizer",
+     OffWhen::never},
+    {"steps_per_print", "periodic progress reports", OffWhen::never},
+    {"wall_clock_breakdown", "timing breakdowns", OffWhen::isFalse},
+    {"memory_breakdown", "memory breakdowns", OffWhen::isFalse},
+    {"flops_profiler", "the FLOPs profiler", OffWhen::enabledFalse},
+    {"activation_checkpointing", "activation checkpointing", OffWhen::never},
+    {"communication_data_type", "a communication data type", OffWhen::isNull},
+    {"seq_parallel_communication_data_type",
+     "a sequence-parallel communication data type", OffWhen::never},
+    {"prescale_gradients", "gradient prescaling", OffWhen::isFalse},
+    {"gradient_predivide_factor", "gradient predivision", OffWhen::isOne},
+    {"sparse_gradients", "sparse gradients", OffWhen::isFalse},
+    {"disable_allgather", "disabling all-gather", OffWhen::isFalse},
+    {"dump_state", "dumping DeepSpeed's state", OffWhen::isFalse},
+    {"sparse_attention", "sparse attention", OffWhen::never},
+    {"pipeline", "pipeline parallelism", OffWhen::never},
+    {"tensorboard", "TensorBoard monitoring", OffWhen::enabledFalse},
+    {"wandb", "Weights & Biases monitoring", OffWhen::enabledFalse},
+    {"csv_monitor", "CSV monitoring", OffWhen::enabledFalse},
+    {"comet", "Comet monitoring", OffWhen::enabledFalse},
+    {"comms_logger", "the communication logger", OffWhen::enabledFalse},
+    {"autotuning", "autotuning", OffWhen::enabledFalse},
+    {"eigenvalue", "eigenvalue computation", OffWhen::enabledFalse},
+    {"progressive_layer_drop", "progressive layer drop", OffWhen::enabledFalse},
+    {"curriculum_learning", "curriculum learning", OffWhen::enabledFalse},
+    {"data_efficiency", "data efficiency", OffWhen::enabledFalse},
+    {"elasticity", "elastic training", OffWhen::enabledFalse},
+    {"hybrid_engine", "the hybrid engine", OffWhen::enabledFalse},
+    {"nebula", "Nebula checkpointing", OffWhen::enabledFalse},
+    {"checkpoint", "checkpoint options", OffWhen::never},
+    {"data_types", "gradient-accumulation data types", OffWhen::never},
+    {"aio", "asynchronous I/O for NVMe offload", OffWhen::never},
+    {"compression_training", "compression training", OffWhen::never},
+    {"quantize_training", "quantization-aware training", OffWhen::enabledFalse},
+    {"weight_quantization", "weight quantization", OffWhen::never},
+    {"dataloader_drop_last", "dropping the last incomplete batch",
+     OffWhen::isFalse},
+    {"vocabulary_size", "vocabulary-size alignment checks", OffWhen::never},
+};
+
+const StringLiteral supportedTopKeys[] = {"train_batch_size",
+                                          "train_micro_batch_size_per_gpu",
+                                          "gradient_accumulation_steps",
+                                          "gradient_clipping",
+                                          "optimizer",
+                                          "scheduler"};
+
+/// Keys of zero_optimization that DeepSpeed deprecated, and their successors.
+struct DeprecatedKey {
+  StringLiteral key;
+  StringLiteral replacement;
+};
+const DeprecatedKey deprecatedZeroKeys[] = {
+    {"cpu_offload",
+     "zero_optimization.offload_optimizer: {\"device\": \"cpu\"}"},
+    {"cpu_offload_params",
+     "zero_optimization.offload_param: {\"device\": \"cpu\"}"},
+    {"cpu_offload_use_pin_memory",
+     "\"pin_memory\" inside zero_optimization.offload_optimizer / "
+     "offload_param"},
+};
+
+//===----------------------------------------------------------------------===//
+// Optimizers and schedules
+//===----------------------------------------------------------------------===//
+
+/// DeepSpeed's own optimizers (matched case-insensitively) and common
+/// torch.optim ones that sharc does not implement yet.
+const StringLiteral laterOptimizers[] = {
+    "Adagrad",  "Lamb",    "OneBitAdam", "ZeroOneAdam", "OneBitLamb",
+    "MuAdam",   "MuAdamW", "MuSGD",      "Lion",        "RMSprop",
+    "Adadelta", "Adamax",  "NAdam",      "RAdam",       "ASGD",
+    "Rprop",    "LBFGS",   "SparseAdam"};
+
+const StringLiteral adamParams[] = {
+    "lr",          "betas",   "eps",        "weight_decay",  "bias_correction",
+    "adam_w_mode", "amsgrad", "torch_adam", "max_grad_norm", "set_grad_none"};
+const StringLiteral sgdParams[] = {
+    "lr",       "momentum", "dampening",      "weight_decay", "nesterov",
+    "maximize", "foreach",  "differentiable", "fused"};
+
+const StringLiteral schedulerTypes[] = {
+    "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"};
+
+const StringLiteral warmupParams[] = {"warmup_min_lr", "warmup_max_lr",
+                                      "warmup_num_steps", "warmup_type",
+                                      "last_batch_iteration"};
+const StringLiteral warmupDecayParams[] = {
+    "warmup_min_lr", "warmup_max_lr",        "warmup_num_steps",
+    "warmup_type",   "last_batch_iteration", "total_num_steps"};
+const StringLiteral warmupCosineParams[] = {
+    "total_num_steps", "warmup_min_ratio", "warmup_num_steps",
+    "cos_min_ratio",   "warmup_type",      "last_batch_iteration"};
+const StringLiteral oneCycleParams[] = {"cycle_min_lr",
+                                        "cycle_max_lr",
+                                        "decay_lr_rate",
+                                        "cycle_first_step_size",
+                                        "cycle_second_step_size",
+                                        "cycle_first_stair_count",
+                                        "cycle_second_stair_count",
+                                        "decay_step_size",
+                                        "cycle_momentum",
+                                        "cycle_min_mom",
+                                        "cycle_max_mom",
+                                        "decay_mom_rate",
+                                        "last_batch_iteration"};
+const StringLiteral lrRangeTestParams[] = {
+    "lr_range_test_min_lr", "lr_range_test_step_rate",
+    "lr_range_test_step_size", "lr_range_test_staircase",
+    "last_batch_iteration"};
+
+template <size_t N>
+SmallVector<StringRef> refs(const StringLiteral (&list)[N]) {
+  return SmallVector<StringRef>(std::begin(list), std::end(list));
+}
+
+//===----------------------------------------------------------------------===//
+// The reader
+//===----------------------------------------------------------------------===//
+
+class ConfigReader {
+public:
+  ConfigReader(StringRef fileName, const SourceMap &source,
+               DeepSpeedConfig &config)
+      : fileName(fileName), source(source), config(config),
+        options(config.training) {}
+
+  Error read(const json::Value &root);
+
+private:
+  /// "FILE:LINE:COL: PATH: message" (position of the key when known).
+  Error fail(StringRef path, const Twine &message) const {
+    std::string where = fileName.str();
+    if (const SourceEntry *entry = source.find(path))
+      where += formatv(":{0}:{1}", entry->position.line, entry->position.column)
+                   .str();
+    return createStringError(inconvertibleErrorCode(),
+                             where + ": " + path + ": " + message);
+  }
+
+  /// The value of `path` as written in the file.
+  std::string render(StringRef path, const json::Value &value) const {
+    if (const SourceEntry *entry = source.lookup(path))
+      return shorten(entry->text);
+    return shorten(formatv("{0}", value).str());
+  }
+
+  Error unknownKey(StringRef path, StringRef key, ArrayRef<StringRef> known,
+                   bool listKnown) const {
+    std::string message = "unknown key";
+    if (std::optional<StringRef> guess = closest(key, known))
+      message += "; did you mean '" + guess->str() + "'?";
+    if (listKnown)
+      message += " (known keys: " + llvm::join(known, ", ") + ")";
+    return fail(path, message);
+  }
+
+  Error wrongType(StringRef path, const json::Value &value,
+                  StringRef expected) const {
+    std::string message =
+        "expected " + expected.str() + ", got " + render(path, value);
+    bool numeric = expected.contains("number") || expected.contains("integer");
+    if (value.kind() != json::Value::Number || !numeric)
+      message += " (" + kindName(value).str() + ")";
+    if (std::optional<StringRef> text = value.getAsString();
+        text && *text == "auto")
+      message += "; 'auto' is filled in by the Hugging Face Trainer's "
+                 "DeepSpeed integration, not by DeepSpeed itself";
+    return fail(path, message);
+  }
+
+  Expected<double> number(StringRef path, const json::Value &value,
+                          const Range &range) const {
+    std::optional<double> number = value.getAsNumber();
+    if (!number || !range.contains(*number) || std::isnan(*number))
+      return wrongType(path, value, range.describe(false));
+    return *number;
+  }
+
+  Expected<int64_t> integer(StringRef path, const json::Value &value,
+                            const Range &range) const {
+    std::optional<int64_t> number = value.getAsInteger();
+    if (!number || !range.contains(double(*number)))
+      return wrongType(path, value, range.describe(true));
+    return *number;
+  }
+
+  Expected<bool> boolean(StringRef path, const json::Value &value) const {
+    if (std::optional<bool> flag = value.getAsBoolean())
+      return *flag;
+    return wrongType(path, value, "a boolean (true or false)");
+  }
+
+  Expected<StringRef> string(StringRef path, const json::Value &value) const {
+    if (std::optional<StringRef> text = value.getAsString())
+      return *text;
+    return wrongType(path, value, "a string");
+  }
+
+  Expected<const json::Object *> object(StringRef path,
+                                        const json::Value &value) const {
+    if (const json::Object *object = value.getAsObject())
+      return object;
+    return wrongType(path, value, "an object");
+  }
+
+  /// Reads an optional positive integer (null: absent).
+  Error batchSize(const json::Object &top, StringRef key,
+                  std::optional<int64_t> &out) const {
+    const json::Value *value = top.get(key);
+    if (!value || value->kind() == json::Value::Null)
+      return Error::success();
+    Expected<int64_t> size = integer(key, *value, atLeastOne);
+    if (!size)
+      return size.takeError();
+    out = *size;
+    return Error::success();
+  }
+
+  Error checkTopKey(StringRef key, const json::Value &value) const;
+  Error checkZero(const json::Value &value) const;
+  Error readOptimizer(const json::Value &value);
+  Error readAdamParams(StringRef path, const json::Object &params);
+  Error readSgdParams(StringRef path, const json::Object &params);
+  Error readScheduler(const json::Value &value);
+  Error readScheduleParam(StringRef path, StringRef key,
+                          const json::Value &value);
+
+  StringRef fileName;
+  const SourceMap &source;
+  DeepSpeedConfig &config;
+  TrainingOptions &options;
+  /// The optimizer type as written in the config ("AdamW" by default).
+  std::string optimizerName = "AdamW";
+};
+
+Error ConfigReader::read(const json::Value &root) {
+  const json::Object *top = root.getAsObject();
+  if (!top)
+    return createStringError(inconvertibleErrorCode(),
+                             fileName +
+                                 ": expected a JSON object at the top "
+                                 "level, got " +
+                                 kindName(root));
+  for (StringRef key : sortedKeys(*top))
+    if (Error error = checkTopKey(key, *top->get(key)))
+      return error;
+
+  if (Error error =
+          batchSize(*top, "train_batch_size", config.batch.trainBatchSize))
+    return error;
+  if (Error error = batchSize(*top, "train_micro_batch_size_per_gpu",
+                              config.batch.microBatchPerGpu))
+    return error;
+  if (Error error = batchSize(*top, "gradient_accumulation_steps",
+                              config.batch.gradAccumSteps))
+    return error;
+  if (const json::Value *value = top->get("gradient_clipping")) {
+    Expected<double> clip = number("gradient_clipping", *value, nonNegative);
+    if (!clip)
+      return clip.takeError();
+    options.clip = *clip;
+  }
+  if (const json::Value *value = top->get("optimizer"))
+    if (Error error = readOptimizer(*value))
+      return error;
+  if (const json::Value *value = top->get("scheduler"))
+    if (Error error = readScheduler(*value))
+      return error;
+  return Error::success();
+}
+
+/// Rejects unknown, deprecated and not-yet-supported top-level keys.
+Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) const {
+  if (llvm::is_contained(supportedTopKeys, key))
+    return Error::success();
+  if (key == "zero_optimization")
+    return checkZero(value);
+  for (const DeprecatedKey &deprecated : deprecatedZeroKeys)
+    if (key == deprecated.key)
+      return fail(key, "deprecated zero_optimization key; DeepSpeed "
+                       "replaced it with " +
+                           deprecated.replacement +
+                           " (ZeRO offload is not supported yet)");
+  for (const LaterKey &later : laterKeys) {
+    if (key != later.key)
+      continue;
+    bool off = false;
+    switch (later.off) {
+    case OffWhen::never:
+      break;
+    case OffWhen::enabledFalse: {
+      Expected<const json::Object *> block = object(key, value);
+      if (!block)
+        return block.takeError();
+      const json::Value *enabled = (*block)->get("enabled");
+      if (!enabled) {
+        off = true;
+        break;
+      }
+      Expected<bool> flag = boolean(childPath(key, "enabled"), *enabled);
+      if (!flag)
+        return flag.takeError();
+      off = !*flag;
+      break;
+    }
+    case OffWhen::isFalse:
+      off = value.getAsBoolean() == std::optional<bool>(false);
+      break;
+    case OffWhen::isOne:
+      off = value.getAsNumber() == std::optional<double>(1.0);
+      break;
+    case OffWhen::isNull:
+      off = value.kind() == json::Value::Null;
+      break;
+    }
+    if (off)
+      return Error::success();
+    return fail(key, "not supported yet (" + later.feature + ")");
+  }
+  SmallVector<StringRef> known = refs(supportedTopKeys);
+  for (const LaterKey &later : laterKeys)
+    known.push_back(later.key);
+  known.push_back("zero_optimization");
+  return unknownKey(key, key, known, /*listKnown=*/false);
+}
+
+Error ConfigReader::checkZero(const json::Value &value) const {
+  Expected<const json::Object *> zero = object("zero_optimization", value);
+  if (!zero)
+    return zero.takeError();
+  for (const DeprecatedKey &deprecated : deprecatedZeroKeys) {
+    std::string path = childPath("zero_optimization", deprecated.key);
+    if ((*zero)->get(deprecated.key))
+      return fail(path, "deprecated; DeepSpeed replaced it with " +
+                            deprecated.replacement +
+                            " (ZeRO offload is not supported yet)");
+  }
+  int64_t stage = 0;
+  if (const json::Value *stageValue = (*zero)->get("stage")) {
+    Expected<int64_t> parsed =
+        integer("zero_optimization.stage", *stageValue, Range{0.0, 3.0});
+    if (!parsed)
+      return parsed.takeError();
+    stage = *parsed;
+  }
+  if (stage == 0)
+    return Error::success();
+  return fail("zero_optimization",
+              "not supported yet (ZeRO sharding, stage " + Twine(stage) + ")");
+}
+
+Error ConfigReader::readOptimizer(const json::Value &value) {
+  Expected<const json::Object *> optimizer = object("optimizer", value);
+  if (!optimizer)
+    return optimizer.takeError();
+  const StringRef optimizerKeys[] = {"type", "params", "legacy_fusion"};
+  for (StringRef key : sortedKeys(**optimizer)) {
+    std::string path = childPath("optimizer", key);
+    if (!llvm::is_contained(optimizerKeys, key))
+      return unknownKey(path, key, optimizerKeys, /*listKnown=*/true);
+    if (key == "legacy_fusion") {
+      Expected<bool> fusion = boolean(path, *(*optimizer)->get(key));
+      if (!fusion)
+        return fusion.takeError();
+      if (*fusion)
+        return fail(path, "not supported yet (legacy fusion, fp16 only)");
+    }
+  }
+
+  const json::Value *typeValue = (*optimizer)->get("type");
+  if (!typeValue)
+    return fail("optimizer", "missing 'type' (one of Adam, AdamW, SGD)");
+  Expected<StringRef> type = string("optimizer.type", *typeValue);
+  if (!type)
+    return type.takeError();
+  optimizerName = type->str();
+  std::string lower = type->lower();
+  if (lower == "adam") {
+    options.optimizer = OptimizerKind::adam;
+  } else if (lower == "adamw") {
+    options.optimizer = OptimizerKind::adamw;
+  } else if (lower == "sgd") {
+    options.optimizer = OptimizerKind::sgd;
+  } else {
+    for (StringRef later : laterOptimizers)
+      if (later.equals_insensitive(*type))
+        return fail("optimizer.type",
+                    "optimizer '" + *type +
+                        "' is not supported yet (supported: Adam, AdamW, SGD)");
+    const StringRef supported[] = {"Adam", "AdamW", "SGD"};
+    std::string message = "unknown optimizer '" + type->str() + "'";
+    if (std::optional<StringRef> guess = closest(*type, supported))
+      message += "; did you mean '" + guess->str() + "'?";
+    return fail("optimizer.type", message + " (supported: Adam, AdamW, SGD)");
+  }
+
+  const json::Value *paramsValue = (*optimizer)->get("params");
+  if (!paramsValue)
+    return Error::success();
+  Expected<const json::Object *> params =
+      object("optimizer.params", *paramsValue);
+  if (!params)
+    return params.takeError();
+  if (options.optimizer == OptimizerKind::sgd)
+    return readSgdParams("optimizer.params", **params);
+  return readAdamParams("optimizer.params", **params);
+}
+
+Error ConfigReader::readAdamParams(StringRef path, const json::Object &params) {
+  for (StringRef key : sortedKeys(params)) {
+    std::string keyPath = childPath(path, key);
+    const json::Value &value = *params.get(key);
+    if (!llvm::is_contained(adamParams, key)) {
+      if (llvm::is_contained(sgdParams, key))
+        return fail(keyPath,
+                    "'" + key + "' is an SGD parameter; " + optimizerName +
+                        " takes: " + llvm::join(refs(adamParams), ", "));
+      return unknownKey(keyPath, key, refs(adamParams), /*listKnown=*/true);
+    }
+    if (key == "lr" || key == "eps" || key == "weight_decay") {
+      Expected<double> parsed =
+          number(keyPath, value, key == "eps" ? positive : nonNegative);
+      if (!parsed)
+        return parsed.takeError();
+      (key == "lr"    ? options.lr
+       : key == "eps" ? options.eps
+                      : options.weightDecay) = *parsed;
+    } else if (key == "betas") {
+      const json::Array *betas = value.getAsArray();
+      if (!betas || betas->size() != 2)
+        return wrongType(keyPath, value, "an array of two numbers in [0, 1)");
+      for (unsigned i = 0; i < 2; ++i) {
+        Expected<double> parsed =
+            number((keyPath + "[" + Twine(i) + "]").str(), (*betas)[i], beta);
+        if (!parsed)
+          return parsed.takeError();
+        (i == 0 ? options.beta1 : options.beta2) = *parsed;
+      }
+    } else if (key == "bias_correction" || key == "adam_w_mode") {
+      Expected<bool> flag = boolean(keyPath, value);
+      if (!flag)
+        return flag.takeError();
+      // DeepSpeed: type AdamW always uses decoupled weight decay.
+      if (key == "bias_correction")
+        options.biasCorrection = *flag;
+      else if (options.optimizer == OptimizerKind::adam)
+        options.adamWMode = *flag;
+    } else if (key == "amsgrad") {
+      Expected<bool> flag = boolean(keyPath, value);
+      if (!flag)
+        return flag.takeError();
+      if (*flag)
+        return fail(keyPath, "the AMSGrad variant is not supported (neither "
+                             "by DeepSpeed's FusedAdam)");
+    } else if (key == "torch_adam" || key == "set_grad_none") {
+      // Implementation choices of DeepSpeed with the same arithmetic.
+      Expected<bool> flag = boolean(keyPath, value);
+      if (!flag)
+        return flag.takeError();
+    } else if (key == "max_grad_norm") {
+      return fail(keyPath, "not supported; use the top-level "
+                           "'gradient_clipping' (DeepSpeed ignores "
+                           "max_grad_norm in fp32 training)");
+    }
+  }
+  return Error::success();
+}
+
+Error ConfigReader::readSgdParams(StringRef path, const json::Object &params) {
+  for (StringRef key : sortedKeys(params)) {
+    std::string keyPath = childPath(path, key);
+    const json::Value &value = *params.get(key);
+    if (!llvm::is_contained(sgdParams, key)) {
+      if (llvm::is_contained(adamParams, key))
+        return fail(keyPath, "'" + key + "' is an Adam parameter; SGD takes: " +
+                                 llvm::join(refs(sgdParams), ", "));
+      return unknownKey(keyPath, key, refs(sgdParams), /*listKnown=*/true);
+    }
+    if (key == "lr" || key == "momentum" || key == "weight_decay" ||
+        key == "dampening") {
+      Expected<double> parsed = number(keyPath, value, nonNegative);
+      if (!parsed)
+        return parsed.takeError();
+      if (key == "dampening") {
+        if (*parsed != 0.0)
+          return fail(keyPath, "momentum dampening is not supported yet "
+                               "(only 0)");
+        continue;
+      }
+      (key == "lr"         ? options.lr
+       : key == "momentum" ? options.momentum
+                           : options.weightDecay) = *parsed;
+    } else {
+      Expected<bool> flag = boolean(keyPath, value);
+      if (!flag)
+        return flag.takeError();
+      if (key == "nesterov")
+        options.nesterov = *flag;
+      else if (key == "maximize" && *flag)
+        return fail(keyPath, "maximizing the loss is not supported");
+      // foreach, differentiable, fused: how torch computes, not what.
+    }
+  }
+  return Error::success();
+}
+
+Error ConfigReader::readScheduler(const json::Value &value) {
+  Expected<const json::Object *> scheduler = object("scheduler", value);
+  if (!scheduler)
+    return scheduler.takeError();
+  const StringRef schedulerKeys[] = {"type", "params"};
+  for (StringRef key : sortedKeys(**scheduler))
+    if (!llvm::is_contained(schedulerKeys, key))
+      return unknownKey(childPath("scheduler", key), key, schedulerKeys,
+                        /*listKnown=*/true);
+
+  const json::Value *typeValue = (*scheduler)->get("type");
+  if (!typeValue)
+    return fail("scheduler", "missing 'type' (one of " +
+                                 llvm::join(refs(schedulerTypes), ", ") + ")");
+  Expected<StringRef> type = string("scheduler.type", *typeValue);
+  if (!type)
+    return type.takeError();
+  SchedulerOptions &schedule = options.scheduler;
+  SmallVector<StringRef> known;
+  if (*type == "WarmupLR") {
+    schedule.kind = SchedulerKind::warmupLR;
+    known = refs(warmupParams);
+  } else if (*type == "WarmupDecayLR") {
+    schedule.kind = SchedulerKind::warmupDecayLR;
+    known = refs(warmupDecayParams);
+  } else if (*type == "WarmupCosineLR") {
+    schedule.kind = SchedulerKind::warmupCosineLR;
+    known = refs(warmupCosineParams);
+  } else if (*type == "OneCycle") {
+    schedule.kind = SchedulerKind::oneCycle;
+    known = refs(oneCycleParams);
+  } else if (*type == "LRRangeTest") {
+    schedule.kind = SchedulerKind::lrRangeTest;
+    known = refs(lrRangeTestParams);
+  } else {
+    std::string message = "unknown scheduler '" + type->str() + "'";
+    if (std::optional<StringRef> guess = closest(*type, refs(schedulerTypes)))
+      message += "; did you mean '" + guess->str() + "'?";
+    return fail("scheduler.type", message + " (supported: " +
+                                      llvm::join(refs(schedulerTypes), ", ") +
+                                      ")");
+  }
+
+  const json::Object empty;
+  const json::Object *params = &empty;
+  if (const json::Value *paramsValue = (*scheduler)->get("params")) {
+    Expected<const json::Object *> parsed =
+        object("scheduler.params", *paramsValue);
+    if (!parsed)
+      return parsed.takeError();
+    params = *parsed;
+  }
+  for (StringRef key : sortedKeys(*params)) {
+    std::string path = childPath("scheduler.params", key);
+    if (!llvm::is_contained(known, key)) {
+      std::string message =
+          "unknown key '" + key.str() + "' for " + type->str();
+      if (std::optional<StringRef> guess = closest(key, known))
+        message += "; did you mean '" + guess->str() + "'?";
+      return fail(path, message + " (" + *type +
+                            " takes: " + llvm::join(known, ", ") + ")");
+    }
+    if (Error error = readScheduleParam(path, key, *params->get(key)))
+      return error;
+  }
+
+  // Parameters DeepSpeed's constructors require.
+  SmallVector<StringRef, 2> required;
+  if (schedule.kind == SchedulerKind::warmupDecayLR ||
+      schedule.kind == SchedulerKind::warmupCosineLR)
+    required.push_back("total_num_steps");
+  if (schedule.kind == SchedulerKind::oneCycle)
+    required.append({"cycle_min_lr", "cycle_max_lr"});
+  for (StringRef key : required)
+    if (!params->get(key))
+      return fail("scheduler.params", *type + " requires '" + key + "'");
+
+  return Error::success();
+}
+
+Error ConfigReader::readScheduleParam(StringRef path, StringRef key,
+                                      const json::Value &value) {
+  SchedulerOptions &schedule = options.scheduler;
+  // Floating-point parameters.
+  std::pair<StringRef, std::pair<double *, const Range *>> reals[] = {
+      {"warmup_min_lr", {&schedule.warmupMinLr, &nonNegative}},
+      {"warmup_max_lr", {&schedule.warmupMaxLr, &nonNegative}},
+      {"warmup_min_ratio", {&schedule.warmupMinRatio, &unitInterval}},
+      {"cos_min_ratio", {&schedule.cosMinRatio, &unitInterval}},
+      {"cycle_min_lr", {&schedule.cycleMinLr, &nonNegative}},
+      {"cycle_max_lr", {&schedule.cycleMaxLr, &nonNegative}},
+      {"decay_lr_rate", {&schedule.decayLrRate, &nonNegative}},
+      {"lr_range_test_min_lr", {&schedule.lrRangeTestMinLr, &nonNegative}},
+      {"lr_range_test_step_rate",
+       {&schedule.lrRangeTestStepRate, &nonNegative}},
+      {"cycle_min_mom", {&schedule.cycleMinMom, &beta}},
+      {"cycle_max_mom", {&schedule.cycleMaxMom, &beta}},
+      {"decay_mom_rate", {&schedule.decayMomRate, &nonNegative}},
+  };
+  for (auto &[name, target] : reals) {
+    if (key != name)
+      continue;
+    Expected<double> parsed = number(path, value, *target.second);
+    if (!parsed)
+      return parsed.takeError();
+    *target.first = *parsed;
+    return Error::success();
+  }
+  // Integer parameters; those marked nullable accept null for "same as the
+  // first half of the cycle" (DeepSpeed's None).
+  struct IntegerParam {
+    StringRef name;
+    int64_t *target;
+    const Range *range;
+    bool nullable;
+  };
+  IntegerParam integers[] = {
+      {"warmup_num_steps", &schedule.warmupNumSteps, &nonNegative, false},
+      {"total_num_steps", &schedule.totalNumSteps, &atLeastOne, false},
+      {"cycle_first_step_size", &schedule.cycleFirstStepSize, &atLeastOne,
+       false},
+      {"cycle_second_step_size", &schedule.cycleSecondStepSize, &atLeastOne,
+       true},
+      {"cycle_first_stair_count", &schedule.cycleFirstStairCount, &nonNegative,
+       false},
+      {"cycle_second_stair_count", &schedule.cycleSecondStairCount,
+       &nonNegative, true},
+      {"decay_step_size", &schedule.decayStepSize, &nonNegative, false},
+      {"lr_range_test_step_size", &schedule.lrRangeTestStepSize, &atLeastOne,
+       false},
+  };
+  for (IntegerParam &param : integers) {
+    if (key != param.name)
+      continue;
+    if (param.nullable && value.kind() == json::Value::Null) {
+      *param.target = -1;
+      return Error::success();
+    }
+    Expected<int64_t> parsed = integer(path, value, *param.range);
+    if (!parsed)
+      return parsed.takeError();
+    *param.target = *parsed;
+    return Error::success();
+  }
+  if (key == "warmup_type") {
+    Expected<StringRef> type = string(path, value);
+    if (!type)
+      return type.takeError();
+    if (*type != "log" && *type != "linear")
+      return fail(path,
+                  "expected \"log\" or \"linear\", got " + render(path, value));
+    schedule.warmupLinear = *type == "linear";
+    return Error::success();
+  }
+  if (key == "lr_range_test_staircase") {
+    Expected<bool> flag = boolean(path, value);
+    if (!flag)
+      return flag.takeError();
+    schedule.lrRangeTestStaircase = *flag;
+    return Error::success();
+  }
+  if (key == "last_batch_iteration") {
+    Expected<int64_t> last = integer(path, value, atLeastMinusOne);
+    if (!last)
+      return last.takeError();
+    if (*last != -1)
+      return fail(path, "resuming a schedule is not supported yet (only -1, "
+                        "the start)");
+    return Error::success();
+  }
+  if (key == "cycle_momentum") {
+    Expected<bool> flag = boolean(path, value);
+    if (!flag)
+      return flag.takeError();
+    schedule.cycleMomentum = *flag;
+    return Error::success();
+  }
+  llvm_unreachable("every scheduler parameter is handled above");
+}
+
+/// Turns llvm::json's "[LINE:COL, byte=N]: message" into
+/// "FILE:LINE:COL: invalid JSON: message".
+Error jsonError(StringRef fileName, Error error) {
+  std::string text = toString(std::move(error));
+  StringRef rest = text;
+  unsigned line, column;
+  if (rest.consume_front("[") && !rest.consumeInteger(10, line) &&
+      rest.consume_front(":") && !rest.consumeInteger(10, column)) {
+    auto [_, message] = rest.split("]: ");
+    return createStringError(inconvertibleErrorCode(),
+                             formatv("{0}:{1}:{2}: invalid JSON: {3}", fileName,
+                                     line, column, message));
+  }
+  return createStringError(inconvertibleErrorCode(),
+                           fileName + ": invalid JSON: " + text);
+}
+
+} // namespace
+
+Expected<DeepSpeedConfig>
+parseDeepSpeedConfig(StringRef text, StringRef fileName,
+                     const TrainingOptions &defaults) {
+  Expected<json::Value> root = json::parse(text);
+  if (!root)
+    return jsonError(fileName, root.takeError());
+  SourceMap source(text);
+  if (source.duplicate) {
+    auto &[path, position] = *source.duplicate;
+    return createStringError(inconvertibleErrorCode(),
+                             formatv("{0}:{1}:{2}: {3}: key given twice",
+                                     fileName, position.line, position.column,
+                                     path));
+  }
+  DeepSpeedConfig config;
+  config.training = defaults;
+  ConfigReader reader(fileName, source, config);
+  if (Error error = reader.read(*root))
+    return std::move(error);
+  return config;
+}
+
+Expected<DeepSpeedConfig> readDeepSpeedConfig(StringRef path,
+                                              const TrainingOptions &defaults) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> file =
+      MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!file)
+    return createStringError(file.getError(),
+                             "cannot read config '" + path +
+                                 "': " + file.getError().message());
+  return parseDeepSpeedConfig((*file)->getBuffer(), path, defaults);
+}
+
+Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
+                                       int64_t worldSize,
+                                       int64_t modelMicroBatch,
+                                       StringRef microBatchSource) {
+  auto failWith = [](const Twine &message) {
+    return createStringError(inconvertibleErrorCode(), message);
+  };
+  int64_t micro = modelMicroBatch;
+  std::string modelMicro =
+      formatv("the model's micro-batch ({0}) is {1}", microBatchSource, micro);
+  if (given.microBatchPerGpu && *given.microBatchPerGpu != micro)
+    return failWith("train_micro_batch_size_per_gpu is " +
+                    Twine(*given.microBatchPerGpu) + " but " + modelMicro);
+  std::string world = formatv("world size {0}", worldSize);
+
+  // The micro-batch is always known, so DeepSpeed's rules reduce to: given
+  // train_batch_size, derive (or check) gradient_accumulation_steps;
+  // otherwise derive train_batch_size (gradient_accumulation_steps default
+  // 1).
+  if (!given.trainBatchSize) {
+    int64_t gas = given.gradAccumSteps.value_or(1);
+    return BatchSizes{micro * gas * worldSize, micro, gas};
+  }
+  int64_t train = *given.trainBatchSize;
+  if (given.gradAccumSteps) {
+    int64_t gas = *given.gradAccumSteps;
+    if (train == micro * gas * worldSize)
+      return BatchSizes{train, micro, gas};
+    if (given.microBatchPerGpu)
+      return failWith(formatv(
+          "inconsistent batch sizes: train_batch_size {0} != "
+          "train_micro_batch_size_per_gpu {1} * gradient_accumulation_steps "
+          "{2} * {3}",
+          train, micro, gas, world));
+    if (train % (gas * worldSize) != 0)
+      return failWith(formatv("inconsistent batch sizes: train_batch_size {0} "
+                              "is not divisible by "
+                              "gradient_accumulation_steps {1} * {2}",
+                              train, gas, world));
+    return failWith(formatv(
+        "inconsistent batch sizes: train_batch_size {0} / "
+        "(gradient_accumulation_steps {1} * {2}) gives a micro-batch of {3}, "
+        "but {4}",
+        train, gas, world, train / (gas * worldSize), modelMicro));
+  }
+  if (train % (micro * worldSize) != 0)
+    return failWith(formatv(
+        "inconsistent batch sizes: train_batch_size {0} is not a multiple of "
+        "the micro-batch {1} ({2}) * {3}, so gradient_accumulation_steps "
+        "cannot be derived",
+        train, micro, microBatchSource, world));
+  return BatchSizes{train, micro, train / (micro * worldSize)};
+}
+
+} // namespace sharc

@@ -1,0 +1,73 @@
+//===- Config.h - DeepSpeed configuration files -----------------*- C++ -*-===//
+//
+// Reads a DeepSpeed `ds_config.json` into TrainingOptions: the batch sizes,
+// gradient clipping, the optimizer and the learning-rate schedule, with
+// DeepSpeed's key names, defaults and batch-size derivation rules.  DeepSpeed
+// keys for features sharc does not implement yet are recognised and rejected
+// (unless their value leaves the feature off), unknown keys are errors that
+// suggest the closest known key, and wrong types or out-of-range values name
+// the key's full path.  docs/config.md is the reference.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_FRONTENDS_DEEPSPEED_CONFIG_H
+#define SHARC_FRONTENDS_DEEPSPEED_CONFIG_H
+
+#include "passes/TrainingOptions.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <optional>
+
+namespace sharc {
+
+/// The batch-size keys of a DeepSpeed config as given (nullopt: absent or
+/// null).
+struct BatchSizeConfig {
+  std::optional<int64_t> trainBatchSize;   // train_batch_size
+  std::optional<int64_t> microBatchPerGpu; // train_micro_batch_size_per_gpu
+  std::optional<int64_t> gradAccumSteps;   // gradient_accumulation_steps
+};
+
+/// What a DeepSpeed config says.
+struct DeepSpeedConfig {
+  /// The defaults passed to the reader with every key of the config applied.
+  /// `gradAccum` is left alone: it is settled by resolveBatchSizes.
+  TrainingOptions training;
+  BatchSizeConfig batch;
+};
+
+/// Parses `text`, the contents of the config file `fileName` (used in
+/// messages), over `defaults`.  Errors read "FILE: KEY.PATH: message", or
+/// "FILE:LINE:COL: invalid JSON: message".
+llvm::Expected<DeepSpeedConfig>
+parseDeepSpeedConfig(llvm::StringRef text, llvm::StringRef fileName,
+                     const TrainingOptions &defaults = TrainingOptions());
+
+/// Reads and parses the config file at `path`.
+llvm::Expected<DeepSpeedConfig>
+readDeepSpeedConfig(llvm::StringRef path,
+                    const TrainingOptions &defaults = TrainingOptions());
+
+/// The three batch sizes, consistent: train = micro × GAS × world size.
+struct BatchSizes {
+  int64_t trainBatchSize;
+  int64_t microBatchPerGpu;
+  int64_t gradAccumSteps;
+};
+
+/// Completes `given` by DeepSpeed's derivation rules for `worldSize` ranks
+/// and checks train_batch_size = micro × GAS × worldSize.  The micro-batch is
+/// fixed by the model (`modelMicroBatch`, described in messages by
+/// `microBatchSource`, e.g. "dim 0 of input 'x'"): a configured or derived
+/// micro-batch that differs from it is an error.
+llvm::Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
+                                             int64_t worldSize,
+                                             int64_t modelMicroBatch,
+                                             llvm::StringRef microBatchSource);
+
+} // namespace sharc
+
+#endif // SHARC_FRONTENDS_DEEPSPEED_CONFIG_H

@@ -1,0 +1,275 @@
+"""DeepSpeed configs (`sharc eval --train --config ds_config.json`).
+
+Every kind of config error documented in docs/config.md exits with status 1
+and a message that names the file, the key's full path and what is wrong; a
+valid config trains exactly like the same settings given as flags, and flags
+override the config.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import models
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory):
+    """(model path, --input args, work directory): the MLP, whose
+    micro-batch (dim 0 of input 'x') is 8, and 20 rows of data."""
+    case = models.make_case("mlp")
+    directory = tmp_path_factory.mktemp("config")
+    path = directory / "mlp.onnx"
+    models.export(case, path)
+    import torch
+
+    data = models.make_inputs("mlp", 20, torch.Generator().manual_seed(5))
+    args = []
+    for name, tensor in data.items():
+        np.save(directory / f"{name}.npy", tensor.numpy())
+        args += ["--input", f"{name}={directory / f'{name}.npy'}"]
+    return path, args, directory
+
+
+def train(sharc, mlp, *flags, config=None, steps=3):
+    """Runs 3 training steps with `flags` and, if given, `config` (a dict
+    written as JSON, or raw text)."""
+    path, inputs, directory = mlp
+    args = ["eval", path, "--train", "--steps", steps, *inputs, *flags]
+    if config is not None:
+        config_path = directory / "ds_config.json"
+        text = config if isinstance(config, str) else json.dumps(config, indent=2)
+        config_path.write_text(text)
+        args += ["--config", config_path]
+    return sharc(*args)
+
+
+def assert_error(result, *fragments):
+    """Exit status 1 and a message holding every fragment, no crash."""
+    message = result.stderr
+    assert result.returncode == 1, (
+        f"exit status {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{message}")
+    assert message.startswith("sharc: error: "), message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+    assert "Stack dump" not in message and "PLEASE submit" not in message, message
+
+
+# Each case: config, then fragments the message must contain.
+CONFIG_ERRORS = {
+    "inconsistent-batch-sizes": (
+        {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8,
+         "gradient_accumulation_steps": 2},
+        ["inconsistent batch sizes", "train_batch_size 32",
+         "train_micro_batch_size_per_gpu 8", "gradient_accumulation_steps 2",
+         "world size 1"],
+    ),
+    "derived-micro-batch-differs-from-model": (
+        {"train_batch_size": 32, "gradient_accumulation_steps": 2},
+        ["inconsistent batch sizes", "micro-batch of 16",
+         "the model's micro-batch (dim 0 of input 'x') is 8"],
+    ),
+    "micro-batch-differs-from-model": (
+        {"train_micro_batch_size_per_gpu": 4},
+        ["train_micro_batch_size_per_gpu is 4",
+         "the model's micro-batch (dim 0 of input 'x') is 8"],
+    ),
+    "train-batch-not-a-multiple": (
+        {"train_batch_size": 12},
+        ["train_batch_size 12 is not a multiple of the micro-batch 8",
+         "gradient_accumulation_steps cannot be derived"],
+    ),
+    "unknown-key-with-suggestion": (
+        {"gradient_acumulation_steps": 2},
+        ["ds_config.json:2:3: gradient_acumulation_steps: unknown key",
+         "did you mean 'gradient_accumulation_steps'?"],
+    ),
+    "unknown-nested-key-with-suggestion": (
+        {"optimizer": {"type": "AdamW", "params": {"weight_decy": 0.1}}},
+        ["optimizer.params.weight_decy: unknown key",
+         "did you mean 'weight_decay'?", "known keys: lr, betas"],
+    ),
+    "unknown-scheduler-key": (
+        {"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lrr": 0.1}}},
+        ["scheduler.params.warmup_max_lrr: unknown key", "for WarmupLR",
+         "did you mean 'warmup_max_lr'?"],
+    ),
+    "parameter-of-another-optimizer": (
+        {"optimizer": {"type": "SGD", "params": {"betas": [0.9, 0.99]}}},
+        ["optimizer.params.betas", "is an Adam parameter; SGD takes: lr"],
+    ),
+    "unknown-optimizer": (
+        {"optimizer": {"type": "AdamW2"}},
+        ["optimizer.type: unknown optimizer 'AdamW2'", "did you mean 'AdamW'?"],
+    ),
+    "optimizer-not-supported-yet": (
+        {"optimizer": {"type": "Lamb"}},
+        ["optimizer.type: optimizer 'Lamb' is not supported yet"],
+    ),
+    "unknown-scheduler": (
+        {"scheduler": {"type": "WarmupCosine"}},
+        ["scheduler.type: unknown scheduler 'WarmupCosine'",
+         "did you mean 'WarmupCosineLR'?"],
+    ),
+    "wrong-type": (
+        {"optimizer": {"type": "AdamW", "params": {"betas": "0.9,0.999"}}},
+        ["optimizer.params.betas: expected an array of two numbers in [0, 1)",
+         'got "0.9,0.999" (a string)'],
+    ),
+    "wrong-type-integer": (
+        {"train_batch_size": 8.5},
+        ["train_batch_size: expected an integer >= 1, got 8.5"],
+    ),
+    "huggingface-auto": (
+        {"train_batch_size": "auto"},
+        ["train_batch_size: expected an integer >= 1", "Hugging Face"],
+    ),
+    "out-of-range": (
+        {"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.0]}}},
+        ["optimizer.params.betas[1]: expected a number in [0, 1), got 1.0"],
+    ),
+    "out-of-range-clipping": (
+        {"gradient_clipping": -1},
+        ["gradient_clipping: expected a number >= 0, got -1"],
+    ),
+    "missing-required-scheduler-parameter": (
+        {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5}}},
+        ["scheduler.params: WarmupDecayLR requires 'total_num_steps'"],
+    ),
+    "fp16-not-supported-yet": (
+        {"fp16": {"enabled": True, "loss_scale": 0}},
+        ["fp16: not supported yet (fp16 mixed precision with loss scaling)"],
+    ),
+    "zero-not-supported-yet": (
+        {"zero_optimization": {"stage": 2}},
+        ["zero_optimization: not supported yet (ZeRO sharding, stage 2)"],
+    ),
+    "steps-per-print-not-supported-yet": (
+        {"steps_per_print": 10},
+        ["steps_per_print: not supported yet"],
+    ),
+    "cpu-offload-explained": (
+        {"zero_optimization": {"stage": 2, "cpu_offload": True}},
+        ["zero_optimization.cpu_offload: deprecated",
+         'zero_optimization.offload_optimizer: {"device": "cpu"}'],
+    ),
+    "top-level-cpu-offload-explained": (
+        {"cpu_offload": True},
+        ["cpu_offload: deprecated zero_optimization key",
+         "zero_optimization.offload_optimizer"],
+    ),
+    "duplicate-key": (
+        '{\n  "train_batch_size": 8,\n  "train_batch_size": 16\n}\n',
+        ["ds_config.json:3:3: train_batch_size: key given twice"],
+    ),
+    "invalid-json": (
+        '{\n  "train_batch_size": 8,\n}\n',
+        ["ds_config.json:3:1: invalid JSON: Expected object key"],
+    ),
+    "not-an-object": (
+        "[1, 2]",
+        ["expected a JSON object at the top level, got an array"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_ERRORS)
+def test_config_error(sharc, mlp, case):
+    config, fragments = CONFIG_ERRORS[case]
+    assert_error(train(sharc, mlp, config=config), "ds_config.json", *fragments)
+
+
+def test_missing_config_file(sharc, mlp):
+    path, inputs, directory = mlp
+    result = sharc("eval", path, "--train", *inputs, "--config", directory / "absent.json")
+    assert_error(result, "cannot read config", "absent.json")
+
+
+def test_features_left_off_are_accepted(sharc, mlp):
+    """Keys of features sharc lacks are fine when their value keeps the
+    feature off, as DeepSpeed's defaults do."""
+    config = {
+        "fp16": {"enabled": False, "loss_scale": 0},
+        "bf16": {"enabled": False},
+        "zero_optimization": {"stage": 0},
+        "wall_clock_breakdown": False,
+        "prescale_gradients": False,
+        "gradient_predivide_factor": 1.0,
+        "communication_data_type": None,
+        "tensorboard": {"output_path": "runs"},
+    }
+    result = train(sharc, mlp, config=config)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == train(sharc, mlp).stdout
+
+
+EQUIVALENT = {
+    "adamw-warmup-clip": (
+        {
+            "train_batch_size": 16,
+            "gradient_clipping": 0.5,
+            "optimizer": {"type": "AdamW", "params": {
+                "lr": 0.01, "betas": [0.8, 0.99], "eps": 1e-6,
+                "weight_decay": 0.05}},
+            "scheduler": {"type": "WarmupLR", "params": {
+                "warmup_min_lr": 0.001, "warmup_max_lr": 0.02,
+                "warmup_num_steps": 3, "warmup_type": "linear"}},
+        },
+        ["--optimizer", "adamw", "--lr", "0.01", "--betas", "0.8,0.99",
+         "--eps", "1e-6", "--weight-decay", "0.05", "--grad-accum", "2",
+         "--clip", "0.5", "--scheduler", "WarmupLR", "--warmup-min-lr", "0.001",
+         "--warmup-max-lr", "0.02", "--warmup-num-steps", "3",
+         "--warmup-type", "linear"],
+    ),
+    "adam-l2": (
+        {"optimizer": {"type": "adam", "params": {
+            "lr": 0.003, "weight_decay": 0.1, "adam_w_mode": False,
+            "bias_correction": False}}},
+        ["--optimizer", "adam", "--lr", "0.003", "--weight-decay", "0.1",
+         "--adam-w-mode=false", "--bias-correction=false"],
+    ),
+    "sgd-nesterov-decay": (
+        {
+            "train_micro_batch_size_per_gpu": 8,
+            "gradient_accumulation_steps": 2,
+            "optimizer": {"type": "SGD", "params": {
+                "lr": 0.05, "momentum": 0.9, "nesterov": True}},
+            "scheduler": {"type": "WarmupDecayLR", "params": {
+                "warmup_max_lr": 0.05, "warmup_num_steps": 2,
+                "total_num_steps": 4}},
+        },
+        ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+         "--nesterov", "--grad-accum", "2", "--scheduler", "WarmupDecayLR",
+         "--warmup-max-lr", "0.05", "--warmup-num-steps", "2",
+         "--total-num-steps", "4"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EQUIVALENT)
+def test_config_equals_flags(sharc, mlp, case):
+    config, flags = EQUIVALENT[case]
+    from_config = train(sharc, mlp, config=config, steps=4)
+    from_flags = train(sharc, mlp, *flags, steps=4)
+    assert from_config.returncode == 0, from_config.stderr
+    assert from_flags.returncode == 0, from_flags.stderr
+    assert from_config.stdout.count("\n") == 4, from_config.stdout
+    assert from_config.stdout == from_flags.stdout
+    # Not the defaults: the settings make a difference.
+    assert from_config.stdout != train(sharc, mlp, steps=4).stdout
+
+
+def test_flags_override_config(sharc, mlp):
+    config = {"optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9}}}
+    overridden = train(sharc, mlp, "--lr", "0.01", config=config)
+    assert overridden.returncode == 0, overridden.stderr
+    assert overridden.stdout == train(
+        sharc, mlp, "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9").stdout
+    assert "lr 0.01\n" in overridden.stdout
+
+
+def test_grad_accum_flag_is_checked_against_the_config(sharc, mlp):
+    config = {"train_batch_size": 16}
+    assert_error(train(sharc, mlp, "--grad-accum", "3", config=config),
+                 "train_batch_size 16", "gradient_accumulation_steps 3")
