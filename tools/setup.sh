@@ -29,9 +29,12 @@ if [ "$mode" = example ]; then
   "$build/bin/sharc" import "$model" -o "$build/tiny-gpt.mlir"
   echo "sharc: wrote $build/tiny-gpt.mlir ($(grep -c 'sharc\.' "$build/tiny-gpt.mlir") sharc ops)"
   echo "sharc: evaluating the loss of $model on the bundled batch"
-  "$build/bin/sharc" eval "$model" \
-    --input tokens=test/models/tiny-gpt-tokens.npy \
-    --input targets=test/models/tiny-gpt-targets.npy
+  data=(--input tokens=test/models/tiny-gpt-tokens.npy
+        --input targets=test/models/tiny-gpt-targets.npy)
+  "$build/bin/sharc" eval "$model" "${data[@]}"
+  echo "sharc: training it for 10 steps with test/models/tiny-gpt-ds_config.json"
+  "$build/bin/sharc" eval "$model" --train --steps 10 \
+    --config test/models/tiny-gpt-ds_config.json "${data[@]}"
 else
   ctest --test-dir "$build" --output-on-failure -j "$jobs"
 fi
