@@ -21,9 +21,12 @@ corpus=$build/corpus
 mkdir -p "$corpus"
 data=/usr/share/libonnx-testdata/data/node
 if [ -d "$data" ]; then
-  # A few hundred small real models as seeds.
-  find "$data" -name model.onnx -size -4k | sort | head -300 |
-    while read -r f; do cp -n "$f" "$corpus/$(basename "$(dirname "$f")").onnx"; done
+  # A few hundred small real models as seeds.  (No `| head` here: with
+  # pipefail, the writer's SIGPIPE would fail the script.)
+  mapfile -t seeds < <(find "$data" -name model.onnx -size -4k | sort)
+  for f in "${seeds[@]:0:300}"; do
+    cp "$f" "$corpus/$(basename "$(dirname "$f")").onnx"
+  done
 fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
