@@ -79,6 +79,53 @@ StringRef sharc::stringifySchedulerKind(SchedulerKind kind) {
   llvm_unreachable("unknown schedule");
 }
 
+OptimizerOptions::OptimizerOptions(const TrainingOptions &options)
+    : function(options.function) {
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  FIELD = options.FIELD;
+#define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  FIELD = options.scheduler.FIELD;
+#define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
+#include "passes/TrainingOptions.def"
+  optimizer = stringifyOptimizerKind(options.optimizer).str();
+  scheduler = stringifySchedulerKind(options.scheduler.kind).str();
+  warmupType = options.scheduler.warmupLinear ? "linear" : "log";
+}
+
+const OptimizerOptions &OptimizerOptions::defaults() {
+  static const OptimizerOptions options;
+  return options;
+}
+
+FailureOr<TrainingOptions>
+OptimizerOptions::parse(function_ref<InFlightDiagnostic()> emitError) const {
+  TrainingOptions options;
+  options.function = function;
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  options.FIELD = FIELD;
+#define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  options.scheduler.FIELD = FIELD;
+#define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
+#include "passes/TrainingOptions.def"
+
+  std::optional<OptimizerKind> optimizerKind = parseOptimizerKind(optimizer);
+  if (!optimizerKind)
+    return emitError() << "unknown optimizer '" << optimizer
+                       << "' (expected sgd, adam or adamw)";
+  options.optimizer = *optimizerKind;
+  std::optional<SchedulerKind> schedulerKind = parseSchedulerKind(scheduler);
+  if (!schedulerKind)
+    return emitError() << "unknown scheduler '" << scheduler
+                       << "' (expected none, warmup-lr, warmup-decay-lr, "
+                          "warmup-cosine-lr, one-cycle or lr-range-test)";
+  options.scheduler.kind = *schedulerKind;
+  if (warmupType != "log" && warmupType != "linear")
+    return emitError() << "unknown warmup type '" << warmupType
+                       << "' (expected log or linear)";
+  options.scheduler.warmupLinear = warmupType == "linear";
+  return options;
+}
+
 LogicalResult
 sharc::verifyTrainingOptions(const TrainingOptions &options,
                              function_ref<InFlightDiagnostic()> emitError) {
@@ -561,116 +608,30 @@ FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
 //===----------------------------------------------------------------------===//
 
 namespace {
-struct OptimizerPass : sharc::impl::OptimizerBase<OptimizerPass> {
-  using OptimizerBase::OptimizerBase;
+struct OptimizerPass
+    : WithOptimizerOptions<sharc::impl::OptimizerBase<OptimizerPass>> {
+  OptimizerPass() = default;
+  OptimizerPass(const OptimizerPass &other) : WithOptimizerOptions(other) {}
+  explicit OptimizerPass(const OptimizerOptions &options) {
+    setOptimizerOptions(options);
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    FailureOr<TrainingOptions> options = getTrainingOptions(module);
+    FailureOr<TrainingOptions> options =
+        getOptimizerOptions().parse([&] { return module.emitError(); });
     if (failed(options) || failed(buildTrainStep(module, *options)))
       signalPassFailure();
-  }
-
-  /// The pass options as training options; unknown names are errors.
-  FailureOr<TrainingOptions> getTrainingOptions(ModuleOp module) {
-    TrainingOptions options;
-    options.function = function;
-    std::optional<OptimizerKind> optimizerKind = parseOptimizerKind(optimizer);
-    if (!optimizerKind)
-      return module.emitError() << "unknown optimizer '" << optimizer
-                                << "' (expected sgd, adam or adamw)";
-    options.optimizer = *optimizerKind;
-    options.lr = lr;
-    options.beta1 = beta1;
-    options.beta2 = beta2;
-    options.eps = eps;
-    options.weightDecay = weightDecay;
-    options.momentum = momentum;
-    options.nesterov = nesterov;
-    options.biasCorrection = biasCorrection;
-    options.adamWMode = adamWMode;
-    options.gradAccum = gradAccum;
-    options.clip = clip;
-
-    SchedulerOptions &s = options.scheduler;
-    std::optional<SchedulerKind> schedulerKind = parseSchedulerKind(scheduler);
-    if (!schedulerKind)
-      return module.emitError()
-             << "unknown scheduler '" << scheduler
-             << "' (expected none, warmup-lr, warmup-decay-lr, "
-                "warmup-cosine-lr, one-cycle or lr-range-test)";
-    s.kind = *schedulerKind;
-    if (warmupType != "log" && warmupType != "linear")
-      return module.emitError() << "unknown warmup type '" << warmupType
-                                << "' (expected log or linear)";
-    s.warmupLinear = warmupType == "linear";
-    s.warmupMinLr = warmupMinLr;
-    s.warmupMaxLr = warmupMaxLr;
-    s.warmupNumSteps = warmupNumSteps;
-    s.totalNumSteps = totalNumSteps;
-    s.warmupMinRatio = warmupMinRatio;
-    s.cosMinRatio = cosMinRatio;
-    s.cycleMinLr = cycleMinLr;
-    s.cycleMaxLr = cycleMaxLr;
-    s.decayLrRate = decayLrRate;
-    s.cycleFirstStepSize = cycleFirstStepSize;
-    s.cycleSecondStepSize = cycleSecondStepSize;
-    s.cycleFirstStairCount = cycleFirstStairCount;
-    s.cycleSecondStairCount = cycleSecondStairCount;
-    s.decayStepSize = decayStepSize;
-    s.cycleMomentum = cycleMomentum;
-    s.cycleMinMom = cycleMinMom;
-    s.cycleMaxMom = cycleMaxMom;
-    s.decayMomRate = decayMomRate;
-    s.lrRangeTestMinLr = lrRangeTestMinLr;
-    s.lrRangeTestStepRate = lrRangeTestStepRate;
-    s.lrRangeTestStepSize = lrRangeTestStepSize;
-    s.lrRangeTestStaircase = lrRangeTestStaircase;
-    return options;
   }
 };
 } // namespace
 
 std::unique_ptr<Pass>
+sharc::createOptimizerPass(const OptimizerOptions &options) {
+  return std::make_unique<OptimizerPass>(options);
+}
+
+std::unique_ptr<Pass>
 sharc::createOptimizerPass(const TrainingOptions &options) {
-  const SchedulerOptions &s = options.scheduler;
-  OptimizerOptions o;
-  o.function = options.function;
-  o.optimizer = stringifyOptimizerKind(options.optimizer).str();
-  o.lr = options.lr;
-  o.beta1 = options.beta1;
-  o.beta2 = options.beta2;
-  o.eps = options.eps;
-  o.weightDecay = options.weightDecay;
-  o.momentum = options.momentum;
-  o.nesterov = options.nesterov;
-  o.biasCorrection = options.biasCorrection;
-  o.adamWMode = options.adamWMode;
-  o.gradAccum = options.gradAccum;
-  o.clip = options.clip;
-  o.scheduler = stringifySchedulerKind(s.kind).str();
-  o.warmupMinLr = s.warmupMinLr;
-  o.warmupMaxLr = s.warmupMaxLr;
-  o.warmupNumSteps = s.warmupNumSteps;
-  o.warmupType = s.warmupLinear ? "linear" : "log";
-  o.totalNumSteps = s.totalNumSteps;
-  o.warmupMinRatio = s.warmupMinRatio;
-  o.cosMinRatio = s.cosMinRatio;
-  o.cycleMinLr = s.cycleMinLr;
-  o.cycleMaxLr = s.cycleMaxLr;
-  o.decayLrRate = s.decayLrRate;
-  o.cycleFirstStepSize = s.cycleFirstStepSize;
-  o.cycleSecondStepSize = s.cycleSecondStepSize;
-  o.cycleFirstStairCount = s.cycleFirstStairCount;
-  o.cycleSecondStairCount = s.cycleSecondStairCount;
-  o.decayStepSize = s.decayStepSize;
-  o.cycleMomentum = s.cycleMomentum;
-  o.cycleMinMom = s.cycleMinMom;
-  o.cycleMaxMom = s.cycleMaxMom;
-  o.decayMomRate = s.decayMomRate;
-  o.lrRangeTestMinLr = s.lrRangeTestMinLr;
-  o.lrRangeTestStepRate = s.lrRangeTestStepRate;
-  o.lrRangeTestStepSize = s.lrRangeTestStepSize;
-  o.lrRangeTestStaircase = s.lrRangeTestStaircase;
-  return createOptimizer(std::move(o));
+  return createOptimizerPass(OptimizerOptions(options));
 }

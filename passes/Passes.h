@@ -1,4 +1,5 @@
-//===- Passes.h - sharc passes ------------------------------------*- C++ -*-===//
+//===- Passes.h - sharc passes ------------------------------------*- C++
+//-*-===//
 
 #ifndef SHARC_PASSES_PASSES_H
 #define SHARC_PASSES_PASSES_H
@@ -53,6 +54,66 @@ verifyTrainingOptions(const TrainingOptions &options,
 /// function are reported as errors.
 mlir::FailureOr<mlir::func::FuncOp>
 buildTrainStep(mlir::ModuleOp module, const TrainingOptions &options);
+
+/// The options of sharc-optimizer as written: the fields of TrainingOptions
+/// that TrainingOptions.def lists, with the optimizer, the schedule and the
+/// warmup type as the strings that the pass checks when it runs.
+struct OptimizerOptions {
+  std::string function;
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY) TYPE FIELD;
+#include "passes/TrainingOptions.def"
+
+  /// `options` as pass options (by default, TrainingOptions's defaults).
+  explicit OptimizerOptions(const TrainingOptions &options = TrainingOptions());
+
+  /// The default options.
+  static const OptimizerOptions &defaults();
+
+  /// These options as training options; an unknown optimizer, schedule or
+  /// warmup type is reported through `emitError`.
+  mlir::FailureOr<TrainingOptions>
+  parse(llvm::function_ref<mlir::InFlightDiagnostic()> emitError) const;
+};
+
+/// `Base` (a pass or the options of a pass pipeline) with the options of
+/// sharc-optimizer, declared from TrainingOptions.def.
+template <typename Base> struct WithOptimizerOptions : Base {
+  template <typename T> using Opt = typename Base::template Option<T>;
+
+  WithOptimizerOptions() = default;
+  /// Options are registered anew; a pass clone copies their values.
+  WithOptimizerOptions(const WithOptimizerOptions &other) : Base(other) {}
+
+  Opt<std::string> function{
+      *this, "function",
+      llvm::cl::desc("Forward function whose gradient function "
+                     "(@<function>_grad) the step calls"),
+      llvm::cl::init(OptimizerOptions::defaults().function)};
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  Opt<TYPE> FIELD{*this, NAME, llvm::cl::desc(DESC),                           \
+                  llvm::cl::init(OptimizerOptions::defaults().FIELD)};
+#include "passes/TrainingOptions.def"
+
+  OptimizerOptions getOptimizerOptions() const {
+    OptimizerOptions options;
+    options.function = function;
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  options.FIELD = FIELD;
+#include "passes/TrainingOptions.def"
+    return options;
+  }
+
+  void setOptimizerOptions(const OptimizerOptions &options) {
+    function = options.function;
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  FIELD = options.FIELD;
+#include "passes/TrainingOptions.def"
+  }
+};
+
+/// The sharc-optimizer pass with `options`.
+std::unique_ptr<mlir::Pass>
+createOptimizerPass(const OptimizerOptions &options);
 
 /// The sharc-optimizer pass with the optimizer and schedule settings of
 /// `options`.

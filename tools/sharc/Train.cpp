@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <type_traits>
 
 using namespace mlir;
 using namespace sharc;
@@ -87,177 +88,40 @@ struct TrainFlags {
                            cl::value_desc("REGEX"), cl::sub(sub),
                            cl::cat(category)};
 
-  // Optimizer.
-  Flag<std::string> optimizer{
-      "optimizer", cl::desc("sgd, adam or adamw (optimizer.type)"),
-      cl::value_desc("NAME"), cl::sub(sub), cl::cat(category)};
-  Flag<double> lr{"lr", cl::desc("Learning rate (optimizer.params.lr)"),
-                  cl::sub(sub), cl::cat(category)};
+  /// The value name of a flag of type T in the help.
+  template <typename T> static cl::value_desc valueName() {
+    return cl::value_desc(std::is_same_v<T, int64_t> ? "N" : "");
+  }
+
+  // The optimizer and schedule flags: the options of sharc-optimizer, with
+  // --betas for beta1 and beta2.
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  Flag<TYPE> FIELD{NAME, cl::desc(DESC " (" KEY ")"), valueName<TYPE>(),       \
+                   cl::sub(sub), cl::cat(category)};
+#define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)
+#define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)                            \
+  Flag<std::string> FIELD{NAME, cl::desc(DESC " (" KEY ")"),                   \
+                          cl::value_desc("NAME"), cl::sub(sub),                \
+                          cl::cat(category)};
+#include "passes/TrainingOptions.def"
   Flag<std::string> betas{"betas",
                           cl::desc("Adam: moment decays "
                                    "(optimizer.params.betas)"),
                           cl::value_desc("B1,B2"), cl::sub(sub),
                           cl::cat(category)};
-  Flag<double> eps{"eps", cl::desc("Adam: epsilon (optimizer.params.eps)"),
-                   cl::sub(sub), cl::cat(category)};
-  Flag<double> weightDecay{"weight-decay",
-                           cl::desc("Weight decay "
-                                    "(optimizer.params.weight_decay)"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<double> momentum{"momentum",
-                        cl::desc("SGD: momentum (optimizer.params.momentum)"),
-                        cl::sub(sub), cl::cat(category)};
-  Flag<bool> nesterov{"nesterov",
-                      cl::desc("SGD: Nesterov momentum "
-                               "(optimizer.params.nesterov)"),
-                      cl::sub(sub), cl::cat(category)};
-  Flag<bool> biasCorrection{"bias-correction",
-                            cl::desc("Adam: bias-correct the moments "
-                                     "(optimizer.params.bias_correction)"),
-                            cl::sub(sub), cl::cat(category)};
-  Flag<bool> adamWMode{"adam-w-mode",
-                       cl::desc("Adam: decoupled weight decay "
-                                "(optimizer.params.adam_w_mode)"),
-                       cl::sub(sub), cl::cat(category)};
-  Flag<int64_t> gradAccum{"grad-accum",
-                          cl::desc("Micro-batches per step "
-                                   "(gradient_accumulation_steps)"),
-                          cl::value_desc("N"), cl::sub(sub), cl::cat(category)};
-  Flag<double> clip{"clip",
-                    cl::desc("Global-norm gradient clipping threshold, 0: "
-                             "off (gradient_clipping)"),
-                    cl::sub(sub), cl::cat(category)};
 
-  // Schedule.
-  Flag<std::string> scheduler{
-      "scheduler",
-      cl::desc("WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, "
-               "LRRangeTest or none (scheduler.type)"),
-      cl::value_desc("NAME"), cl::sub(sub), cl::cat(category)};
-  Flag<double> warmupMinLr{"warmup-min-lr",
-                           cl::desc("scheduler.params."
-                                    "warmup_min_lr"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<double> warmupMaxLr{"warmup-max-lr",
-                           cl::desc("scheduler.params."
-                                    "warmup_max_lr"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<int64_t> warmupNumSteps{
-      "warmup-num-steps", cl::desc("scheduler.params.warmup_num_steps"),
-      cl::value_desc("N"), cl::sub(sub), cl::cat(category)};
-  Flag<std::string> warmupType{"warmup-type",
-                               cl::desc("log or linear "
-                                        "(scheduler.params.warmup_type)"),
-                               cl::value_desc("TYPE"), cl::sub(sub),
-                               cl::cat(category)};
-  Flag<int64_t> totalNumSteps{
-      "total-num-steps", cl::desc("scheduler.params.total_num_steps"),
-      cl::value_desc("N"), cl::sub(sub), cl::cat(category)};
-  Flag<double> warmupMinRatio{"warmup-min-ratio",
-                              cl::desc("scheduler.params.warmup_min_ratio"),
-                              cl::sub(sub), cl::cat(category)};
-  Flag<double> cosMinRatio{"cos-min-ratio",
-                           cl::desc("scheduler.params.cos_min_ratio"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<double> cycleMinLr{"cycle-min-lr",
-                          cl::desc("scheduler.params.cycle_min_lr"),
-                          cl::sub(sub), cl::cat(category)};
-  Flag<double> cycleMaxLr{"cycle-max-lr",
-                          cl::desc("scheduler.params.cycle_max_lr"),
-                          cl::sub(sub), cl::cat(category)};
-  Flag<double> decayLrRate{"decay-lr-rate",
-                           cl::desc("scheduler.params.decay_lr_rate"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<int64_t> cycleFirstStepSize{
-      "cycle-first-step-size",
-      cl::desc("scheduler.params.cycle_first_step_size"), cl::value_desc("N"),
-      cl::sub(sub), cl::cat(category)};
-  Flag<int64_t> cycleSecondStepSize{
-      "cycle-second-step-size",
-      cl::desc("scheduler.params.cycle_second_step_size"), cl::value_desc("N"),
-      cl::sub(sub), cl::cat(category)};
-  Flag<int64_t> cycleFirstStairCount{
-      "cycle-first-stair-count",
-      cl::desc("scheduler.params.cycle_first_stair_count"), cl::value_desc("N"),
-      cl::sub(sub), cl::cat(category)};
-  Flag<int64_t> cycleSecondStairCount{
-      "cycle-second-stair-count",
-      cl::desc("scheduler.params.cycle_second_stair_count"),
-      cl::value_desc("N"), cl::sub(sub), cl::cat(category)};
-  Flag<int64_t> decayStepSize{
-      "decay-step-size", cl::desc("scheduler.params.decay_step_size"),
-      cl::value_desc("N"), cl::sub(sub), cl::cat(category)};
-  Flag<bool> cycleMomentum{"cycle-momentum",
-                           cl::desc("scheduler.params.cycle_momentum"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<double> cycleMinMom{"cycle-min-mom",
-                           cl::desc("scheduler.params.cycle_min_mom"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<double> cycleMaxMom{"cycle-max-mom",
-                           cl::desc("scheduler.params.cycle_max_mom"),
-                           cl::sub(sub), cl::cat(category)};
-  Flag<double> decayMomRate{"decay-mom-rate",
-                            cl::desc("scheduler.params.decay_mom_rate"),
-                            cl::sub(sub), cl::cat(category)};
-  Flag<double> lrRangeTestMinLr{
-      "lr-range-test-min-lr", cl::desc("scheduler.params.lr_range_test_min_lr"),
-      cl::sub(sub), cl::cat(category)};
-  Flag<double> lrRangeTestStepRate{
-      "lr-range-test-step-rate",
-      cl::desc("scheduler.params.lr_range_test_step_rate"), cl::sub(sub),
-      cl::cat(category)};
-  Flag<int64_t> lrRangeTestStepSize{
-      "lr-range-test-step-size",
-      cl::desc("scheduler.params.lr_range_test_step_size"), cl::value_desc("N"),
-      cl::sub(sub), cl::cat(category)};
-  Flag<bool> lrRangeTestStaircase{
-      "lr-range-test-staircase",
-      cl::desc("scheduler.params.lr_range_test_staircase"), cl::sub(sub),
-      cl::cat(category)};
-
-  /// Every flag but --train, in declaration order.
+  /// Every flag but --train, in declaration order (--betas where beta1 and
+  /// beta2 are).
   std::vector<cl::Option *> all() {
-    return {&steps,
-            &config,
-            &dumpState,
-            &dumpGrads,
-            &loss,
-            &freeze,
-            &optimizer,
-            &lr,
-            &betas,
-            &eps,
-            &weightDecay,
-            &momentum,
-            &nesterov,
-            &biasCorrection,
-            &adamWMode,
-            &gradAccum,
-            &clip,
-            &scheduler,
-            &warmupMinLr,
-            &warmupMaxLr,
-            &warmupNumSteps,
-            &warmupType,
-            &totalNumSteps,
-            &warmupMinRatio,
-            &cosMinRatio,
-            &cycleMinLr,
-            &cycleMaxLr,
-            &decayLrRate,
-            &cycleFirstStepSize,
-            &cycleSecondStepSize,
-            &cycleFirstStairCount,
-            &cycleSecondStairCount,
-            &decayStepSize,
-            &cycleMomentum,
-            &cycleMinMom,
-            &cycleMaxMom,
-            &decayMomRate,
-            &lrRangeTestMinLr,
-            &lrRangeTestStepRate,
-            &lrRangeTestStepSize,
-            &lrRangeTestStaircase};
+    std::vector<cl::Option *> result = {&steps,     &config, &dumpState,
+                                        &dumpGrads, &loss,   &freeze};
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  result.push_back(&FIELD);
+#define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)                              \
+  if (!llvm::is_contained(result, &betas))                                     \
+    result.push_back(&betas);
+#include "passes/TrainingOptions.def"
+    return result;
   }
 };
 
@@ -309,7 +173,15 @@ LogicalResult applyFlags(TrainingOptions &options) {
     }
     options.optimizer = *kind;
   }
-  override(f.lr, options.lr);
+  // Every flag of a number or a switch (options.gradAccum is settled with the
+  // batch sizes afterwards); the choices and --betas follow.
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  override(f.FIELD, options.FIELD);
+#define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  override(f.FIELD, options.scheduler.FIELD);
+#define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)
+#define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
+#include "passes/TrainingOptions.def"
   if (given(f.betas)) {
     auto [first, second] = StringRef(f.betas).split(',');
     if (first.trim().empty() || second.trim().empty() ||
@@ -319,13 +191,6 @@ LogicalResult applyFlags(TrainingOptions &options) {
       return failure();
     }
   }
-  override(f.eps, options.eps);
-  override(f.weightDecay, options.weightDecay);
-  override(f.momentum, options.momentum);
-  override(f.nesterov, options.nesterov);
-  override(f.biasCorrection, options.biasCorrection);
-  override(f.adamWMode, options.adamWMode);
-  override(f.clip, options.clip);
 
   SchedulerOptions &schedule = options.scheduler;
   if (given(f.scheduler)) {
@@ -338,9 +203,6 @@ LogicalResult applyFlags(TrainingOptions &options) {
     }
     schedule.kind = *kind;
   }
-  override(f.warmupMinLr, schedule.warmupMinLr);
-  override(f.warmupMaxLr, schedule.warmupMaxLr);
-  override(f.warmupNumSteps, schedule.warmupNumSteps);
   if (given(f.warmupType)) {
     if (f.warmupType != "log" && f.warmupType != "linear") {
       fail("--warmup-type '" + f.warmupType + "': expected log or linear");
@@ -348,25 +210,6 @@ LogicalResult applyFlags(TrainingOptions &options) {
     }
     schedule.warmupLinear = f.warmupType == "linear";
   }
-  override(f.totalNumSteps, schedule.totalNumSteps);
-  override(f.warmupMinRatio, schedule.warmupMinRatio);
-  override(f.cosMinRatio, schedule.cosMinRatio);
-  override(f.cycleMinLr, schedule.cycleMinLr);
-  override(f.cycleMaxLr, schedule.cycleMaxLr);
-  override(f.decayLrRate, schedule.decayLrRate);
-  override(f.cycleFirstStepSize, schedule.cycleFirstStepSize);
-  override(f.cycleSecondStepSize, schedule.cycleSecondStepSize);
-  override(f.cycleFirstStairCount, schedule.cycleFirstStairCount);
-  override(f.cycleSecondStairCount, schedule.cycleSecondStairCount);
-  override(f.decayStepSize, schedule.decayStepSize);
-  override(f.cycleMomentum, schedule.cycleMomentum);
-  override(f.cycleMinMom, schedule.cycleMinMom);
-  override(f.cycleMaxMom, schedule.cycleMaxMom);
-  override(f.decayMomRate, schedule.decayMomRate);
-  override(f.lrRangeTestMinLr, schedule.lrRangeTestMinLr);
-  override(f.lrRangeTestStepRate, schedule.lrRangeTestStepRate);
-  override(f.lrRangeTestStepSize, schedule.lrRangeTestStepSize);
-  override(f.lrRangeTestStaircase, schedule.lrRangeTestStaircase);
 
   // A flag that the chosen optimizer or schedule would ignore is a mistake.
   bool sgd = options.optimizer == OptimizerKind::sgd;
