@@ -88,6 +88,23 @@ bool sharc::isFloat(DType type) {
          type == DType::bf16;
 }
 
+size_t sharc::dtypeBytes(DType type) {
+  switch (type) {
+  case DType::f64:
+  case DType::i64:
+    return 8;
+  case DType::f32:
+  case DType::i32:
+    return 4;
+  case DType::f16:
+  case DType::bf16:
+    return 2;
+  case DType::i1:
+    return 1;
+  }
+  return 0;
+}
+
 /// Rounds to bfloat16 (8 exponent bits, 7 stored mantissa bits) in one
 /// rounding, ties to even, independent of the floating-point environment.
 static double roundToBFloat16(double value) {
@@ -266,29 +283,11 @@ RankedTensorType Tensor::mlirTensorType(MLIRContext *context) const {
   return RankedTensorType::get(dims, mlirType(type, context));
 }
 
-/// Bytes per element of the raw storage of dense attributes (not i1).
-static size_t storageBytes(DType type) {
-  switch (type) {
-  case DType::f64:
-  case DType::i64:
-    return 8;
-  case DType::f32:
-  case DType::i32:
-    return 4;
-  case DType::f16:
-  case DType::bf16:
-    return 2;
-  case DType::i1:
-    return 1;
-  }
-  return 0;
-}
-
 /// Decodes element `index` of a little-endian raw buffer of dtype `type`
 /// (i1 as one byte per element) into `tensor` at `dest`.
 static void decodeRaw(Tensor &tensor, const char *raw, int64_t index,
                       int64_t dest) {
-  const char *p = raw + index * storageBytes(tensor.dtype());
+  const char *p = raw + index * dtypeBytes(tensor.dtype());
   switch (tensor.dtype()) {
   case DType::f64: {
     double v;
@@ -371,7 +370,7 @@ std::optional<Tensor> Tensor::fromAttr(ElementsAttr attr) {
       return std::nullopt;
     ArrayRef<char> data = blob->getData();
     if (static_cast<int64_t>(data.size()) !=
-        n * static_cast<int64_t>(storageBytes(*dtype)))
+        n * static_cast<int64_t>(dtypeBytes(*dtype)))
       return std::nullopt;
     fillFromRaw(result, data, /*splat=*/false);
     return result;
@@ -452,7 +451,7 @@ Tensor Tensor::fromNpy(const rt::NpyArray &array) {
   }
   Tensor result(dtype, array.shape);
   // Decode only what the buffer holds (readNpy guarantees all of it).
-  int64_t available = array.data.size() / storageBytes(dtype);
+  int64_t available = array.data.size() / dtypeBytes(dtype);
   for (int64_t i = 0, e = std::min(available, result.numElements()); i < e; ++i)
     decodeRaw(result, array.data.data(), i, i);
   return result;

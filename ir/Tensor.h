@@ -39,6 +39,9 @@ std::optional<DType> dtypeOf(mlir::Type elementType);
 mlir::Type mlirType(DType type, mlir::MLIRContext *context);
 /// True for f64, f32, f16 and bf16.
 bool isFloat(DType type);
+/// Bytes per element in the little-endian raw encodings that MLIR dense
+/// attributes, ONNX raw_data and .npy use (i1: one byte).
+size_t dtypeBytes(DType type);
 
 /// Rounds `value` to the nearest value representable in float dtype `type`
 /// (round to nearest, ties to even; overflow gives infinity).

@@ -112,24 +112,6 @@ static constexpr const char *kSupportedTypes =
 // TensorReader
 //===----------------------------------------------------------------------===//
 
-/// Bytes per element of ONNX's raw (little-endian) encoding of `type`.
-static uint64_t rawElementBytes(DType type) {
-  switch (type) {
-  case DType::f64:
-  case DType::i64:
-    return 8;
-  case DType::f32:
-  case DType::i32:
-    return 4;
-  case DType::f16:
-  case DType::bf16:
-    return 2;
-  case DType::i1:
-    return 1;
-  }
-  return 0;
-}
-
 static double halfBitsToDouble(const llvm::fltSemantics &semantics,
                                uint16_t bits) {
   return llvm::APFloat(semantics, llvm::APInt(16, bits)).convertToDouble();
@@ -243,7 +225,7 @@ FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
     return emitError(loc) << what << " has an invalid or too large shape "
                           << formatShape(shape);
   uint64_t expectedBytes =
-      static_cast<uint64_t>(*count) * rawElementBytes(*dtype);
+      static_cast<uint64_t>(*count) * dtypeBytes(*dtype);
 
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     FailureOr<std::string> bytes =
