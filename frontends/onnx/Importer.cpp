@@ -224,8 +224,7 @@ FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
   if (!count)
     return emitError(loc) << what << " has an invalid or too large shape "
                           << formatShape(shape);
-  uint64_t expectedBytes =
-      static_cast<uint64_t>(*count) * dtypeBytes(*dtype);
+  uint64_t expectedBytes = static_cast<uint64_t>(*count) * dtypeBytes(*dtype);
 
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     FailureOr<std::string> bytes =
