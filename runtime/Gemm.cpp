@@ -1,0 +1,158 @@
+//===- Gemm.cpp - Strided-batched matrix multiplication on the host -------===//
+
+#include "runtime/Gemm.h"
+
+#include "runtime/Errors.h"
+#include "runtime/Float16.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <vector>
+
+namespace sharc::rt {
+
+namespace {
+
+/// Fatal unless `value` is in [0, 2^31 - 1].
+void checkSize(const char *caller, const char *name, int64_t value) {
+  if (value < 0)
+    fatal(std::string(caller) + ": " + name + " " + std::to_string(value) +
+          " is negative");
+  if (value > INT_MAX)
+    fatal(std::string(caller) + ": " + name + " " + std::to_string(value) +
+          " exceeds 2^31 - 1");
+}
+
+/// Fatal unless leading dimension `ld` covers the `cols` columns of `matrix`.
+void checkLeading(const char *caller, const char *name, int64_t ld,
+                  const char *matrix, int64_t cols) {
+  checkSize(caller, name, ld);
+  if (ld < std::max<int64_t>(1, cols))
+    fatal(std::string(caller) + ": " + name + " " + std::to_string(ld) +
+          " is less than max(1, " + std::to_string(cols) + "), the columns " +
+          "of " + matrix);
+}
+
+/// Fatal unless batch stride `stride` is non-negative.
+void checkStride(const char *caller, const char *name, int64_t stride) {
+  if (stride < 0)
+    fatal(std::string(caller) + ": " + name + " " + std::to_string(stride) +
+          " is negative");
+}
+
+/// The f32 value of 16-bit element `i` of `data`.
+float load16(DType type, const uint16_t *data, int64_t i) {
+  return type == DType::f16 ? halfToFloat(data[i]) : bfloat16ToFloat(data[i]);
+}
+
+/// Copies the rows x cols 16-bit matrix at `src` (leading dimension `ld`) to
+/// a dense f32 matrix.
+void widen(DType type, const uint16_t *src, int64_t rows, int64_t cols,
+           int64_t ld, std::vector<float> &dst) {
+  dst.resize(rows * cols);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      dst[i * cols + j] = load16(type, src, i * ld + j);
+}
+
+/// The 16-bit path: each batch's operands are widened to f32 (once for a
+/// broadcast operand), multiplied by sgemm into an f32 C and rounded once.
+void gemm16(const GemmArgs &args) {
+  const auto *a = static_cast<const uint16_t *>(args.a);
+  const auto *b = static_cast<const uint16_t *>(args.b);
+  auto *c = static_cast<uint16_t *>(args.c);
+  int64_t rowsA = args.transA ? args.k : args.m;
+  int64_t colsA = args.transA ? args.m : args.k;
+  int64_t rowsB = args.transB ? args.n : args.k;
+  int64_t colsB = args.transB ? args.k : args.n;
+  std::vector<float> wideA, wideB, wideC(args.m * args.n);
+  for (int64_t batch = 0; batch < args.batch; ++batch) {
+    if (batch == 0 || args.strideA != 0)
+      widen(args.type, a + batch * args.strideA, rowsA, colsA, args.lda, wideA);
+    if (batch == 0 || args.strideB != 0)
+      widen(args.type, b + batch * args.strideB, rowsB, colsB, args.ldb, wideB);
+    uint16_t *cBatch = c + batch * args.strideC;
+    if (args.beta != 0)
+      widen(args.type, cBatch, args.m, args.n, args.ldc, wideC);
+    cblas_sgemm(CblasRowMajor, args.transA ? CblasTrans : CblasNoTrans,
+                args.transB ? CblasTrans : CblasNoTrans, int(args.m),
+                int(args.n), int(args.k), float(args.alpha), wideA.data(),
+                int(std::max<int64_t>(1, colsA)), wideB.data(),
+                int(std::max<int64_t>(1, colsB)), float(args.beta),
+                wideC.data(), int(args.n));
+    for (int64_t i = 0; i < args.m; ++i)
+      for (int64_t j = 0; j < args.n; ++j) {
+        float value = wideC[i * args.n + j];
+        cBatch[i * args.ldc + j] = args.type == DType::f16
+                                       ? floatToHalf(value)
+                                       : floatToBFloat16(value);
+      }
+  }
+}
+
+} // namespace
+
+void validateGemm(const GemmArgs &args, const char *caller) {
+  if (args.type != DType::f32 && args.type != DType::f64 &&
+      args.type != DType::f16 && args.type != DType::bf16)
+    fatal(std::string(caller) + ": element type must be f32, f64, f16 or bf16");
+  checkSize(caller, "m", args.m);
+  checkSize(caller, "n", args.n);
+  checkSize(caller, "k", args.k);
+  checkSize(caller, "batch", args.batch);
+  checkLeading(caller, "lda", args.lda, args.transA ? "A^T" : "A",
+               args.transA ? args.m : args.k);
+  checkLeading(caller, "ldb", args.ldb, args.transB ? "B^T" : "B",
+               args.transB ? args.k : args.n);
+  checkLeading(caller, "ldc", args.ldc, "C", args.n);
+  checkStride(caller, "strideA", args.strideA);
+  checkStride(caller, "strideB", args.strideB);
+  checkStride(caller, "strideC", args.strideC);
+  if (args.batch == 0 || args.m == 0 || args.n == 0)
+    return;
+  if (args.batch > 1 && args.strideC < (args.m - 1) * args.ldc + args.n)
+    fatal(std::string(caller) + ": strideC " + std::to_string(args.strideC) +
+          " makes batches of C overlap (each spans " +
+          std::to_string((args.m - 1) * args.ldc + args.n) + " elements)");
+  if (!args.a || !args.b || !args.c)
+    fatal(std::string(caller) + ": " +
+          (!args.a   ? "A"
+           : !args.b ? "B"
+                     : "C") +
+          " is null");
+}
+
+void gemm(const GemmArgs &args) {
+  validateGemm(args, "gemm");
+  if (args.batch == 0 || args.m == 0 || args.n == 0)
+    return;
+  if (args.type == DType::f16 || args.type == DType::bf16)
+    return gemm16(args);
+  CBLAS_TRANSPOSE transA = args.transA ? CblasTrans : CblasNoTrans;
+  CBLAS_TRANSPOSE transB = args.transB ? CblasTrans : CblasNoTrans;
+  for (int64_t batch = 0; batch < args.batch; ++batch) {
+    if (args.type == DType::f32)
+      cblas_sgemm(CblasRowMajor, transA, transB, int(args.m), int(args.n),
+                  int(args.k), float(args.alpha),
+                  static_cast<const float *>(args.a) + batch * args.strideA,
+                  int(args.lda),
+                  static_cast<const float *>(args.b) + batch * args.strideB,
+                  int(args.ldb), float(args.beta),
+                  static_cast<float *>(args.c) + batch * args.strideC,
+                  int(args.ldc));
+    else
+      cblas_dgemm(CblasRowMajor, transA, transB, int(args.m), int(args.n),
+                  int(args.k), args.alpha,
+                  static_cast<const double *>(args.a) + batch * args.strideA,
+                  int(args.lda),
+                  static_cast<const double *>(args.b) + batch * args.strideB,
+                  int(args.ldb), args.beta,
+                  static_cast<double *>(args.c) + batch * args.strideC,
+                  int(args.ldc));
+  }
+}
+
+} // namespace sharc::rt

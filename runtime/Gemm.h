@@ -1,0 +1,60 @@
+//===- Gemm.h - Strided-batched matrix multiplication -----------*- C++ -*-===//
+//
+// The GEMM layer of the runtime: C[b] = alpha * op(A[b]) * op(B[b]) +
+// beta * C[b] for b in [0, batch), row-major, on host memory through BLAS.
+// GemmCuda.h has the same interface on device memory.  See docs/runtime.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_RUNTIME_GEMM_H
+#define SHARC_RUNTIME_GEMM_H
+
+#include "runtime/Communicator.h"
+
+#include <cstdint>
+
+namespace sharc::rt {
+
+/// One strided-batched GEMM on row-major matrices.  op(A[b]) is m x k and
+/// op(B[b]) is k x n; A is stored k x m when transA is set (m x k otherwise),
+/// B n x k when transB is set (k x n otherwise), C m x n.  Leading dimensions
+/// and batch strides are in elements; a batch stride of 0 makes every batch
+/// use the same A or B (broadcast).  When beta is 0, C is not read.
+struct GemmArgs {
+  /// f32, f64, f16 or bf16 (raw 16-bit values, see Float16.h); the type of
+  /// A, B and C alike.
+  DType type = DType::f32;
+  bool transA = false;
+  bool transB = false;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  double alpha = 1;
+  double beta = 0;
+  const void *a = nullptr;
+  int64_t lda = 0;
+  int64_t strideA = 0;
+  const void *b = nullptr;
+  int64_t ldb = 0;
+  int64_t strideB = 0;
+  void *c = nullptr;
+  int64_t ldc = 0;
+  int64_t strideC = 0;
+  int64_t batch = 1;
+};
+
+/// Checks `args` and calls fatal() naming `caller` and the first problem:
+/// an unsupported type, negative sizes or strides, sizes or a batch count
+/// past 2^31 - 1, a leading dimension less than the row length of its matrix,
+/// batches of C that overlap, or a null A, B or C when there is work to do
+/// (batch, m and n all non-zero).
+void validateGemm(const GemmArgs &args, const char *caller);
+
+/// Computes `args` on host memory: cblas_sgemm/dgemm for f32/f64; f16 and
+/// bf16 are converted to f32, multiplied by sgemm (f32 accumulation) and
+/// rounded once to the 16-bit type.  Fatal on invalid arguments.
+void gemm(const GemmArgs &args);
+
+} // namespace sharc::rt
+
+#endif // SHARC_RUNTIME_GEMM_H
