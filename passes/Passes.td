@@ -44,4 +44,21 @@ def Optimizer : Pass<"sharc-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }
 
+def PlanMemory : Pass<"sharc-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Plans the intermediate tensors of each function into one "
+                "static arena";
+  let description = [{
+    For every function (a single block), each tensor result of an op other
+    than `sharc.constant` gets a byte offset in one arena, planned greedily
+    by size (largest first, each at the lowest aligned offset that does not
+    overlap a value whose live range intersects).  Ops get
+    `sharc.offsets = array<i64: ...>` (one per result, -1 when not placed)
+    and functions `sharc.arena_bytes` (docs/passes.md).
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", "256",
+           "Byte alignment of every offset and size">,
+  ];
+}
+
 #endif // SHARC_PASSES_TD

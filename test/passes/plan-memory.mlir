@@ -1,0 +1,89 @@
+// RUN: sharc-opt %s -split-input-file -verify-diagnostics --sharc-plan-memory | FileCheck %s
+// RUN: sharc-opt %s -split-input-file -verify-diagnostics --sharc-plan-memory="alignment=8" | FileCheck %s --check-prefix=ALIGN8
+
+// A chain: every value is 64 x 4 = 256 bytes (one alignment unit).  Live
+// ranges by op index: a [0, 1], b [1, 2], c [2, 3] (c is returned by op 3).
+// Greedy (equal sizes, so definition order): a at 0; b is live with a, so
+// 256; c is live with b only and reuses a's buffer at 0.  Arena: 512.
+
+// CHECK-LABEL: func.func @chain(
+// CHECK-SAME: attributes {sharc.arena_bytes = 512 : i64}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: return
+func.func @chain(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %a = sharc.exp %x : tensor<64xf32>
+  %b = sharc.exp %a : tensor<64xf32>
+  %c = sharc.exp %b : tensor<64xf32>
+  return %c : tensor<64xf32>
+}
+
+// -----
+
+// Sizes and live ranges (op index: value, bytes, live range):
+//   0: a  256 [0, 3]    1: b 1024 [1, 2]    2: c 1024 [2, 5] (returned)
+//   3: d  256 [3, 4]    4: e  256 [4, 5] (returned)
+// Largest first, ties in definition order: b, c, a, d, e.
+//   b -> 0.
+//   c is live with b [0, 1024) -> 1024.
+//   a is live with b [0, 1024) and c [1024, 2048) -> 2048.
+//   d is live with c [1024, 2048) and a [2048, 2304); 0 is free -> 0.
+//   e is live with c [1024, 2048) and d [0, 256) -> 256.
+// Arena: a ends at 2304, which is also the lower bound (a, b, c at op 2).
+
+// CHECK-LABEL: func.func @sizes(
+// CHECK-SAME: attributes {sharc.arena_bytes = 2304 : i64}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 2048>}
+// CHECK-NEXT: sharc.broadcast %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 1024>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: return
+func.func @sizes(%x: tensor<64xf32>) -> (tensor<4x64xf32>, tensor<64xf32>) {
+  %a = sharc.exp %x : tensor<64xf32>
+  %b = sharc.broadcast %a : tensor<64xf32> to tensor<4x64xf32>
+  %c = sharc.exp %b : tensor<4x64xf32>
+  %d = sharc.exp %a : tensor<64xf32>
+  %e = sharc.exp %d : tensor<64xf32>
+  return %c, %e : tensor<4x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// Constants are read-only data: -1, never in the arena.  s (10 x f32 = 40
+// bytes) is live over [1, 2], m (10 x i1 = 10 bytes) over [2, 3].
+// Alignment 256: both round to 256; s at 0, m at 256; arena 512.
+// Alignment 8: s is 40 bytes, m 16; s at 0, m at 40; arena 56.
+
+// CHECK-LABEL: func.func @consts(
+// CHECK-SAME: attributes {sharc.arena_bytes = 512 : i64}
+// CHECK-NEXT: sharc.constant {sharc.offsets = array<i64: -1>}
+// CHECK-NEXT: sharc.add %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.cast %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: return
+
+// ALIGN8-LABEL: func.func @consts(
+// ALIGN8-SAME: attributes {sharc.arena_bytes = 56 : i64}
+// ALIGN8-NEXT: sharc.constant {sharc.offsets = array<i64: -1>}
+// ALIGN8-NEXT: sharc.add %{{.*}} {sharc.offsets = array<i64: 0>}
+// ALIGN8-NEXT: sharc.cast %{{.*}} {sharc.offsets = array<i64: 40>}
+// ALIGN8-NEXT: return
+func.func @consts(%x: tensor<10xf32>) -> tensor<10xi1> {
+  %k = sharc.constant dense<1.0> : tensor<10xf32>
+  %s = sharc.add %x, %k : (tensor<10xf32>, tensor<10xf32>) -> tensor<10xf32>
+  %m = sharc.cast %s : tensor<10xf32> to tensor<10xi1>
+  return %m : tensor<10xi1>
+}
+
+// -----
+
+// Planning needs a single block.
+
+// expected-error @below {{sharc-plan-memory: function '@branches' has 2 blocks; memory planning needs a single block}}
+func.func @branches(%x: tensor<f32>) -> tensor<f32> {
+  return %x : tensor<f32>
+^unreachable:
+  %zero = sharc.constant dense<0.0> : tensor<f32>
+  return %zero : tensor<f32>
+}

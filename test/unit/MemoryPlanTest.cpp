@@ -1,0 +1,206 @@
+//===- MemoryPlanTest.cpp - sharc-plan-memory on random functions ---------===//
+//
+// Plans random straight-line functions and checks the plan against live
+// ranges recomputed here: no two values live together overlap, offsets are
+// aligned, and the arena lies between the peak live size and the total size.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestUtil.h"
+
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+
+#include <random>
+
+using namespace mlir;
+using namespace sharc;
+using namespace sharc::test;
+
+namespace {
+
+struct GeneratedValue {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string element;
+
+  std::string type() const { return tensorType(shape, element); }
+};
+
+/// A random function of exp, add, mul, broadcast, cast and constants, each
+/// op reading random earlier values.
+std::string randomFunction(std::mt19937 &rng) {
+  auto pick = [&](size_t n) {
+    return std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+  };
+  const char *elements[] = {"f16", "f32", "f64"};
+  auto randomShape = [&] {
+    std::vector<int64_t> shape(pick(3));
+    for (int64_t &dim : shape)
+      dim = 1 + pick(40);
+    return shape;
+  };
+
+  std::vector<GeneratedValue> values;
+  std::string args;
+  for (int i = 0; i < 2; ++i) {
+    values.push_back(
+        {"%arg" + std::to_string(i), randomShape(), elements[pick(3)]});
+    args += (i ? ", " : "") + values.back().name + ": " + values.back().type();
+  }
+
+  std::string body;
+  size_t count = 1 + pick(30);
+  for (size_t i = 0; i < count; ++i) {
+    const GeneratedValue &x = values[pick(values.size())];
+    GeneratedValue result{"%v" + std::to_string(i), x.shape, x.element};
+    std::string line = "  " + result.name + " = ";
+    switch (pick(5)) {
+    case 0:
+      line += "sharc.exp " + x.name + " : " + x.type();
+      break;
+    case 1: {
+      std::vector<const GeneratedValue *> sameType;
+      for (const GeneratedValue &value : values)
+        if (value.type() == x.type())
+          sameType.push_back(&value);
+      const GeneratedValue &y = *sameType[pick(sameType.size())];
+      line += std::string(pick(2) ? "sharc.add " : "sharc.mul ") + x.name +
+              ", " + y.name + " : (" + x.type() + ", " + y.type() + ") -> " +
+              x.type();
+      break;
+    }
+    case 2:
+      result.shape.insert(result.shape.begin(), 1 + pick(4));
+      line += "sharc.broadcast " + x.name + " : " + x.type() + " to " +
+              result.type();
+      break;
+    case 3:
+      result.element = elements[pick(3)];
+      line +=
+          "sharc.cast " + x.name + " : " + x.type() + " to " + result.type();
+      break;
+    default:
+      result.shape = randomShape();
+      line += "sharc.constant dense<1.0> : " + result.type();
+      break;
+    }
+    body += line + "\n";
+    values.push_back(result);
+  }
+
+  std::vector<const GeneratedValue *> returned = {&values.back()};
+  for (size_t i = 2; i + 1 < values.size(); ++i)
+    if (pick(4) == 0)
+      returned.push_back(&values[i]);
+  std::string names, types;
+  for (const GeneratedValue *value : returned) {
+    names += (names.empty() ? "" : ", ") + value->name;
+    types += (types.empty() ? "" : ", ") + value->type();
+  }
+  return "func.func @main(" + args + ") -> (" + types + ") {\n" + body +
+         "  return " + names + " : " + types + "\n}\n";
+}
+
+struct PlannedValue {
+  int64_t offset, size, first, last;
+};
+
+class MemoryPlanTest : public IRTest {};
+
+TEST_F(MemoryPlanTest, RandomFunctions) {
+  std::mt19937 rng(20261130);
+  const int64_t alignments[] = {1, 8, 64, 256};
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string text = randomFunction(rng);
+    int64_t alignment = alignments[trial % 4];
+    SCOPED_TRACE("alignment " + std::to_string(alignment) + "\n" + text);
+    func::FuncOp func = parse(text);
+    ASSERT_TRUE(func);
+    PassManager pm(&context);
+    PlanMemoryOptions options;
+    options.alignment = alignment;
+    pm.addPass(createPlanMemory(options));
+    ASSERT_TRUE(succeeded(pm.run(func->getParentOfType<ModuleOp>())))
+        << diagnostics;
+
+    Block &block = func.getBody().front();
+    DenseMap<Operation *, int64_t> index;
+    for (auto [i, op] : llvm::enumerate(block))
+      index[&op] = i;
+    std::vector<PlannedValue> planned;
+    for (Operation &op : block) {
+      if (op.getNumResults() == 0)
+        continue;
+      auto offsets = op.getAttrOfType<DenseI64ArrayAttr>("sharc.offsets");
+      ASSERT_TRUE(offsets);
+      ASSERT_EQ(offsets.size(), 1);
+      if (isa<ConstantOp>(op)) {
+        EXPECT_EQ(offsets[0], -1);
+        continue;
+      }
+      auto type = cast<RankedTensorType>(op.getResult(0).getType());
+      int64_t bytes =
+          type.getNumElements() * (type.getElementTypeBitWidth() / 8);
+      PlannedValue value{offsets[0],
+                         (bytes + alignment - 1) / alignment * alignment,
+                         index[&op], index[&op]};
+      for (Operation *user : op.getResult(0).getUsers())
+        value.last = std::max(value.last, index[user]);
+      EXPECT_GE(value.offset, 0);
+      EXPECT_EQ(value.offset % alignment, 0);
+      planned.push_back(value);
+    }
+
+    int64_t end = 0, total = 0, peak = 0;
+    for (const PlannedValue &value : planned) {
+      end = std::max(end, value.offset + value.size);
+      total += value.size;
+    }
+    for (int64_t point = 0; point < static_cast<int64_t>(index.size());
+         ++point) {
+      int64_t live = 0;
+      for (const PlannedValue &value : planned)
+        if (value.first <= point && point <= value.last)
+          live += value.size;
+      peak = std::max(peak, live);
+    }
+    for (size_t i = 0; i < planned.size(); ++i)
+      for (size_t j = i + 1; j < planned.size(); ++j) {
+        const PlannedValue &a = planned[i], &b = planned[j];
+        if (a.first <= b.last && b.first <= a.last) {
+          EXPECT_TRUE(a.offset + a.size <= b.offset ||
+                      b.offset + b.size <= a.offset)
+              << "values " << i << " and " << j << " overlap";
+        }
+      }
+
+    auto arena = func->getAttrOfType<IntegerAttr>("sharc.arena_bytes");
+    ASSERT_TRUE(arena);
+    EXPECT_EQ(arena.getInt(), end);
+    EXPECT_GE(arena.getInt(), peak);
+    EXPECT_LE(arena.getInt(), total);
+    if (HasFailure())
+      return;
+  }
+}
+
+TEST_F(MemoryPlanTest, RejectsZeroAlignment) {
+  func::FuncOp func = parse(R"(
+    func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %y = sharc.exp %x : tensor<4xf32>
+      return %y : tensor<4xf32>
+    })");
+  ASSERT_TRUE(func);
+  PassManager pm(&context);
+  PlanMemoryOptions options;
+  options.alignment = 0;
+  pm.addPass(createPlanMemory(options));
+  EXPECT_TRUE(failed(pm.run(func->getParentOfType<ModuleOp>())));
+  EXPECT_NE(diagnostics.find("alignment must be positive, got 0"),
+            std::string::npos)
+      << diagnostics;
+}
+
+} // namespace
