@@ -139,6 +139,8 @@ sharc::verifyTrainingOptions(const TrainingOptions &options,
       !check.atLeast("momentum", options.momentum, 0) ||
       !check.atLeast("grad-accum", options.gradAccum, 1) ||
       !check.atLeast("clip", options.clip, 0) ||
+      !check.atLeast("world-size", options.worldSize, 1) ||
+      !check.atLeast("reduce-bucket-size", options.reduceBucketSize, 1) ||
       !check.positive("eps", options.eps))
     return failure();
   if (options.optimizer == OptimizerKind::sgd && options.nesterov &&
@@ -474,18 +476,19 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
 }
 
 /// Calls `gradFunc` on each micro-batch, rows [k * micro, (k + 1) * micro)
-/// of every data input, with loss_seed 1/G.  Returns the mean loss and the
-/// summed gradient of each trainable parameter.
+/// of every data input, with loss_seed 1/(G N) for N ranks.  Returns the mean
+/// loss and the summed gradient of each trainable parameter.
 static std::pair<Value, SmallVector<Value>>
 accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
                     const StepLayout &layout, Block *entry,
-                    int64_t microBatches) {
+                    int64_t microBatches, int64_t worldSize) {
   ImplicitLocOpBuilder &b = math.getBuilder();
   FunctionType gradType = gradFunc.getFunctionType();
   const GradSignature &signature = layout.signature;
   Type lossElement =
       cast<RankedTensorType>(gradType.getResult(0)).getElementType();
-  Value seed = math.constant(lossElement, 1.0 / microBatches);
+  Value seed = math.constant(
+      lossElement, 1.0 / (static_cast<double>(microBatches) * worldSize));
   Value loss;
   SmallVector<Value> grads(layout.trainable.size());
   for (int64_t k = 0; k < microBatches; ++k) {
@@ -515,6 +518,58 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
     loss = math.div(
         loss, math.constant(lossElement, static_cast<double>(microBatches)));
   return {loss, std::move(grads)};
+}
+
+/// Sums `grads` over `ranks` ranks in place, in buckets: consecutive
+/// gradients of one element type, until a bucket would exceed `bucketSize`
+/// elements (a larger gradient is a bucket of its own).  A bucket of several
+/// gradients is flattened to 1-D, concatenated, all-reduced once, sliced and
+/// reshaped back; a bucket of one is all-reduced as it is.
+static void allReduceGradients(MathBuilder &math, MutableArrayRef<Value> grads,
+                               int64_t ranks, int64_t bucketSize) {
+  ImplicitLocOpBuilder &b = math.getBuilder();
+  auto reduceBucket = [&](MutableArrayRef<Value> bucket) {
+    if (bucket.size() == 1) {
+      bucket[0] = AllReduceOp::create(b, bucket[0], CollectiveKind::sum, ranks);
+      return;
+    }
+    SmallVector<Value> flat;
+    for (Value grad : bucket) {
+      auto type = cast<RankedTensorType>(grad.getType());
+      flat.push_back(
+          type.getRank() == 1
+              ? grad
+              : ReshapeOp::create(
+                    b, type.clone(ArrayRef<int64_t>{type.getNumElements()}),
+                    grad));
+    }
+    Value sum = AllReduceOp::create(b, ConcatOp::create(b, flat, 0),
+                                    CollectiveKind::sum, ranks);
+    int64_t offset = 0;
+    for (Value &grad : bucket) {
+      auto type = cast<RankedTensorType>(grad.getType());
+      int64_t size = type.getNumElements();
+      Value part =
+          SliceOp::create(b, type.clone(ArrayRef<int64_t>{size}), sum,
+                          ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{1});
+      grad = type.getRank() == 1 ? part : ReshapeOp::create(b, type, part);
+      offset += size;
+    }
+  };
+  size_t begin = 0;
+  int64_t elements = 0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    auto type = cast<RankedTensorType>(grads[i].getType());
+    if (i > begin && (elements + type.getNumElements() > bucketSize ||
+                      type.getElementType() != elementTypeOf(grads[begin]))) {
+      reduceBucket(grads.slice(begin, i - begin));
+      begin = i;
+      elements = 0;
+    }
+    elements += type.getNumElements();
+  }
+  if (begin < grads.size())
+    reduceBucket(grads.drop_front(begin));
 }
 
 /// The learning rate of step `counter` and, for Adam, the betas and bias
@@ -566,8 +621,17 @@ FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
   Block *entry = step->addEntryBlock();
   auto b = ImplicitLocOpBuilder::atBlockEnd(gradFunc.getLoc(), entry);
   MathBuilder math(b);
-  auto [loss, grads] =
-      accumulateGradients(math, gradFunc, layout, entry, options.gradAccum);
+  auto [loss, grads] = accumulateGradients(
+      math, gradFunc, layout, entry, options.gradAccum, options.worldSize);
+  if (options.worldSize > 1) {
+    allReduceGradients(math, grads, options.worldSize,
+                       options.reduceBucketSize);
+    Value total =
+        AllReduceOp::create(b, loss, CollectiveKind::sum, options.worldSize);
+    loss =
+        math.div(total, math.constant(elementTypeOf(loss),
+                                      static_cast<double>(options.worldSize)));
+  }
   if (options.clip > 0)
     clipByGlobalNorm(math, grads, options.clip);
   Value counter = entry->getArgument(layout.stepArg());

@@ -1,4 +1,5 @@
-//===- TrainingOptions.h - what a training step does -------------*- C++ -*-===//
+//===- TrainingOptions.h - what a training step does -------------*- C++
+//-*-===//
 //
 // Every choice that shapes the training step: which output is the loss, which
 // parameters train, the optimizer and its hyper-parameters, the learning-rate
@@ -90,6 +91,13 @@ struct TrainingOptions {
   int64_t gradAccum = 1;
   /// Global-norm gradient clipping threshold; 0 disables clipping.
   double clip = 0.0;
+
+  /// Data-parallel ranks: each runs its own @train_step on its own rows and
+  /// the gradients are all-reduced (sum) before clipping.
+  int64_t worldSize = 1;
+  /// Elements per gradient all-reduce bucket (DeepSpeed's
+  /// reduce_bucket_size).
+  int64_t reduceBucketSize = 500000000;
 
   SchedulerOptions scheduler;
 };

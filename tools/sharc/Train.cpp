@@ -391,6 +391,11 @@ FailureOr<TrainingOptions> trainingOptions(func::FuncOp forward) {
   options.function = forward.getSymName().str();
   if (failed(applyFlags(options)))
     return failure();
+  if (options.worldSize > 1) {
+    fail("world-size > 1 needs a compiled program (sharc compile), the "
+         "evaluator CLI runs one rank");
+    return failure();
+  }
   if (given(flags->gradAccum))
     batch.gradAccumSteps = flags->gradAccum;
   if (batch.gradAccumSteps && *batch.gradAccumSteps < 1) {

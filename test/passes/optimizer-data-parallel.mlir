@@ -1,0 +1,51 @@
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2 world-size=2 reduce-bucket-size=4 clip=1.0" | FileCheck %s
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2 clip=1.0" | FileCheck %s --check-prefix=ONE
+
+// Data parallelism over two ranks: the loss seed is 1/(GAS N); the summed
+// micro-batch gradients are all-reduced before clipping in buckets of at most
+// 4 elements, w (3) and b (1) in one concatenated bucket, v (2) alone.
+
+func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
+                     %b: tensor<f32> {sharc.param = #sharc.param<"b", "b">},
+                     %v: tensor<2xf32> {sharc.param = #sharc.param<"v", "v">},
+                     %x: tensor<2x3xf32> {sharc.input = "x"},
+                     %seed: tensor<f32> {sharc.input = "loss_seed"})
+    -> (tensor<f32> {sharc.output = "out"}, tensor<3xf32> {sharc.grad = "w"},
+        tensor<f32> {sharc.grad = "b"}, tensor<2xf32> {sharc.grad = "v"}) {
+  %0 = sharc.reduce %x {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>} : (tensor<2x3xf32>) -> tensor<3xf32>
+  %1 = sharc.mul %0, %seed : (tensor<3xf32>, tensor<f32>) -> tensor<3xf32>
+  %2 = sharc.mul %b, %seed : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %3 = sharc.mul %v, %seed : (tensor<2xf32>, tensor<f32>) -> tensor<2xf32>
+  return %seed, %1, %2, %3 : tensor<f32>, tensor<3xf32>, tensor<f32>, tensor<2xf32>
+}
+
+// CHECK-LABEL: func.func @train_step(
+// CHECK-SAME: %{{.*}}: tensor<4x3xf32> {sharc.input = "x"})
+// CHECK: %[[SEED:.*]] = sharc.constant dense<2.500000e-01> : tensor<f32>
+// CHECK: %[[G0:.*]]:4 = call @main_grad({{.*}}, %[[SEED]])
+// CHECK: %[[G1:.*]]:4 = call @main_grad({{.*}}, %[[SEED]])
+// CHECK-DAG: %[[W:.*]] = sharc.add %[[G0]]#1, %[[G1]]#1
+// CHECK-DAG: %[[B:.*]] = sharc.add %[[G0]]#2, %[[G1]]#2
+// CHECK-DAG: %[[V:.*]] = sharc.add %[[G0]]#3, %[[G1]]#3
+// CHECK: %[[BF:.*]] = sharc.reshape %[[B]] : tensor<f32> to tensor<1xf32>
+// CHECK: %[[CAT:.*]] = sharc.concat %[[W]], %[[BF]] {axis = 0 : i64} : (tensor<3xf32>, tensor<1xf32>) -> tensor<4xf32>
+// CHECK: %[[SUM:.*]] = sharc.all_reduce %[[CAT]] {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<4xf32>
+// CHECK: %[[WS:.*]] = sharc.slice %[[SUM]] {{.*}}start = array<i64: 0>{{.*}} to tensor<3xf32>
+// CHECK: %[[BS:.*]] = sharc.slice %[[SUM]] {{.*}}start = array<i64: 3>{{.*}} to tensor<1xf32>
+// CHECK: %[[BR:.*]] = sharc.reshape %[[BS]] : tensor<1xf32> to tensor<f32>
+// CHECK-NOT: sharc.concat
+// CHECK: %[[VR:.*]] = sharc.all_reduce %[[V]] {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<2xf32>
+// CHECK: %[[LOSS:.*]] = sharc.all_reduce %{{.*}} {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<f32>
+// CHECK: %[[N:.*]] = sharc.constant dense<2.000000e+00> : tensor<f32>
+// CHECK: %[[MEAN:.*]] = sharc.div %[[LOSS]], %[[N]]
+// CHECK-NOT: sharc.all_reduce
+// Clipping reads the all-reduced gradients.
+// CHECK: sharc.mul %[[WS]], %[[WS]]
+// CHECK: return %[[MEAN]]
+
+// One rank: no collectives, seed 1/GAS.
+// ONE-LABEL: func.func @train_step(
+// ONE: sharc.constant dense<5.000000e-01> : tensor<f32>
+// ONE-NOT: sharc.all_reduce
+// ONE-NOT: sharc.concat
+// ONE: return
