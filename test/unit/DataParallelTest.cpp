@@ -22,34 +22,6 @@ using namespace sharc::test;
 
 namespace {
 
-/// loss = sum(x * (w + c)) + b * b with trainable w and b and frozen c, in
-/// f64; the gradients of seed * loss written by hand.  Micro-batches of two
-/// rows.
-constexpr const char *kModel = R"mlir(
-func.func @main_grad(
-    %w: tensor<3xf64> {sharc.param = #sharc.param<"w", "fc.weight">},
-    %x: tensor<2x3xf64> {sharc.input = "x"},
-    %c: tensor<3xf64> {sharc.param = #sharc.param<"c", "frozen">},
-    %b: tensor<f64> {sharc.param = #sharc.param<"b", "fc.bias">},
-    %seed: tensor<f64> {sharc.input = "loss_seed"})
-    -> (tensor<f64> {sharc.output = "out"}, tensor<3xf64> {sharc.grad = "w"},
-        tensor<f64> {sharc.grad = "b"}) {
-  %wc = sharc.add %w, %c : (tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
-  %xw = sharc.mul %x, %wc : (tensor<2x3xf64>, tensor<3xf64>) -> tensor<2x3xf64>
-  %s = sharc.reduce %xw
-      {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0, 1>}
-      : (tensor<2x3xf64>) -> tensor<f64>
-  %bb = sharc.mul %b, %b : (tensor<f64>, tensor<f64>) -> tensor<f64>
-  %loss = sharc.add %s, %bb : (tensor<f64>, tensor<f64>) -> tensor<f64>
-  %xs = sharc.reduce %x {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>}
-      : (tensor<2x3xf64>) -> tensor<3xf64>
-  %dw = sharc.mul %xs, %seed : (tensor<3xf64>, tensor<f64>) -> tensor<3xf64>
-  %b2 = sharc.add %b, %b : (tensor<f64>, tensor<f64>) -> tensor<f64>
-  %db = sharc.mul %b2, %seed : (tensor<f64>, tensor<f64>) -> tensor<f64>
-  return %loss, %dw, %db : tensor<f64>, tensor<3xf64>, tensor<f64>
-}
-)mlir";
-
 constexpr int64_t kMicro = 2;
 
 TrainingOptions adamWOptions(int64_t worldSize, int64_t gradAccum) {
@@ -74,7 +46,7 @@ std::vector<double> row(int64_t r) {
 class DataParallelTest : public IRTest {
 protected:
   FailureOr<func::FuncOp> build(const TrainingOptions &options) {
-    if (!parse(kModel, "main_grad"))
+    if (!parse(toyGradModel("f64"), "main_grad"))
       return failure();
     FailureOr<func::FuncOp> step = buildTrainStep(*modules.back(), options);
     if (failed(step))

@@ -22,33 +22,6 @@ using namespace sharc::test;
 
 namespace {
 
-/// loss = sum(x * (w + c)) + b * b with trainable w and b and frozen c;
-/// the gradients of seed * loss written by hand.
-constexpr const char *kModel = R"mlir(
-func.func @main_grad(
-    %w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
-    %x: tensor<2x3xf32> {sharc.input = "x"},
-    %c: tensor<3xf32> {sharc.param = #sharc.param<"c", "frozen">},
-    %b: tensor<f32> {sharc.param = #sharc.param<"b", "fc.bias">},
-    %seed: tensor<f32> {sharc.input = "loss_seed"})
-    -> (tensor<f32> {sharc.output = "out"}, tensor<3xf32> {sharc.grad = "w"},
-        tensor<f32> {sharc.grad = "b"}) {
-  %wc = sharc.add %w, %c : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-  %xw = sharc.mul %x, %wc : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
-  %s = sharc.reduce %xw
-      {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0, 1>}
-      : (tensor<2x3xf32>) -> tensor<f32>
-  %bb = sharc.mul %b, %b : (tensor<f32>, tensor<f32>) -> tensor<f32>
-  %loss = sharc.add %s, %bb : (tensor<f32>, tensor<f32>) -> tensor<f32>
-  %xs = sharc.reduce %x {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>}
-      : (tensor<2x3xf32>) -> tensor<3xf32>
-  %dw = sharc.mul %xs, %seed : (tensor<3xf32>, tensor<f32>) -> tensor<3xf32>
-  %b2 = sharc.add %b, %b : (tensor<f32>, tensor<f32>) -> tensor<f32>
-  %db = sharc.mul %b2, %seed : (tensor<f32>, tensor<f32>) -> tensor<f32>
-  return %loss, %dw, %db : tensor<f32>, tensor<3xf32>, tensor<f32>
-}
-)mlir";
-
 float f32(double x) { return static_cast<float>(x); }
 
 /// The state of the toy model: parameters w (3) and b (1) as one vector of
@@ -108,7 +81,7 @@ protected:
   /// Builds the step, runs it on `problem` and returns its results.
   std::vector<Tensor> runStep(const TrainingOptions &options,
                               const Problem &p) {
-    if (!parse(kModel, "main_grad"))
+    if (!parse(toyGradModel("f32"), "main_grad"))
       return {};
     FailureOr<func::FuncOp> step = buildTrainStep(*modules.back(), options);
     if (failed(step)) {
@@ -303,7 +276,7 @@ TEST_F(OptimizerTest, ClipBelowThresholdKeepsGradients) {
 TEST_F(OptimizerTest, Signature) {
   Problem p;
   TrainingOptions o;
-  func::FuncOp grad = parse(kModel, "main_grad");
+  func::FuncOp grad = parse(toyGradModel("f32"), "main_grad");
   ASSERT_TRUE(grad);
   o.gradAccum = 3;
   FailureOr<func::FuncOp> step = buildTrainStep(*modules.back(), o);

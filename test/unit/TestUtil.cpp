@@ -131,4 +131,32 @@ int64_t linearIndex(ArrayRef<int64_t> shape, ArrayRef<int64_t> index) {
   return linear;
 }
 
+std::string toyGradModel(StringRef element) {
+  return substitute(R"mlir(
+func.func @main_grad(
+    %w: tensor<3x$0> {sharc.param = #sharc.param<"w", "fc.weight">},
+    %x: tensor<2x3x$0> {sharc.input = "x"},
+    %c: tensor<3x$0> {sharc.param = #sharc.param<"c", "frozen">},
+    %b: tensor<$0> {sharc.param = #sharc.param<"b", "fc.bias">},
+    %seed: tensor<$0> {sharc.input = "loss_seed"})
+    -> (tensor<$0> {sharc.output = "out"}, tensor<3x$0> {sharc.grad = "w"},
+        tensor<$0> {sharc.grad = "b"}) {
+  %wc = sharc.add %w, %c : (tensor<3x$0>, tensor<3x$0>) -> tensor<3x$0>
+  %xw = sharc.mul %x, %wc : (tensor<2x3x$0>, tensor<3x$0>) -> tensor<2x3x$0>
+  %s = sharc.reduce %xw
+      {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0, 1>}
+      : (tensor<2x3x$0>) -> tensor<$0>
+  %bb = sharc.mul %b, %b : (tensor<$0>, tensor<$0>) -> tensor<$0>
+  %loss = sharc.add %s, %bb : (tensor<$0>, tensor<$0>) -> tensor<$0>
+  %xs = sharc.reduce %x {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>}
+      : (tensor<2x3x$0>) -> tensor<3x$0>
+  %dw = sharc.mul %xs, %seed : (tensor<3x$0>, tensor<$0>) -> tensor<3x$0>
+  %b2 = sharc.add %b, %b : (tensor<$0>, tensor<$0>) -> tensor<$0>
+  %db = sharc.mul %b2, %seed : (tensor<$0>, tensor<$0>) -> tensor<$0>
+  return %loss, %dw, %db : tensor<$0>, tensor<3x$0>, tensor<$0>
+}
+)mlir",
+                    {element.str()});
+}
+
 } // namespace sharc::test

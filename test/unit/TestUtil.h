@@ -64,6 +64,11 @@ Tensor randomTensor(DType type, llvm::ArrayRef<int64_t> shape, unsigned seed,
 void expectClose(const Tensor &actual, llvm::ArrayRef<double> expected,
                  double tolerance, const char *what = "");
 
+/// `@main_grad` of loss = sum(x * (w + c)) + b * b (x: 2x3, trainable w: 3 and
+/// b: scalar, frozen c: 3) in the shape sharc-autodiff produces, with the
+/// gradients of seed * loss written by hand, in element type `element`.
+std::string toyGradModel(llvm::StringRef element);
+
 /// Row-major linear index of `index` in `shape`.
 int64_t linearIndex(llvm::ArrayRef<int64_t> shape,
                     llvm::ArrayRef<int64_t> index);
