@@ -11,6 +11,7 @@
 #include "ir/Evaluator.h"
 #include "ir/Collectives.h"
 #include "ir/EvalInternal.h"
+#include "ir/SharcOps.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -149,10 +150,55 @@ static LogicalResult makeResults(const OpCall &call,
   return success();
 }
 
+static LogicalResult evalOp(Operation *op, ArrayRef<const Tensor *> operands,
+                            SmallVectorImpl<Tensor> &results,
+                            CollectiveGroup *group, int rank);
+
+/// Evaluates the body of `fusion` as a function of whole tensors: the block
+/// arguments are `operands`, each op runs as it would unfused, and the
+/// yielded tensors are the results.
+static LogicalResult evalFusion(FusionOp fusion,
+                                ArrayRef<const Tensor *> operands,
+                                SmallVectorImpl<Tensor> &results,
+                                CollectiveGroup *group, int rank) {
+  Block &body = fusion.getBody().front();
+  if (body.getNumArguments() != operands.size())
+    return fusion.emitError() << "cannot evaluate a 'sharc.fusion' whose body "
+                                 "does not take its operands";
+  llvm::DenseMap<Value, const Tensor *> values;
+  for (auto [arg, tensor] : llvm::zip(body.getArguments(), operands))
+    values[arg] = tensor;
+  std::vector<std::unique_ptr<Tensor>> owned;
+  for (Operation &op : body) {
+    SmallVector<const Tensor *> inputs;
+    for (Value operand : op.getOperands()) {
+      const Tensor *tensor = values.lookup(operand);
+      if (!tensor)
+        return op.emitError() << "operand used before it is defined";
+      inputs.push_back(tensor);
+    }
+    if (isa<YieldOp>(op)) {
+      for (const Tensor *tensor : inputs)
+        results.push_back(*tensor);
+      return success();
+    }
+    SmallVector<Tensor> opResults;
+    if (failed(evalOp(&op, inputs, opResults, group, rank)))
+      return failure();
+    for (auto [value, tensor] : llvm::zip(op.getResults(), opResults)) {
+      owned.push_back(std::make_unique<Tensor>(std::move(tensor)));
+      values[value] = owned.back().get();
+    }
+  }
+  return fusion.emitError() << "'sharc.fusion' body has no 'sharc.yield'";
+}
+
 /// Evaluates `op` on `operands` into `results`.
 static LogicalResult evalOp(Operation *op, ArrayRef<const Tensor *> operands,
                             SmallVectorImpl<Tensor> &results,
                             CollectiveGroup *group, int rank) {
+  if (auto fusion = dyn_cast<FusionOp>(op))
+    return evalFusion(fusion, operands, results, group, rank);
   OpCall call{op, operands, {}, group, rank};
   if (failed(makeResults(call, results)))
     return failure();

@@ -247,6 +247,101 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
 }
 
 //===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+bool sharc::isFusibleElementwiseOp(Operation *op) {
+  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp,
+             TanhOp, SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp,
+             AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
+             CompareOp, SelectOp>(op);
+}
+
+bool sharc::isSplatConstant(Operation *op) {
+  auto constant = dyn_cast<ConstantOp>(op);
+  if (!constant)
+    return false;
+  auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+  return dense && dense.isSplat();
+}
+
+YieldOp FusionOp::getYield() {
+  return cast<YieldOp>(getBody().front().getTerminator());
+}
+
+/// Prints `shape` as "[d0, d1, ...]" for diagnostics.
+static std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  llvm::raw_string_ostream os(text);
+  llvm::interleaveComma(shape, os);
+  os << "]";
+  return text;
+}
+
+LogicalResult FusionOp::verifyRegions() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getNumOperands())
+    return emitOpError() << "has " << getNumOperands()
+                         << " operands but its body has "
+                         << body.getNumArguments() << " arguments";
+  for (auto [i, operand, arg] :
+       llvm::enumerate(getOperands(), body.getArguments()))
+    if (operand.getType() != arg.getType())
+      return emitOpError() << "body argument #" << i << " has type "
+                           << arg.getType() << " but operand #" << i
+                           << " has type " << operand.getType();
+
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError() << "body must end with 'sharc.yield'";
+  if (yield.getNumOperands() != getNumResults())
+    return emitOpError() << "yields " << yield.getNumOperands()
+                         << " values but has " << getNumResults()
+                         << " results";
+  for (auto [i, value, result] :
+       llvm::enumerate(yield.getOperands(), getResults()))
+    if (value.getType() != result.getType())
+      return emitOpError() << "yielded value #" << i << " has type "
+                           << value.getType() << " but result #" << i
+                           << " has type " << result.getType();
+
+  if (getNumResults() == 0)
+    return emitOpError() << "must have at least one result";
+  ArrayRef<int64_t> shape = getIterationShape();
+  for (auto [i, result] : llvm::enumerate(getResults()))
+    if (tensorType(result).getShape() != shape)
+      return emitOpError() << "result #" << i << " has shape "
+                           << shapeString(tensorType(result).getShape())
+                           << " but the iteration shape (of result #0) is "
+                           << shapeString(shape);
+  for (auto [i, operand] : llvm::enumerate(getOperands()))
+    if (!isBroadcastableTo(tensorType(operand).getShape(), shape))
+      return emitOpError() << "operand #" << i << " of shape "
+                           << shapeString(tensorType(operand).getShape())
+                           << " does not broadcast to the iteration shape "
+                           << shapeString(shape);
+
+  for (Operation &op : body.without_terminator()) {
+    if (isa<ConstantOp>(op)) {
+      if (!isSplatConstant(&op))
+        return op.emitOpError()
+               << "in a 'sharc.fusion' body must be a splat constant";
+    } else if (!isFusibleElementwiseOp(&op)) {
+      return op.emitOpError() << "is not an elementwise op and cannot be in "
+                                 "a 'sharc.fusion' body";
+    }
+    for (Value result : op.getResults())
+      if (!isBroadcastableTo(tensorType(result).getShape(), shape))
+        return op.emitOpError()
+               << "result of shape "
+               << shapeString(tensorType(result).getShape())
+               << " does not broadcast to the iteration shape "
+               << shapeString(shape) << " of its 'sharc.fusion'";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Linear algebra, reductions, normalization
 //===----------------------------------------------------------------------===//
 

@@ -45,6 +45,15 @@ int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
 /// Number of elements of a static shape.
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
 
+/// True for the elementwise ops that a `sharc.fusion` body may contain (and
+/// sharc-fuse groups): the unary ops, `gelu`, `cast`, the broadcasting binary
+/// ops, `compare` and `select`.  Constants are not included; see
+/// isSplatConstant.
+bool isFusibleElementwiseOp(mlir::Operation *op);
+
+/// True when `op` is a `sharc.constant` whose value is a splat.
+bool isSplatConstant(mlir::Operation *op);
+
 /// Returns the `sharc.param` attribute of function argument `index`, or null.
 ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
 

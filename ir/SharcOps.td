@@ -180,6 +180,48 @@ def Sharc_SelectOp : Sharc_Op<"select", [Pure, InferTypeOpAdaptor]> {
 }
 
 //===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def Sharc_FusionOp : Sharc_Op<"fusion", [IsolatedFromAbove, SingleBlock,
+    RecursiveMemoryEffects, RecursivelySpeculatable]> {
+  let summary = "a group of elementwise ops evaluated as one kernel";
+  let description = [{
+    The body is a function on whole tensors: its block arguments are the
+    operands (same types), and `sharc.yield` gives the results.  Every result
+    has the same shape, the iteration shape; every operand and every value of
+    the body numpy-broadcasts to it.  The body holds only elementwise ops
+    (`neg abs relu exp log sqrt rsqrt erf tanh sigmoid sin cos floor not gelu
+    cast add sub mul div pow max min and or compare select`) and splat
+    `sharc.constant`s.  Evaluating the body op by op gives exactly the
+    results of the unfused ops; sharc-fuse builds these ops for the code
+    generator.
+  }];
+  let arguments = (ins Variadic<Sharc_Tensor>:$inputs);
+  let results = (outs Variadic<Sharc_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat =
+      "($inputs^)? attr-dict `:` functional-type($inputs, $results) $body";
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The shape every result has and every operand broadcasts to.
+    llvm::ArrayRef<int64_t> getIterationShape() {
+      return llvm::cast<mlir::RankedTensorType>(getResult(0).getType())
+          .getShape();
+    }
+    /// The terminator of the body.
+    YieldOp getYield();
+  }];
+}
+
+def Sharc_YieldOp : Sharc_Op<"yield",
+    [Pure, Terminator, HasParent<"FusionOp">]> {
+  let summary = "the results of a sharc.fusion body";
+  let arguments = (ins Variadic<Sharc_Tensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
 // Linear algebra, reductions, normalization
 //===----------------------------------------------------------------------===//
 

@@ -128,6 +128,20 @@ void buildTrainPipeline(mlir::OpPassManager &pm,
 /// passes.
 void registerSharcPipelines();
 
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+/// Groups the elementwise ops of `func` (a single block) into `sharc.fusion`
+/// ops as sharc-fuse does (docs/passes.md); with `singletons`, an elementwise
+/// op that joins no group becomes a fusion of its own.  Fails, after
+/// reporting an error, on a function of more than one block.
+mlir::LogicalResult fuseElementwiseOps(mlir::func::FuncOp func,
+                                       bool singletons = true);
+
+/// The sharc-fuse pass.
+std::unique_ptr<mlir::Pass> createFusePass(bool singletons = true);
+
 } // namespace sharc
 
 #endif // SHARC_PASSES_PASSES_H

@@ -61,4 +61,24 @@ def PlanMemory : Pass<"sharc-plan-memory", "mlir::ModuleOp"> {
   ];
 }
 
+def Fuse : Pass<"sharc-fuse", "mlir::ModuleOp"> {
+  let summary = "Groups chains of elementwise ops into sharc.fusion ops";
+  let description = [{
+    In every function (a single block), elementwise ops (the ops that a
+    `sharc.fusion` body may hold) are grouped, in reverse program order: an
+    op joins the group of one of its users when its result has the group's
+    iteration shape and joining creates no cycle between groups.  Splat
+    constants are cloned into each fusion that reads them; every other value
+    from outside becomes an operand, and every group value used outside
+    becomes a result.  Each group becomes one `sharc.fusion`
+    (docs/passes.md).
+  }];
+  let options = [
+    Option<"singletons", "singletons", "bool", "true",
+           "Wrap an elementwise op that joins no group in a fusion of its "
+           "own, so that all elementwise work is in sharc.fusion ops">,
+  ];
+  let dependentDialects = ["sharc::SharcDialect"];
+}
+
 #endif // SHARC_PASSES_TD

@@ -435,3 +435,139 @@ func.func @avg_pool_grad_shape(%g: tensor<2x4x4x4xf32>) -> tensor<2x4x7x7xf32> {
   %0 = sharc.avg_pool2d_grad %g {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 0, 0, 0, 0>} : (tensor<2x4x4x4xf32>) -> tensor<2x4x7x7xf32>
   return %0 : tensor<2x4x7x7xf32>
 }
+
+// -----
+
+func.func @fusion_arg_count(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.fusion' op has 1 operands but its body has 0 arguments}}
+  %0 = sharc.fusion %a : (tensor<4xf32>) -> tensor<4xf32> {
+    %c = sharc.constant dense<1.0> : tensor<4xf32>
+    sharc.yield %c : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fusion_arg_type(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.fusion' op body argument #0 has type 'tensor<4xf16>' but operand #0 has type 'tensor<4xf32>'}}
+  %0 = sharc.fusion %a : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: tensor<4xf16>):
+    %y = sharc.cast %x : tensor<4xf16> to tensor<4xf32>
+    sharc.yield %y : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fusion_yield_count(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.fusion' op yields 2 values but has 1 results}}
+  %0 = sharc.fusion %a : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%x: tensor<4xf32>):
+    sharc.yield %x, %x : tensor<4xf32>, tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fusion_yield_type(%a: tensor<4xf32>) -> tensor<4xf16> {
+  // expected-error @+1 {{'sharc.fusion' op yielded value #0 has type 'tensor<4xf32>' but result #0 has type 'tensor<4xf16>'}}
+  %0 = sharc.fusion %a : (tensor<4xf32>) -> tensor<4xf16> {
+  ^bb0(%x: tensor<4xf32>):
+    sharc.yield %x : tensor<4xf32>
+  }
+  return %0 : tensor<4xf16>
+}
+
+// -----
+
+func.func @fusion_no_results(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'sharc.fusion' op must have at least one result}}
+  sharc.fusion %a : (tensor<4xf32>) -> () {
+  ^bb0(%x: tensor<4xf32>):
+    sharc.yield
+  }
+  return
+}
+
+// -----
+
+func.func @fusion_result_shapes(%a: tensor<2x4xf32>, %b: tensor<4xf32>) -> (tensor<2x4xf32>, tensor<4xf32>) {
+  // expected-error @+1 {{'sharc.fusion' op result #1 has shape [4] but the iteration shape (of result #0) is [2, 4]}}
+  %0:2 = sharc.fusion %a, %b : (tensor<2x4xf32>, tensor<4xf32>) -> (tensor<2x4xf32>, tensor<4xf32>) {
+  ^bb0(%x: tensor<2x4xf32>, %y: tensor<4xf32>):
+    sharc.yield %x, %y : tensor<2x4xf32>, tensor<4xf32>
+  }
+  return %0#0, %0#1 : tensor<2x4xf32>, tensor<4xf32>
+}
+
+// -----
+
+func.func @fusion_operand_broadcast(%a: tensor<3xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'sharc.fusion' op operand #0 of shape [3] does not broadcast to the iteration shape [2, 4]}}
+  %0 = sharc.fusion %a : (tensor<3xf32>) -> tensor<2x4xf32> {
+  ^bb0(%x: tensor<3xf32>):
+    %c = sharc.constant dense<1.0> : tensor<2x4xf32>
+    sharc.yield %c : tensor<2x4xf32>
+  }
+  return %0 : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @fusion_not_elementwise(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %0 = sharc.fusion %a : (tensor<4x4xf32>) -> tensor<4x4xf32> {
+  ^bb0(%x: tensor<4x4xf32>):
+    // expected-error @+1 {{'sharc.matmul' op is not an elementwise op and cannot be in a 'sharc.fusion' body}}
+    %y = sharc.matmul %x, %x : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+    sharc.yield %y : tensor<4x4xf32>
+  }
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @fusion_constant(%a: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = sharc.fusion %a : (tensor<2xf32>) -> tensor<2xf32> {
+  ^bb0(%x: tensor<2xf32>):
+    // expected-error @+1 {{'sharc.constant' op in a 'sharc.fusion' body must be a splat constant}}
+    %c = sharc.constant dense<[1.0, 2.0]> : tensor<2xf32>
+    %y = sharc.add %x, %c : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+    sharc.yield %y : tensor<2xf32>
+  }
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
+func.func @fusion_body_shape(%a: tensor<32xf32>) -> tensor<32xf32> {
+  %0 = sharc.fusion %a : (tensor<32xf32>) -> tensor<32xf32> {
+  ^bb0(%x: tensor<32xf32>):
+    // expected-error @+1 {{'sharc.constant' op result of shape [4, 32] does not broadcast to the iteration shape [32] of its 'sharc.fusion'}}
+    %c = sharc.constant dense<1.0> : tensor<4x32xf32>
+    %y = sharc.add %x, %c : (tensor<32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+    sharc.yield %x : tensor<32xf32>
+  }
+  return %0 : tensor<32xf32>
+}
+
+// -----
+
+func.func @fusion_isolated(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-note @+1 {{required by region isolation constraints}}
+  %0 = sharc.fusion : () -> tensor<4xf32> {
+    // expected-error @+1 {{using value defined outside the region}}
+    %y = sharc.neg %a : tensor<4xf32>
+    sharc.yield %y : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @yield_parent(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.yield' op expects parent op 'sharc.fusion'}}
+  sharc.yield %a : tensor<4xf32>
+}

@@ -174,3 +174,33 @@ func.func @gradient_ops(%x: tensor<2x4x9x9xf32>, %w: tensor<6x2x3x3xf32>, %gc: t
   %5 = sharc.insert_slice %s into %z {start = array<i64: 0, 3, 0>, stride = array<i64: 1, -2, 1>} : tensor<2x2x8xf16> into tensor<2x4x8xf16>
   return %0, %1, %2, %3, %4, %5 : tensor<2x4x9x9xf32>, tensor<6x2x3x3xf32>, tensor<2x4x9x9xf32>, tensor<2x4x9x9xf32>, tensor<10x8xf16>, tensor<2x4x8xf16>
 }
+
+// CHECK-LABEL: func.func @fusion
+// CHECK: %[[R:.*]]:2 = sharc.fusion %{{.*}}, %{{.*}} : (tensor<8x32xf32>, tensor<32xf32>) -> (tensor<8x32xf32>, tensor<8x32xi1>) {
+// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<8x32xf32>, %[[Y:.*]]: tensor<32xf32>):
+// CHECK-NEXT: %[[C:.*]] = sharc.constant dense<5.000000e-01> : tensor<f32>
+// CHECK-NEXT: %[[U:.*]] = sharc.add %[[X]], %[[Y]] : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+// CHECK-NEXT: %[[M:.*]] = sharc.mul %[[U]], %[[C]] : (tensor<8x32xf32>, tensor<f32>) -> tensor<8x32xf32>
+// CHECK-NEXT: %[[V:.*]] = sharc.compare %[[M]], %[[Y]] {predicate = #sharc.predicate<gt>} : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xi1>
+// CHECK-NEXT: sharc.yield %[[M]], %[[V]] : tensor<8x32xf32>, tensor<8x32xi1>
+// CHECK-NEXT: }
+// CHECK: sharc.fusion : () -> tensor<4xf16> {
+// CHECK-NEXT: sharc.constant dense<1.000000e+00> : tensor<4xf16>
+// CHECK: return %[[R]]#0, %[[R]]#1, %{{.*}}
+func.func @fusion(%a: tensor<8x32xf32>, %b: tensor<32xf32>)
+    -> (tensor<8x32xf32>, tensor<8x32xi1>, tensor<4xf16>) {
+  %r:2 = sharc.fusion %a, %b : (tensor<8x32xf32>, tensor<32xf32>) -> (tensor<8x32xf32>, tensor<8x32xi1>) {
+  ^bb0(%x: tensor<8x32xf32>, %y: tensor<32xf32>):
+    %c = sharc.constant dense<0.5> : tensor<f32>
+    %u = sharc.add %x, %y : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+    %m = sharc.mul %u, %c : (tensor<8x32xf32>, tensor<f32>) -> tensor<8x32xf32>
+    %v = sharc.compare %m, %y {predicate = #sharc.predicate<gt>} : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xi1>
+    sharc.yield %m, %v : tensor<8x32xf32>, tensor<8x32xi1>
+  }
+  %s = sharc.fusion : () -> tensor<4xf16> {
+    %one = sharc.constant dense<1.0> : tensor<4xf16>
+    %e = sharc.exp %one : tensor<4xf16>
+    sharc.yield %e : tensor<4xf16>
+  }
+  return %r#0, %r#1, %s : tensor<8x32xf32>, tensor<8x32xi1>, tensor<4xf16>
+}

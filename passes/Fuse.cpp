@@ -1,0 +1,350 @@
+//===- Fuse.cpp - elementwise fusion -----------------------------------===//
+//
+// sharc-fuse: groups chains of elementwise ops into sharc.fusion ops for the
+// code generator.  Ops are grouped greedily in reverse program order: an op
+// joins the group of one of its users when its result has the group's
+// iteration shape and the groups stay acyclic.  The block is then rebuilt in
+// a topological order of the groups that keeps the original order wherever
+// it can.  docs/passes.md describes the rule.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <queue>
+
+namespace sharc {
+#define GEN_PASS_DEF_FUSE
+#include "passes/Passes.h.inc"
+} // namespace sharc
+
+using namespace mlir;
+using namespace sharc;
+
+namespace {
+
+/// A node of the dependence graph of the block: one op, or a group of
+/// elementwise ops that becomes one sharc.fusion.
+struct Node {
+  /// Members, in reverse program order while grouping.
+  SmallVector<Operation *> members;
+  /// True for a group of elementwise ops (possibly of one op).
+  bool elementwise = false;
+  /// The iteration shape of an elementwise group.
+  ArrayRef<int64_t> shape;
+  /// Position of the last member: nodes are emitted in this order wherever
+  /// the dependences allow.
+  unsigned key = 0;
+};
+
+/// Groups the ops of one block and rebuilds the block with the groups as
+/// sharc.fusion ops.
+class Fuser {
+public:
+  Fuser(Block &block, bool singletons) : block(block), singletons(singletons) {}
+
+  LogicalResult run();
+
+private:
+  /// The op of the block that is or contains `op`.
+  Operation *inBlock(Operation *op) const {
+    return block.findAncestorOpInBlock(*op);
+  }
+  /// Node of the user of `use`.
+  unsigned userNode(OpOperand &use) const {
+    return nodeOf.lookup(inBlock(use.getOwner()));
+  }
+  /// True when adding `op` to group `group` makes the node graph cyclic:
+  /// some other node that reads `op` reaches `group`.
+  bool createsCycle(Operation *op, unsigned group) const;
+  /// Calls `fn` on every node that reads a result of a member of `node`
+  /// (possibly `node` itself).
+  template <typename Fn> void forEachSuccessor(unsigned node, Fn &&fn) const;
+  /// Assigns every op of the block to a node.
+  void group();
+  /// A topological order of the nodes (terminator excluded) that follows
+  /// the keys wherever the dependences allow; failure if the node graph is
+  /// cyclic (an internal error).
+  FailureOr<SmallVector<unsigned>> order() const;
+  /// True when `node` becomes a sharc.fusion.
+  bool becomesFusion(const Node &node) const {
+    return node.elementwise && (node.members.size() > 1 || singletons);
+  }
+  /// Replaces the members of `node` by one sharc.fusion built at `builder`'s
+  /// insertion point; records the constants it cloned in `cloned`.
+  void buildFusion(Node &node, OpBuilder &builder,
+                   llvm::SetVector<Operation *> &cloned);
+
+  Block &block;
+  bool singletons;
+  DenseMap<Operation *, unsigned> position;
+  DenseMap<Operation *, unsigned> nodeOf;
+  std::vector<Node> nodes;
+};
+
+} // namespace
+
+template <typename Fn>
+void Fuser::forEachSuccessor(unsigned node, Fn &&fn) const {
+  for (Operation *member : nodes[node].members)
+    for (Value result : member->getResults())
+      for (OpOperand &use : result.getUses())
+        fn(userNode(use));
+}
+
+bool Fuser::createsCycle(Operation *op, unsigned group) const {
+  // Members of every group come after `op`, so no node reaches `op`; a cycle
+  // needs a path from `op` through another node into `group`.
+  llvm::DenseSet<unsigned> seen;
+  SmallVector<unsigned> worklist;
+  for (OpOperand &use : op->getUses()) {
+    unsigned node = userNode(use);
+    if (node != group && seen.insert(node).second)
+      worklist.push_back(node);
+  }
+  while (!worklist.empty()) {
+    unsigned node = worklist.pop_back_val();
+    bool found = false;
+    forEachSuccessor(node, [&](unsigned next) {
+      if (next == group)
+        found = true;
+      else if (seen.insert(next).second)
+        worklist.push_back(next);
+    });
+    if (found)
+      return true;
+  }
+  return false;
+}
+
+void Fuser::group() {
+  for (auto [i, op] : llvm::enumerate(block))
+    position[&op] = i;
+
+  for (Operation &op : llvm::reverse(block)) {
+    unsigned pos = position.lookup(&op);
+    if (!isFusibleElementwiseOp(&op) || op.getNumResults() != 1) {
+      nodeOf[&op] = nodes.size();
+      nodes.push_back({{&op}, false, {}, pos});
+      continue;
+    }
+    ArrayRef<int64_t> shape =
+        cast<RankedTensorType>(op.getResult(0).getType()).getShape();
+
+    // The users' nodes, by the position of the first user in each.
+    SmallVector<Operation *> users;
+    for (OpOperand &use : op.getUses())
+      users.push_back(inBlock(use.getOwner()));
+    llvm::sort(users, [&](Operation *a, Operation *b) {
+      return position.lookup(a) < position.lookup(b);
+    });
+    SmallVector<unsigned> candidates;
+    for (Operation *user : users) {
+      unsigned node = nodeOf.lookup(user);
+      if (!llvm::is_contained(candidates, node))
+        candidates.push_back(node);
+    }
+
+    bool joined = false;
+    for (unsigned node : candidates) {
+      if (!nodes[node].elementwise || nodes[node].shape != shape ||
+          createsCycle(&op, node))
+        continue;
+      nodes[node].members.push_back(&op);
+      nodeOf[&op] = node;
+      joined = true;
+      break;
+    }
+    if (!joined) {
+      nodeOf[&op] = nodes.size();
+      nodes.push_back({{&op}, true, shape, pos});
+    }
+  }
+  for (Node &node : nodes)
+    llvm::sort(node.members, [&](Operation *a, Operation *b) {
+      return position.lookup(a) < position.lookup(b);
+    });
+}
+
+FailureOr<SmallVector<unsigned>> Fuser::order() const {
+  Operation *terminator = block.mightHaveTerminator() ? &block.back() : nullptr;
+  unsigned terminatorNode =
+      terminator ? nodeOf.lookup(terminator) : unsigned(nodes.size());
+
+  // Edges: definitions to uses (including uses in nested regions), and
+  // between consecutive ops with side effects, whose order must not change.
+  std::vector<SmallVector<unsigned>> successors(nodes.size());
+  std::vector<unsigned> indegree(nodes.size(), 0);
+  auto addEdge = [&](unsigned from, unsigned to) {
+    if (from == to || to == terminatorNode ||
+        llvm::is_contained(successors[from], to))
+      return;
+    successors[from].push_back(to);
+    ++indegree[to];
+  };
+  std::optional<unsigned> lastEffect;
+  for (Operation &op : block) {
+    unsigned node = nodeOf.lookup(&op);
+    op.walk([&](Operation *inner) {
+      for (Value operand : inner->getOperands())
+        if (Operation *def = operand.getDefiningOp())
+          if (Operation *outer = inBlock(def))
+            addEdge(nodeOf.lookup(outer), node);
+    });
+    if (&op != terminator && !isMemoryEffectFree(&op)) {
+      if (lastEffect)
+        addEdge(*lastEffect, node);
+      lastEffect = node;
+    }
+  }
+
+  using Entry = std::pair<unsigned, unsigned>; // key, node
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> ready;
+  for (unsigned node = 0; node < nodes.size(); ++node)
+    if (node != terminatorNode && indegree[node] == 0)
+      ready.push({nodes[node].key, node});
+  SmallVector<unsigned> result;
+  while (!ready.empty()) {
+    unsigned node = ready.top().second;
+    ready.pop();
+    result.push_back(node);
+    for (unsigned next : successors[node])
+      if (--indegree[next] == 0)
+        ready.push({nodes[next].key, next});
+  }
+  if (result.size() + (terminator ? 1 : 0) != nodes.size())
+    return failure();
+  return result;
+}
+
+void Fuser::buildFusion(Node &node, OpBuilder &builder,
+                        llvm::SetVector<Operation *> &cloned) {
+  llvm::SmallPtrSet<Operation *, 8> members(node.members.begin(),
+                                            node.members.end());
+  auto isMember = [&](Operation *op) { return op && members.contains(op); };
+
+  // Operands: values from outside other than splat constants, in order of
+  // first use.
+  llvm::SetVector<Value> inputs;
+  for (Operation *member : node.members)
+    for (Value operand : member->getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (!isMember(def) && !(def && isSplatConstant(def)))
+        inputs.insert(operand);
+    }
+  // Results: values used outside the group, and unused values.
+  SmallVector<Value> outputs;
+  for (Operation *member : node.members)
+    for (Value result : member->getResults())
+      if (result.use_empty() ||
+          llvm::any_of(result.getUses(), [&](OpOperand &use) {
+            return !isMember(inBlock(use.getOwner()));
+          }))
+        outputs.push_back(result);
+
+  SmallVector<Location> locs;
+  for (Operation *member : node.members)
+    locs.push_back(member->getLoc());
+  Location loc = locs.size() == 1 ? locs.front()
+                                  : FusedLoc::get(builder.getContext(), locs);
+  auto fusion = FusionOp::create(builder, loc, ValueRange(outputs).getTypes(),
+                                 inputs.getArrayRef());
+
+  OpBuilder::InsertionGuard guard(builder);
+  SmallVector<Location> argLocs;
+  for (Value input : inputs)
+    argLocs.push_back(input.getLoc());
+  Block *body =
+      builder.createBlock(&fusion.getBody(), {},
+                          ValueRange(inputs.getArrayRef()).getTypes(), argLocs);
+  IRMapping mapping;
+  mapping.map(inputs.getArrayRef(), body->getArguments());
+  for (Operation *member : node.members) {
+    for (Value operand : member->getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (mapping.contains(operand) || isMember(def))
+        continue;
+      assert(def && isSplatConstant(def) && "unmapped operand of a fusion");
+      mapping.map(operand, builder.clone(*def)->getResult(0));
+      cloned.insert(def);
+    }
+    builder.clone(*member, mapping);
+  }
+  SmallVector<Value> yielded;
+  for (Value output : outputs)
+    yielded.push_back(mapping.lookup(output));
+  YieldOp::create(builder, loc, yielded);
+
+  for (auto [output, result] : llvm::zip(outputs, fusion.getResults()))
+    output.replaceUsesWithIf(result, [&](OpOperand &use) {
+      return !isMember(inBlock(use.getOwner()));
+    });
+  for (Operation *member : llvm::reverse(node.members)) {
+    assert(member->use_empty() && "fused op still in use");
+    member->erase();
+  }
+  node.members.assign({fusion});
+}
+
+LogicalResult Fuser::run() {
+  if (block.empty())
+    return success();
+  group();
+  FailureOr<SmallVector<unsigned>> sequence = order();
+  if (failed(sequence))
+    return block.getParentOp()->emitError()
+           << "sharc-fuse: internal error: the groups depend on each other";
+
+  // Rebuild the block in `sequence`, in front of the terminator.
+  Operation *terminator = block.mightHaveTerminator() ? &block.back() : nullptr;
+  Block::iterator end = terminator ? Block::iterator(terminator) : block.end();
+  OpBuilder builder(&block, end);
+  llvm::SetVector<Operation *> cloned;
+  for (unsigned index : *sequence) {
+    Node &node = nodes[index];
+    if (becomesFusion(node)) {
+      buildFusion(node, builder, cloned);
+      continue;
+    }
+    for (Operation *member : node.members)
+      member->moveBefore(&block, end);
+  }
+  // Splat constants that every reader now clones.
+  for (Operation *constant : cloned)
+    if (constant->use_empty())
+      constant->erase();
+  return success();
+}
+
+LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons) {
+  if (func.isExternal())
+    return success();
+  if (!func.getBody().hasOneBlock())
+    return func.emitError() << "sharc-fuse: function '@" << func.getSymName()
+                            << "' has " << func.getBody().getBlocks().size()
+                            << " blocks; fusion needs a single block";
+  return Fuser(func.getBody().front(), singletons).run();
+}
+
+namespace {
+struct FusePass : sharc::impl::FuseBase<FusePass> {
+  using FuseBase::FuseBase;
+
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (failed(fuseElementwiseOps(func, singletons)))
+        return signalPassFailure();
+  }
+};
+} // namespace
+
+std::unique_ptr<Pass> sharc::createFusePass(bool singletons) {
+  FuseOptions options;
+  options.singletons = singletons;
+  return createFuse(options);
+}
