@@ -26,7 +26,9 @@ namespace {
 /// One tensor that needs arena memory: op results [first, last] of the block.
 struct Buffer {
   Value value;
+  /// Bytes reserved (a multiple of the alignment) and bytes used.
   int64_t size;
+  int64_t bytes;
   int64_t first;
   int64_t last;
   int64_t offset = -1;
@@ -88,9 +90,9 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       if (!type.hasStaticShape() || !type.getElementType().isIntOrFloat())
         return op.emitError() << "sharc-plan-memory: cannot size " << type;
       int64_t elementBytes = (type.getElementTypeBitWidth() + 7) / 8;
-      Buffer buffer{result,
-                    alignUp(type.getNumElements() * elementBytes, alignment),
-                    index[&op], index[&op]};
+      int64_t bytes = type.getNumElements() * elementBytes;
+      Buffer buffer{result, alignUp(bytes, alignment), bytes, index[&op],
+                    index[&op]};
       for (Operation *user : result.getUsers())
         buffer.last =
             std::max(buffer.last, index[block.findAncestorOpInBlock(*user)]);
@@ -108,7 +110,9 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   for (Buffer *buffer : order) {
     place(*buffer, placed, alignment);
     placed.push_back(buffer);
-    arenaBytes = std::max(arenaBytes, buffer->offset + buffer->size);
+    // The peak is the highest byte in use; padding after the topmost
+    // tensor is never touched.
+    arenaBytes = std::max(arenaBytes, buffer->offset + buffer->bytes);
   }
 
   for (auto [i, a] : llvm::enumerate(buffers))

@@ -53,18 +53,19 @@ func.func @sizes(%x: tensor<64xf32>) -> (tensor<4x64xf32>, tensor<64xf32>) {
 
 // Constants are read-only data: -1, never in the arena.  s (10 x f32 = 40
 // bytes) is live over [1, 2], m (10 x i1 = 10 bytes) over [2, 3].
-// Alignment 256: both round to 256; s at 0, m at 256; arena 512.
-// Alignment 8: s is 40 bytes, m 16; s at 0, m at 40; arena 56.
+// Alignment 256: both round to 256; s at 0, m at 256; the arena peak is the
+// last byte in use, 256 + 10 = 266 (padding after the top value is never
+// touched).  Alignment 8: s takes 40 bytes, m 16; s at 0, m at 40; peak 50.
 
 // CHECK-LABEL: func.func @consts(
-// CHECK-SAME: attributes {sharc.arena_bytes = 512 : i64}
+// CHECK-SAME: attributes {sharc.arena_bytes = 266 : i64}
 // CHECK-NEXT: sharc.constant {sharc.offsets = array<i64: -1>}
 // CHECK-NEXT: sharc.add %{{.*}} {sharc.offsets = array<i64: 0>}
 // CHECK-NEXT: sharc.cast %{{.*}} {sharc.offsets = array<i64: 256>}
 // CHECK-NEXT: return
 
 // ALIGN8-LABEL: func.func @consts(
-// ALIGN8-SAME: attributes {sharc.arena_bytes = 56 : i64}
+// ALIGN8-SAME: attributes {sharc.arena_bytes = 50 : i64}
 // ALIGN8-NEXT: sharc.constant {sharc.offsets = array<i64: -1>}
 // ALIGN8-NEXT: sharc.add %{{.*}} {sharc.offsets = array<i64: 0>}
 // ALIGN8-NEXT: sharc.cast %{{.*}} {sharc.offsets = array<i64: 40>}

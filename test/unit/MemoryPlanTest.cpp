@@ -104,7 +104,8 @@ std::string randomFunction(std::mt19937 &rng) {
 }
 
 struct PlannedValue {
-  int64_t offset, size, first, last;
+  /// Aligned size and bytes in use.
+  int64_t offset, size, bytes, first, last;
 };
 
 class MemoryPlanTest : public IRTest {};
@@ -145,7 +146,7 @@ TEST_F(MemoryPlanTest, RandomFunctions) {
           type.getNumElements() * (type.getElementTypeBitWidth() / 8);
       PlannedValue value{offsets[0],
                          (bytes + alignment - 1) / alignment * alignment,
-                         index[&op], index[&op]};
+                         bytes, index[&op], index[&op]};
       for (Operation *user : op.getResult(0).getUsers())
         value.last = std::max(value.last, index[user]);
       EXPECT_GE(value.offset, 0);
@@ -155,7 +156,7 @@ TEST_F(MemoryPlanTest, RandomFunctions) {
 
     int64_t end = 0, total = 0, peak = 0;
     for (const PlannedValue &value : planned) {
-      end = std::max(end, value.offset + value.size);
+      end = std::max(end, value.offset + value.bytes);
       total += value.size;
     }
     for (int64_t point = 0; point < static_cast<int64_t>(index.size());
@@ -163,7 +164,7 @@ TEST_F(MemoryPlanTest, RandomFunctions) {
       int64_t live = 0;
       for (const PlannedValue &value : planned)
         if (value.first <= point && point <= value.last)
-          live += value.size;
+          live += value.bytes;
       peak = std::max(peak, live);
     }
     for (size_t i = 0; i < planned.size(); ++i)
