@@ -3,8 +3,8 @@
 // The collective layer the generated training programs use: all-reduce,
 // reduce-scatter, all-gather and broadcast over flat contiguous buffers, with
 // per-kind byte counters so that measured communication can be compared with
-// the volume `sharc compile` plans.  MPI on CPU; NCCL later behind the same
-// interface.  See docs/runtime.md.
+// the volume `sharc compile` plans.  MPI on CPU; NCCL on GPU
+// (NcclCommunicator.h).  See docs/runtime.md.
 //
 //===----------------------------------------------------------------------===//
 
@@ -49,6 +49,8 @@ struct CollectiveStats {
 /// Sums are deterministic: each element's sum is folded in rank order
 /// 0, 1, ..., N-1 (in f32 for 16-bit types) by one rank and then distributed,
 /// so every rank gets bitwise the same result for any arrival order.
+/// (NcclCommunicator keeps the bitwise agreement but folds in NCCL's order;
+/// see NcclCommunicator.h.)
 class Communicator {
 public:
   virtual ~Communicator();

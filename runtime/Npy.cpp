@@ -266,4 +266,16 @@ bool writeNpy(const std::string &path, const NpyArray &array,
   return true;
 }
 
+std::string npyFileNameFor(const std::string &name) {
+  std::string result;
+  for (char c : name) {
+    bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    result += safe ? c : '_';
+  }
+  if (result.empty() || result[0] == '.')
+    result.insert(result.begin(), '_');
+  return result + ".npy";
+}
+
 } // namespace sharc::rt

@@ -43,6 +43,12 @@ bool parseNpy(const std::string &name, const char *bytes, size_t size,
 bool writeNpy(const std::string &path, const NpyArray &array,
               std::string &error);
 
+/// `name` made safe as a file name ([A-Za-z0-9_.-] kept, anything else
+/// becomes '_', a leading '.' or an empty name gets a '_' prefix), plus
+/// ".npy".  The compiler writes initial weights under these names and the
+/// training binary reads them back.
+std::string npyFileNameFor(const std::string &name);
+
 } // namespace sharc::rt
 
 #endif // SHARC_RUNTIME_NPY_H

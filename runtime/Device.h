@@ -1,0 +1,43 @@
+//===- Device.h - Memory of the device the program runs on ------*- C++ -*-===//
+//
+// The step loop moves data through these functions only, so the same
+// TrainMain.cpp drives the CPU target (DeviceHost.cpp: plain host memory) and
+// the CUDA target (DeviceCuda.cu: device memory, one stream).  Failures are
+// fatal (runtime/Errors.h) and name the operation.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_RUNTIME_DEVICE_H
+#define SHARC_RUNTIME_DEVICE_H
+
+#include <cstddef>
+#include <string>
+
+namespace sharc::rt {
+
+/// Selects the device for this process (CUDA: local rank modulo the number of
+/// visible GPUs, the local rank taken from the MPI launcher's environment) and
+/// creates the stream.  Call once after MPI_Init.
+void deviceInit(int localRank);
+
+/// A short description for the log ("cpu", "NVIDIA H200 (cuda:0)").
+std::string deviceName();
+
+/// The stream generated code enqueues on (null on the CPU).
+void *deviceStream();
+
+/// Allocates `bytes` of device memory aligned to at least 256 bytes; freed by
+/// deviceFree.  Zero bytes gives a valid unique pointer.
+void *deviceAlloc(size_t bytes);
+void deviceFree(void *pointer);
+
+void copyToDevice(void *dest, const void *src, size_t bytes);
+void copyToHost(void *dest, const void *src, size_t bytes);
+void deviceMemset(void *dest, int value, size_t bytes);
+
+/// Waits for all work enqueued on the stream.
+void deviceSynchronize();
+
+} // namespace sharc::rt
+
+#endif // SHARC_RUNTIME_DEVICE_H

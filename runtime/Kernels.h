@@ -1,0 +1,225 @@
+//===- Kernels.h - What generated programs are written against --*- C++ -*-===//
+//
+// Every program `sharc compile` emits includes this header and nothing else
+// from the runtime.  A generated kernel is a functor whose call operator
+// computes one element (or one row) of its output; `launch` runs it over an
+// index range: a CUDA grid when the translation unit is compiled by nvcc, a
+// host loop (OpenMP-parallel when large) otherwise.  The same functor text is
+// therefore the device kernel and its host twin.
+//
+// Scalar semantics follow the reference evaluator (ir/Eval*.cpp): floats are
+// computed in double and every op's result is rounded to its element type
+// (`round<T>`), integers wrap in 64 bits, sums accumulate in double.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_RUNTIME_KERNELS_H
+#define SHARC_RUNTIME_KERNELS_H
+
+#include "runtime/Gemm.h"
+#include "runtime/Program.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__CUDACC__)
+#include "runtime/GemmCuda.h"
+#include <cuda_runtime.h>
+#define SHARC_HD __host__ __device__ __forceinline__
+#else
+#define SHARC_HD inline
+#endif
+
+namespace sharc::kern {
+
+//===----------------------------------------------------------------------===//
+// Scalars
+//===----------------------------------------------------------------------===//
+
+/// Rounds a double to the precision of T (f32: to nearest even).
+template <typename T> SHARC_HD double round(double x) {
+  return static_cast<double>(static_cast<T>(x));
+}
+template <> SHARC_HD double round<double>(double x) { return x; }
+
+SHARC_HD double fmaxNan(double a, double b) {
+  if (a != a || b != b)
+    return std::numeric_limits<double>::quiet_NaN();
+  return a < b ? b : a;
+}
+SHARC_HD double fminNan(double a, double b) {
+  if (a != a || b != b)
+    return std::numeric_limits<double>::quiet_NaN();
+  return b < a ? b : a;
+}
+SHARC_HD double relu(double x) { return x > 0 || x != x ? x : 0.0; }
+SHARC_HD double sigmoid(double x) { return 1 / (1 + exp(-x)); }
+SHARC_HD double geluErf(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+SHARC_HD double geluTanh(double x) {
+  return 0.5 * x *
+         (1 + tanh(sqrt(2 / 3.14159265358979323846) *
+                   (x + 0.044715 * x * x * x)));
+}
+
+SHARC_HD int64_t wrapAdd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) +
+                              static_cast<uint64_t>(b));
+}
+SHARC_HD int64_t wrapSub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) -
+                              static_cast<uint64_t>(b));
+}
+SHARC_HD int64_t wrapMul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) *
+                              static_cast<uint64_t>(b));
+}
+SHARC_HD int64_t wrapNeg(int64_t a) { return wrapSub(0, a); }
+/// Float to integer: truncation toward zero, NaN to 0, saturating at the
+/// int64 range (the evaluator's conversion).
+SHARC_HD int64_t ftoi(double x) {
+  if (x != x)
+    return 0;
+  if (x >= 9223372036854775808.0)
+    return std::numeric_limits<int64_t>::max();
+  if (x < -9223372036854775808.0)
+    return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(x);
+}
+SHARC_HD int64_t iabs(int64_t a) { return a < 0 ? wrapNeg(a) : a; }
+SHARC_HD int64_t imax(int64_t a, int64_t b) { return a < b ? b : a; }
+SHARC_HD int64_t imin(int64_t a, int64_t b) { return b < a ? b : a; }
+
+//===----------------------------------------------------------------------===//
+// Run-time errors inside kernels
+//===----------------------------------------------------------------------===//
+
+/// Kernels cannot stop the program; they record the first error code (an
+/// index into the program's message table) and the step checks it at its end.
+#if defined(__CUDACC__)
+__device__ inline int deviceErrorCode = 0;
+__device__ __forceinline__ void raise(int code) {
+  atomicCAS(&deviceErrorCode, 0, code);
+}
+#else
+inline int hostErrorCode = 0;
+inline void raise(int code) {
+#pragma omp critical(sharcRaise)
+  if (!hostErrorCode)
+    hostErrorCode = code;
+}
+#endif
+
+SHARC_HD int64_t truncDiv(int64_t a, int64_t b, int code) {
+  if (b == 0) {
+    raise(code);
+    return 0;
+  }
+  return b == -1 ? wrapNeg(a) : a / b;
+}
+SHARC_HD int64_t ipow(int64_t base, int64_t exponent, int code) {
+  if (exponent < 0) {
+    if (base == 0) {
+      raise(code);
+      return 0;
+    }
+    if (base == 1)
+      return 1;
+    if (base == -1)
+      return exponent % 2 ? -1 : 1;
+    return 0;
+  }
+  int64_t result = 1;
+  for (uint64_t e = exponent; e; e >>= 1) {
+    if (e & 1)
+      result = wrapMul(result, base);
+    base = wrapMul(base, base);
+  }
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Launching
+//===----------------------------------------------------------------------===//
+
+/// The error code recorded by kernels so far (0: none); resets it.
+#if defined(__CUDACC__)
+template <typename F> __global__ void runKernel(F f, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    f(i);
+}
+inline int takeError(const rt::StepContext *context) {
+  int code = 0;
+  cudaMemcpyFromSymbolAsync(&code, deviceErrorCode, sizeof(int), 0,
+                            cudaMemcpyDeviceToHost,
+                            static_cast<cudaStream_t>(context->stream));
+  cudaStreamSynchronize(static_cast<cudaStream_t>(context->stream));
+  if (code) {
+    int zero = 0;
+    cudaMemcpyToSymbol(deviceErrorCode, &zero, sizeof(int));
+  }
+  return code;
+}
+#else
+inline int takeError(const rt::StepContext *) {
+  int code = hostErrorCode;
+  hostErrorCode = 0;
+  return code;
+}
+#endif
+
+/// Runs `f(i)` for i in [0, n).  Iterations are independent, so the result
+/// does not depend on how they are spread over threads.
+template <typename F>
+void launch(const rt::StepContext *context, int64_t n, const F &f) {
+  if (n <= 0)
+    return;
+#if defined(__CUDACC__)
+  constexpr int threads = 256;
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks > 65535 * 8)
+    blocks = 65535 * 8;
+  runKernel<<<static_cast<unsigned>(blocks), threads, 0,
+              static_cast<cudaStream_t>(context->stream)>>>(f, n);
+#else
+  (void)context;
+  if (n < 16384) {
+    for (int64_t i = 0; i < n; ++i)
+      f(i);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    f(i);
+#endif
+}
+
+/// Copies `bytes` between two buffers of the program.
+inline void copy(const rt::StepContext *context, void *dest, const void *src,
+                 size_t bytes) {
+  if (dest == src || bytes == 0)
+    return;
+#if defined(__CUDACC__)
+  cudaMemcpyAsync(dest, src, bytes, cudaMemcpyDeviceToDevice,
+                  static_cast<cudaStream_t>(context->stream));
+#else
+  (void)context;
+  std::memmove(dest, src, bytes);
+#endif
+}
+
+/// One (strided-batched) GEMM: cuBLASLt on CUDA, BLAS on the host.
+inline void gemm(const rt::StepContext *context, const rt::GemmArgs &args) {
+#if defined(__CUDACC__)
+  rt::gemmCuda(args, static_cast<cudaStream_t>(context->stream));
+#else
+  (void)context;
+  rt::gemm(args);
+#endif
+}
+
+} // namespace sharc::kern
+
+#endif // SHARC_RUNTIME_KERNELS_H

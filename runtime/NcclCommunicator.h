@@ -1,0 +1,77 @@
+//===- NcclCommunicator.h - Collectives over GPUs with NCCL -----*- C++ -*-===//
+//
+// The CUDA target's Communicator: NCCL collectives on device buffers, enqueued
+// on the device stream (Device.h), over the ranks of MPI_COMM_WORLD.  See
+// docs/runtime.md.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_RUNTIME_NCCLCOMMUNICATOR_H
+#define SHARC_RUNTIME_NCCLCOMMUNICATOR_H
+
+#include "runtime/Communicator.h"
+
+// nccl.h's ncclComm_t is `struct ncclComm *`; declared here so that including
+// this header does not need the NCCL headers.
+struct ncclComm;
+
+namespace sharc::rt {
+
+/// One NCCL communicator over all ranks of MPI_COMM_WORLD, one GPU per rank.
+///
+/// Construct it after MPI_Init and deviceInit: rank 0 creates the NCCL unique
+/// id (ncclGetUniqueId), MPI_Bcast sends it to every rank, and every rank
+/// joins with ncclCommInitRank on its current device (two ranks may not share
+/// a GPU).  Destroy it before MPI_Finalize.
+///
+/// Buffers are device pointers.  Collectives are enqueued on deviceStream()
+/// and return before they complete: later work on the stream sees their
+/// results, and the host reads them through copyToHost (which synchronizes)
+/// or after deviceSynchronize().  Collectives of zero elements do nothing.
+/// The in-place layouts of reduceScatter and allGather (Communicator.h) are
+/// NCCL's own in-place layouts.
+///
+/// Determinism: NCCL's reductions are deterministic for a fixed configuration
+/// (number of ranks, topology, NCCL version and the algorithm, protocol and
+/// channel count it picks for a message size, which NCCL_ALGO/NCCL_PROTO can
+/// pin): each element is reduced in a fixed order by one rank and then copied,
+/// so every rank gets bitwise the same result, and reruns repeat it.  The
+/// order is not Communicator.h's rank order 0, 1, ..., N-1, and f16/bf16 are
+/// summed in their own precision at each step (rounded once per rank, not once
+/// per element), so results may differ from MpiCommunicator's in the last
+/// bits.  Hardware reductions (NVLS, CollNet/SHARP) are outside this promise;
+/// NCCL_ALGO=Ring,Tree excludes them.
+class NcclCommunicator : public Communicator {
+public:
+  NcclCommunicator();
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator &) = delete;
+  NcclCommunicator &operator=(const NcclCommunicator &) = delete;
+
+  int rank() const override { return rankId; }
+  int size() const override { return numRanks; }
+
+  /// Waits for the stream (so every enqueued collective has completed on
+  /// this rank), then MPI_Barrier.
+  void barrier() override;
+
+protected:
+  void doAllReduce(void *buffer, size_t count, DType type,
+                   ReduceOp op) override;
+  void doReduceScatter(const void *send, void *recv, size_t sliceCount,
+                       DType type, ReduceOp op) override;
+  void doAllGather(const void *send, void *recv, size_t sliceCount,
+                   DType type) override;
+  void doBroadcast(void *buffer, size_t count, DType type, int root) override;
+
+private:
+  int rankId = 0;
+  int numRanks = 1;
+  ncclComm *comm = nullptr;
+  /// The device stream, a cudaStream_t.
+  void *stream = nullptr;
+};
+
+} // namespace sharc::rt
+
+#endif // SHARC_RUNTIME_NCCLCOMMUNICATOR_H

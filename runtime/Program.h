@@ -1,0 +1,114 @@
+//===- Program.h - The interface of a compiled training program -*- C++ -*-===//
+//
+// `sharc compile` emits one translation unit per program.  It defines the two
+// functions declared at the bottom of this file; the runtime's step loop
+// (runtime/TrainMain.cpp) is the `main` of the training binary and calls them.
+// This header is the whole contract between generated code and the runtime:
+// nothing else in the runtime knows about a particular model.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_RUNTIME_PROGRAM_H
+#define SHARC_RUNTIME_PROGRAM_H
+
+#include "runtime/Communicator.h"
+
+#include <cstdint>
+
+namespace sharc::rt {
+
+/// Bumped whenever ProgramInfo or StepContext change layout.
+constexpr int kProgramAbiVersion = 1;
+
+/// What a persistent buffer holds.  Persistent buffers live outside the arena
+/// for the whole run.
+enum class BufferRole {
+  /// A trainable (or frozen) parameter: loaded from `weights/NAME.npy`, updated
+  /// in place by every step.
+  param,
+  /// Optimizer state (`weights/NAME.npy`, initially zeros) or the step
+  /// counter; updated in place by every step.
+  state,
+  /// This rank's share of one data input for one step (micro-batch x GAS rows),
+  /// filled by the data loader before every step.
+  input,
+  /// A per-step result (the loss, the learning rate), written by the step.
+  output,
+  /// A constant tensor of the program: `constantData` is copied in once.
+  constant,
+};
+
+/// Element types of persistent buffers: DType plus booleans (one byte each).
+enum class BufferType { f32, f64, f16, bf16, i32, i64, i1 };
+
+constexpr int kMaxRank = 8;
+
+struct BufferSpec {
+  /// The sharc name: the parameter name, `PARAM.ROLE` for optimizer state,
+  /// `step` for the step counter, the input or output name, or `constN`.
+  const char *name;
+  /// The ONNX initializer a parameter comes from ("" otherwise).
+  const char *source;
+  BufferRole role;
+  BufferType type;
+  int rank;
+  int64_t shape[kMaxRank];
+  int64_t numElements;
+  int64_t bytes;
+  /// Host data of a constant buffer (bytes() bytes); null otherwise.
+  const void *constantData;
+};
+
+/// Everything the compiler knows about the program, fixed at compile time.
+struct ProgramInfo {
+  int abiVersion;
+  /// The ONNX file the program was compiled from.
+  const char *model;
+  /// "cpu" or "cuda".
+  const char *target;
+  /// The number of ranks the step was compiled for (gradients are averaged
+  /// over exactly this many ranks).
+  int worldSize;
+  /// Rows of one micro-batch and micro-batches per step per rank.
+  int64_t microBatch;
+  int64_t gradientAccumulation;
+  /// Planned bytes of the arena (the peak over the step, exact).
+  int64_t arenaBytes;
+  int numBuffers;
+  const BufferSpec *buffers;
+  /// Indices into `buffers` of the loss and learning-rate outputs and of the
+  /// step counter.
+  int lossBuffer;
+  int lrBuffer;
+  int stepBuffer;
+  /// Planned collective calls and bytes (nccl-tests convention, see
+  /// Communicator.h) per step on every rank, by CollectiveKind.
+  uint64_t plannedCollectiveCalls[kNumCollectiveKinds];
+  uint64_t plannedCollectiveBytes[kNumCollectiveKinds];
+  /// Distinct kernels and GEMM calls per step, for the report.
+  int numKernels;
+  int numGemmCalls;
+};
+
+/// What the step function runs on.  On the CUDA target every pointer is device
+/// memory and `stream` is the cudaStream_t the step enqueues on.
+struct StepContext {
+  /// One pointer per ProgramInfo::buffers entry.
+  void *const *buffers;
+  /// At least ProgramInfo::arenaBytes bytes, aligned to 256.
+  char *arena;
+  Communicator *comm;
+  void *stream;
+};
+
+} // namespace sharc::rt
+
+extern "C" {
+/// The program's description (static storage).
+const sharc::rt::ProgramInfo *sharcProgramInfo();
+/// Runs one training step: reads params, state and inputs, writes the new
+/// params and state in place and the outputs.
+void sharcProgramStep(const sharc::rt::StepContext *context);
+}
+
+#endif // SHARC_RUNTIME_PROGRAM_H

@@ -1,0 +1,757 @@
+//===- TrainMain.cpp - The main of a compiled training binary -------------===//
+//
+// The step loop of `OUTDIR/train`: parses the command line, allocates every
+// persistent buffer and the arena on the device (Device.h), loads parameters
+// and optimizer state from `weights/NAME.npy`, feeds each step this rank's
+// share of the data inputs, calls the generated sharcProgramStep() and reports
+// loss, learning rate, throughput, and the measured arena peak and collective
+// volume next to the planned ones.  Everything model-specific comes from
+// sharcProgramInfo() (Program.h).  See docs/runtime.md, "The training binary".
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/DataLoader.h"
+#include "runtime/Device.h"
+#include "runtime/Errors.h"
+#include "runtime/Float16.h"
+#include "runtime/Npy.h"
+#include "runtime/Program.h"
+
+#include <mpi.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace sharc::rt;
+
+/// The communicator of the device target, defined (strongly) by an object the
+/// CUDA target links, e.g. one returning `new NcclCommunicator()`.  Weak and
+/// absent on the CPU target, where the binary uses MpiCommunicator.  Called
+/// after deviceInit; the caller owns the result.
+extern "C" __attribute__((weak)) Communicator *sharcCreateCommunicator();
+
+namespace {
+
+/// The byte every arena byte is set to before the first step; the measured
+/// peak is one past the highest byte that no longer holds it.
+constexpr unsigned char kArenaSentinel = 0xA5;
+
+/// Seconds without a step line after which a progress line is printed.
+constexpr double kProgressSeconds = 10.0;
+
+using Clock = std::chrono::steady_clock;
+
+/// The command line.
+struct Options {
+  /// `--input NAME=FILE` pairs, in order.
+  std::vector<std::pair<std::string, std::string>> inputs;
+  int64_t steps = 1;
+  int64_t logEvery = 1;
+  std::string weightsDir;
+  std::string saveStateDir;
+  bool help = false;
+};
+
+const char *bufferTypeName(BufferType type) {
+  switch (type) {
+  case BufferType::f32:
+    return "f32";
+  case BufferType::f64:
+    return "f64";
+  case BufferType::f16:
+    return "f16";
+  case BufferType::bf16:
+    return "bf16";
+  case BufferType::i32:
+    return "i32";
+  case BufferType::i64:
+    return "i64";
+  case BufferType::i1:
+    return "bool";
+  }
+  return "?";
+}
+
+const char *npyTypeName(NpyType type) {
+  switch (type) {
+  case NpyType::f64:
+    return "f64";
+  case NpyType::f32:
+    return "f32";
+  case NpyType::f16:
+    return "f16";
+  case NpyType::i64:
+    return "i64";
+  case NpyType::i32:
+    return "i32";
+  case NpyType::b1:
+    return "bool";
+  }
+  return "?";
+}
+
+const char *roleName(BufferRole role) {
+  switch (role) {
+  case BufferRole::param:
+    return "parameter";
+  case BufferRole::state:
+    return "state";
+  case BufferRole::input:
+    return "input";
+  case BufferRole::output:
+    return "output";
+  case BufferRole::constant:
+    return "constant";
+  }
+  return "?";
+}
+
+size_t bufferTypeBytes(BufferType type) {
+  switch (type) {
+  case BufferType::f64:
+  case BufferType::i64:
+    return 8;
+  case BufferType::f32:
+  case BufferType::i32:
+    return 4;
+  case BufferType::f16:
+  case BufferType::bf16:
+    return 2;
+  case BufferType::i1:
+    return 1;
+  }
+  return 0;
+}
+
+/// How a buffer of `type` is stored in a .npy file: bf16 as f32 (NumPy has no
+/// bfloat16; every bf16 value is exact in f32), i1 as NumPy's bool.
+NpyType fileType(BufferType type) {
+  switch (type) {
+  case BufferType::f32:
+  case BufferType::bf16:
+    return NpyType::f32;
+  case BufferType::f64:
+    return NpyType::f64;
+  case BufferType::f16:
+    return NpyType::f16;
+  case BufferType::i32:
+    return NpyType::i32;
+  case BufferType::i64:
+    return NpyType::i64;
+  case BufferType::i1:
+    return NpyType::b1;
+  }
+  return NpyType::f32;
+}
+
+std::string shapeString(const int64_t *shape, int rank) {
+  std::string text = "[";
+  for (int i = 0; i < rank; ++i)
+    text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  return shapeString(shape.data(), static_cast<int>(shape.size()));
+}
+
+/// Converts `count` f32 values to bf16 bits (`dest` may not alias `src`).
+void floatsToBFloat16(const float *src, uint16_t *dest, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    dest[i] = floatToBFloat16(src[i]);
+}
+
+/// Fails on rank 0 with `message`; the other ranks wait for the abort.  Only
+/// for errors every rank detects identically (the command line and the
+/// compiled-in program description), so exactly one message is printed.
+[[noreturn]] void fatalOnce(const Communicator &comm,
+                            const std::string &message) {
+  if (comm.rank() == 0)
+    fatal(message);
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Rank 0 aborts the job; reaching here would mean it did not.
+  fatal(message);
+}
+
+/// The node-local rank, for device selection: from the launcher's environment
+/// (Open MPI, PMIx, MPICH/Hydra, Slurm), else 0.
+int localRankFromEnvironment() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK",
+                           "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char *value = std::getenv(name)) {
+      char *end = nullptr;
+      long rank = std::strtol(value, &end, 10);
+      if (end != value && *end == '\0' && rank >= 0)
+        return static_cast<int>(rank);
+    }
+  }
+  return 0;
+}
+
+std::string usage(const char *argv0, const ProgramInfo &info) {
+  std::string text =
+      std::string("usage: ") + argv0 +
+      " --input NAME=FILE.npy ... [--steps S] [--log-every K]\n"
+      "       [--weights DIR] [--save-state DIR] [--help]\n"
+      "\n"
+      "Trains " +
+      info.model + " (target " + info.target + ", " +
+      std::to_string(info.worldSize) +
+      (info.worldSize == 1 ? " rank" : " ranks") +
+      ") for S steps (default 1), printing every K-th step\n"
+      "(default 1).  Parameters and optimizer state come from DIR/NAME.npy\n"
+      "(--weights, default: the `weights` folder next to this binary);\n"
+      "--save-state writes them after the last step.\n"
+      "\n"
+      "inputs (rows along axis 0, any number of them):\n";
+  for (int i = 0; i < info.numBuffers; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    if (spec.role != BufferRole::input)
+      continue;
+    text += std::string("  ") + spec.name + ": " +
+            npyTypeName(fileType(spec.type)) + " [rows";
+    for (int d = 1; d < spec.rank; ++d)
+      text += ", " + std::to_string(spec.shape[d]);
+    text += "]\n";
+  }
+  return text;
+}
+
+/// Parses a positive integer flag value.
+int64_t parsePositive(const Communicator &comm, const std::string &flag,
+                      const std::string &value) {
+  char *end = nullptr;
+  errno = 0;
+  long long number = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno != 0 || number < 1)
+    fatalOnce(comm,
+              flag + ": expected a positive integer, got '" + value + "'");
+  return number;
+}
+
+/// Parses the command line (every rank parses the same one).
+Options parseOptions(const Communicator &comm, int argc, char **argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string flag = arg, value;
+    bool hasValue = false;
+    if (arg.rfind("--", 0) == 0) {
+      size_t equals = arg.find('=');
+      if (equals != std::string::npos) {
+        flag = arg.substr(0, equals);
+        value = arg.substr(equals + 1);
+        hasValue = true;
+      }
+    }
+    auto takeValue = [&]() -> std::string {
+      if (hasValue)
+        return value;
+      if (i + 1 >= argc)
+        fatalOnce(comm, flag + ": missing value");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      options.help = true;
+    } else if (flag == "--input") {
+      std::string pair = takeValue();
+      size_t equals = pair.find('=');
+      if (equals == std::string::npos || equals == 0 ||
+          equals + 1 == pair.size())
+        fatalOnce(comm, "--input: expected NAME=FILE.npy, got '" + pair + "'");
+      options.inputs.emplace_back(pair.substr(0, equals),
+                                  pair.substr(equals + 1));
+    } else if (flag == "--steps") {
+      options.steps = parsePositive(comm, flag, takeValue());
+    } else if (flag == "--log-every") {
+      options.logEvery = parsePositive(comm, flag, takeValue());
+    } else if (flag == "--weights") {
+      options.weightsDir = takeValue();
+      if (options.weightsDir.empty())
+        fatalOnce(comm, "--weights: empty directory name");
+    } else if (flag == "--save-state") {
+      options.saveStateDir = takeValue();
+      if (options.saveStateDir.empty())
+        fatalOnce(comm, "--save-state: empty directory name");
+    } else {
+      fatalOnce(comm, "unknown argument '" + arg + "' (see " +
+                          std::string(argv[0]) + " --help)");
+    }
+  }
+  if (options.weightsDir.empty()) {
+    std::filesystem::path self(argc > 0 ? argv[0] : "train");
+    options.weightsDir = (self.parent_path() / "weights").string();
+  }
+  return options;
+}
+
+/// Checks the compiled-in program description, so that a malformed one fails
+/// here with a message rather than corrupting memory later.
+void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
+  auto fail = [&](const std::string &message) {
+    fatalOnce(comm, "malformed program description: " + message);
+  };
+  if (info.numBuffers < 0 || (info.numBuffers > 0 && !info.buffers))
+    fail("no buffer table");
+  if (info.worldSize < 1 || info.microBatch < 1 ||
+      info.gradientAccumulation < 1 || info.arenaBytes < 0)
+    fail("world size " + std::to_string(info.worldSize) + ", micro-batch " +
+         std::to_string(info.microBatch) + ", gradient accumulation " +
+         std::to_string(info.gradientAccumulation) + ", arena bytes " +
+         std::to_string(info.arenaBytes));
+  for (int i = 0; i < info.numBuffers; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    std::string name = spec.name ? spec.name : "";
+    if (name.empty())
+      fail("buffer " + std::to_string(i) + " has no name");
+    if (spec.rank < 0 || spec.rank > kMaxRank)
+      fail("buffer '" + name + "' has rank " + std::to_string(spec.rank));
+    int64_t elements = 1;
+    for (int d = 0; d < spec.rank; ++d) {
+      if (spec.shape[d] < 0)
+        fail("buffer '" + name + "' has shape " +
+             shapeString(spec.shape, spec.rank));
+      elements *= spec.shape[d];
+    }
+    if (elements != spec.numElements ||
+        spec.bytes != elements * int64_t(bufferTypeBytes(spec.type)))
+      fail("buffer '" + name + "' of shape " +
+           shapeString(spec.shape, spec.rank) + " and type " +
+           bufferTypeName(spec.type) + " claims " +
+           std::to_string(spec.numElements) + " elements and " +
+           std::to_string(spec.bytes) + " bytes");
+    if (spec.role == BufferRole::constant && spec.bytes > 0 &&
+        !spec.constantData)
+      fail("constant '" + name + "' has no data");
+    if (spec.role == BufferRole::input &&
+        (spec.rank < 1 ||
+         spec.shape[0] != info.microBatch * info.gradientAccumulation))
+      fail("input '" + name + "' has shape " +
+           shapeString(spec.shape, spec.rank) +
+           ", but a rank's share is micro-batch x gradient accumulation = " +
+           std::to_string(info.microBatch * info.gradientAccumulation) +
+           " rows");
+  }
+  auto checkScalar = [&](int index, const char *what, bool allowF32,
+                         BufferRole role) {
+    if (index < 0 || index >= info.numBuffers)
+      fail(std::string(what) + " buffer index " + std::to_string(index) +
+           " is out of range");
+    const BufferSpec &spec = info.buffers[index];
+    bool typeOk = spec.type == BufferType::f64 ||
+                  (allowF32 && spec.type == BufferType::f32);
+    if (spec.role != role || spec.numElements != 1 || !typeOk)
+      fail(std::string(what) + " buffer '" + spec.name + "' is a " +
+           roleName(spec.role) + " " + bufferTypeName(spec.type) + " " +
+           shapeString(spec.shape, spec.rank));
+  };
+  checkScalar(info.lossBuffer, "loss", /*allowF32=*/true, BufferRole::output);
+  checkScalar(info.lrBuffer, "learning-rate", /*allowF32=*/false,
+              BufferRole::output);
+  if (info.stepBuffer >= 0) {
+    if (info.stepBuffer >= info.numBuffers)
+      fail("step buffer index " + std::to_string(info.stepBuffer) +
+           " is out of range");
+    const BufferSpec &spec = info.buffers[info.stepBuffer];
+    if (spec.role != BufferRole::state || spec.numElements != 1 ||
+        (spec.type != BufferType::i64 && spec.type != BufferType::i32))
+      fail(std::string("step buffer '") + spec.name + "' is a " +
+           roleName(spec.role) + " " + bufferTypeName(spec.type) + " " +
+           shapeString(spec.shape, spec.rank));
+  }
+}
+
+/// Reads `dir/NAME.npy` for a parameter or state buffer, checks its type and
+/// shape against `spec`, and copies it to `device`.
+void loadBuffer(const std::string &dir, const BufferSpec &spec, void *device) {
+  std::string path =
+      (std::filesystem::path(dir) / npyFileNameFor(spec.name)).string();
+  NpyArray array;
+  std::string error;
+  if (!readNpy(path, array, error))
+    fatal(std::string(roleName(spec.role)) + " '" + spec.name + "': " + error);
+  std::vector<int64_t> expected(spec.shape, spec.shape + spec.rank);
+  NpyType expectedType = fileType(spec.type);
+  if (array.type != expectedType || array.shape != expected)
+    fatal(path + ": " + roleName(spec.role) + " '" + spec.name +
+          "' expects a " + npyTypeName(expectedType) + " array of shape " +
+          shapeString(expected) + ", got a " + npyTypeName(array.type) +
+          " array of shape " + shapeString(array.shape));
+  if (spec.type == BufferType::bf16) {
+    std::vector<uint16_t> bits(spec.numElements);
+    floatsToBFloat16(reinterpret_cast<const float *>(array.data.data()),
+                     bits.data(), bits.size());
+    copyToDevice(device, bits.data(), spec.bytes);
+    return;
+  }
+  copyToDevice(device, array.data.data(), spec.bytes);
+}
+
+/// Copies a parameter or state buffer to the host and writes `dir/NAME.npy`.
+void saveBuffer(const std::string &dir, const BufferSpec &spec,
+                const void *device) {
+  std::vector<char> host(spec.bytes);
+  copyToHost(host.data(), device, spec.bytes);
+  NpyArray array;
+  array.type = fileType(spec.type);
+  array.shape.assign(spec.shape, spec.shape + spec.rank);
+  if (spec.type == BufferType::bf16) {
+    array.data.resize(spec.numElements * sizeof(float));
+    const auto *bits = reinterpret_cast<const uint16_t *>(host.data());
+    auto *floats = reinterpret_cast<float *>(array.data.data());
+    for (int64_t i = 0; i < spec.numElements; ++i)
+      floats[i] = bfloat16ToFloat(bits[i]);
+  } else {
+    array.data = std::move(host);
+  }
+  std::string path =
+      (std::filesystem::path(dir) / npyFileNameFor(spec.name)).string();
+  std::string error;
+  if (!writeNpy(path, array, error))
+    fatal("--save-state: " + error);
+}
+
+/// A scalar output as a double.
+double readScalar(const BufferSpec &spec, const void *device) {
+  if (spec.type == BufferType::f32) {
+    float value = 0;
+    copyToHost(&value, device, sizeof(value));
+    return value;
+  }
+  double value = 0;
+  copyToHost(&value, device, sizeof(value));
+  return value;
+}
+
+/// `total / steps`, exactly when it divides, else with two decimals.
+std::string perStep(uint64_t total, int64_t steps) {
+  if (total % uint64_t(steps) == 0)
+    return std::to_string(total / uint64_t(steps));
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.2f", double(total) / double(steps));
+  return text;
+}
+
+/// One data input of the program: the buffer it fills, its host staging
+/// buffer(s).
+struct InputSlot {
+  int buffer;
+  bool toBFloat16;
+  std::vector<char> staging;
+  std::vector<uint16_t> converted;
+};
+
+int run(int argc, char **argv) {
+  deviceInit(localRankFromEnvironment());
+  std::unique_ptr<Communicator> commOwner(sharcCreateCommunicator
+                                              ? sharcCreateCommunicator()
+                                              : new MpiCommunicator());
+  Communicator &comm = *commOwner;
+
+  const ProgramInfo *infoPointer = sharcProgramInfo();
+  if (!infoPointer)
+    fatalOnce(comm, "sharcProgramInfo() returned null");
+  if (infoPointer->abiVersion != kProgramAbiVersion)
+    fatalOnce(comm, "this program was compiled for runtime ABI version " +
+                        std::to_string(infoPointer->abiVersion) +
+                        " but the runtime implements version " +
+                        std::to_string(kProgramAbiVersion) +
+                        "; recompile it with this sharc");
+  const ProgramInfo &info = *infoPointer;
+  // A CPU program reads its buffers on the host; a CUDA program needs device
+  // memory and a device communicator.
+  bool cpuDevice = deviceName() == "cpu";
+  std::string target = info.target ? info.target : "";
+  if (target == "cpu" && !cpuDevice)
+    fatalOnce(comm, "this program was compiled for the cpu target but is "
+                    "linked with the device layer of " +
+                        deviceName() + "; link SharcDeviceHost");
+  if (target == "cuda" && (cpuDevice || !sharcCreateCommunicator))
+    fatalOnce(comm, "this program was compiled for the cuda target but is "
+                    "linked with the cpu device layer or without a device "
+                    "communicator; link DeviceCuda.cu and "
+                    "NcclCommunicator.cu");
+  if (target != "cpu" && target != "cuda")
+    fatalOnce(comm, "unknown program target '" + target + "'");
+
+  Options options = parseOptions(comm, argc, argv);
+  if (options.help) {
+    if (comm.rank() == 0)
+      std::fputs(usage(argv[0], info).c_str(), stdout);
+    return 0;
+  }
+
+  if (comm.size() != info.worldSize)
+    fatalOnce(comm, "this program was compiled for " +
+                        std::to_string(info.worldSize) +
+                        (info.worldSize == 1 ? " rank" : " ranks") +
+                        " (--world-size " + std::to_string(info.worldSize) +
+                        ") but runs on " + std::to_string(comm.size()) +
+                        "; recompile with sharc compile --world-size " +
+                        std::to_string(comm.size()) +
+                        " or launch with mpirun -np " +
+                        std::to_string(info.worldSize));
+  checkProgramInfo(comm, info);
+
+  // Match the --input flags with the program's inputs.
+  std::vector<DataInput> dataInputs;
+  std::vector<InputSlot> slots;
+  std::string inputNames;
+  for (int i = 0; i < info.numBuffers; ++i)
+    if (info.buffers[i].role == BufferRole::input)
+      inputNames +=
+          (inputNames.empty() ? "" : ", ") + std::string(info.buffers[i].name);
+  for (size_t j = 0; j < options.inputs.size(); ++j) {
+    const auto &[name, path] = options.inputs[j];
+    for (size_t k = 0; k < j; ++k)
+      if (options.inputs[k].first == name)
+        fatalOnce(comm, "--input '" + name + "' is given more than once");
+    bool known = false;
+    for (int i = 0; i < info.numBuffers; ++i)
+      known |= info.buffers[i].role == BufferRole::input &&
+               name == info.buffers[i].name;
+    if (!known)
+      fatalOnce(comm, "--input " + name + "=" + path +
+                          ": the program has no input named '" + name +
+                          "' (its inputs: " + inputNames + ")");
+  }
+  for (int i = 0; i < info.numBuffers; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    if (spec.role != BufferRole::input)
+      continue;
+    const std::string *path = nullptr;
+    for (const auto &[name, file] : options.inputs)
+      if (name == spec.name)
+        path = &file;
+    if (!path)
+      fatalOnce(comm, std::string("missing --input ") + spec.name +
+                          "=FILE.npy (the program's inputs: " + inputNames +
+                          ")");
+    DataInput input;
+    input.name = spec.name;
+    input.path = *path;
+    input.type = fileType(spec.type);
+    input.rowShape.assign(spec.shape + 1, spec.shape + spec.rank);
+    dataInputs.push_back(std::move(input));
+    slots.push_back({i, spec.type == BufferType::bf16, {}, {}});
+  }
+
+  BatchLayout layout;
+  layout.microBatch = info.microBatch;
+  layout.gradientAccumulation = info.gradientAccumulation;
+  layout.rank = comm.rank();
+  layout.numRanks = comm.size();
+  std::unique_ptr<DataLoader> loader;
+  if (!dataInputs.empty()) {
+    std::string error;
+    loader = DataLoader::load(dataInputs, layout, error);
+    if (!loader)
+      fatal(error);
+    for (size_t j = 0; j < slots.size(); ++j) {
+      slots[j].staging.resize(loader->shareBytes(j));
+      if (slots[j].toBFloat16)
+        slots[j].converted.resize(loader->shareBytes(j) / sizeof(float));
+    }
+  }
+
+  // Persistent buffers.
+  std::vector<void *> buffers(info.numBuffers);
+  for (int i = 0; i < info.numBuffers; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    buffers[i] = deviceAlloc(spec.bytes);
+    switch (spec.role) {
+    case BufferRole::param:
+    case BufferRole::state:
+      loadBuffer(options.weightsDir, spec, buffers[i]);
+      break;
+    case BufferRole::constant:
+      copyToDevice(buffers[i], spec.constantData, spec.bytes);
+      break;
+    case BufferRole::input:
+    case BufferRole::output:
+      deviceMemset(buffers[i], 0, spec.bytes);
+      break;
+    }
+  }
+  char *arena = static_cast<char *>(deviceAlloc(info.arenaBytes));
+
+  // Steps already applied (a resumed run continues the data and the step
+  // numbers where the saved state left off).
+  int64_t firstStep = 0;
+  if (info.stepBuffer >= 0) {
+    const BufferSpec &spec = info.buffers[info.stepBuffer];
+    if (spec.type == BufferType::i64) {
+      copyToHost(&firstStep, buffers[info.stepBuffer], sizeof(int64_t));
+    } else {
+      int32_t value = 0;
+      copyToHost(&value, buffers[info.stepBuffer], sizeof(int32_t));
+      firstStep = value;
+    }
+    if (firstStep < 0)
+      fatal("state 'step' holds " + std::to_string(firstStep) +
+            " applied steps; expected a non-negative count");
+  }
+
+  // Tokens per step: rows of the global batch times the elements of one row
+  // of the first integer input (token ids), or 1 per row (samples).
+  int64_t rowElements = 1;
+  for (const InputSlot &slot : slots) {
+    const BufferSpec &spec = info.buffers[slot.buffer];
+    if (spec.type == BufferType::i32 || spec.type == BufferType::i64) {
+      rowElements = spec.numElements / spec.shape[0];
+      break;
+    }
+  }
+  double tokensPerStep = double(info.microBatch * info.gradientAccumulation *
+                                info.worldSize * rowElements);
+
+  StepContext context;
+  context.buffers = buffers.data();
+  context.arena = arena;
+  context.comm = &comm;
+  context.stream = deviceStream();
+
+  const BufferSpec &lossSpec = info.buffers[info.lossBuffer];
+  const BufferSpec &lrSpec = info.buffers[info.lrBuffer];
+  bool isRoot = comm.rank() == 0;
+  comm.resetStats();
+  double totalSeconds = 0;
+  uint64_t measuredArena = 0;
+  Clock::time_point lastLine = Clock::now();
+  for (int64_t s = 0; s < options.steps; ++s) {
+    int64_t globalStep = firstStep + s;
+    if (s == 0)
+      deviceMemset(arena, kArenaSentinel, info.arenaBytes);
+
+    Clock::time_point start = Clock::now();
+    for (size_t j = 0; j < slots.size(); ++j) {
+      InputSlot &slot = slots[j];
+      loader->copyShare(j, globalStep, slot.staging.data());
+      const void *source = slot.staging.data();
+      if (slot.toBFloat16) {
+        floatsToBFloat16(reinterpret_cast<const float *>(source),
+                         slot.converted.data(), slot.converted.size());
+        source = slot.converted.data();
+      }
+      copyToDevice(buffers[slot.buffer], source,
+                   info.buffers[slot.buffer].bytes);
+    }
+    sharcProgramStep(&context);
+    deviceSynchronize();
+    double seconds =
+        std::chrono::duration<double>(Clock::now() - start).count();
+    totalSeconds += seconds;
+
+    if (s == 0 && info.arenaBytes > 0) {
+      std::vector<unsigned char> host(info.arenaBytes);
+      copyToHost(host.data(), arena, host.size());
+      size_t end = host.size();
+      while (end > 0 && host[end - 1] == kArenaSentinel)
+        --end;
+      measuredArena = end;
+    }
+
+    bool last = s + 1 == options.steps;
+    if (s == 0 || (s + 1) % options.logEvery == 0 || last) {
+      double loss = readScalar(lossSpec, buffers[info.lossBuffer]);
+      double lr = readScalar(lrSpec, buffers[info.lrBuffer]);
+      if (isRoot) {
+        std::printf("step %" PRId64 " loss %.9g lr %.9g ms %.3f tokens/s "
+                    "%.1f\n",
+                    globalStep + 1, loss, lr, seconds * 1e3,
+                    seconds > 0 ? tokensPerStep / seconds : 0.0);
+        std::fflush(stdout);
+      }
+      lastLine = Clock::now();
+    } else if (isRoot &&
+               std::chrono::duration<double>(Clock::now() - lastLine).count() >=
+                   kProgressSeconds) {
+      std::fprintf(stderr, "... step %" PRId64 "/%" PRId64 "\n", globalStep + 1,
+                   firstStep + options.steps);
+      std::fflush(stderr);
+      lastLine = Clock::now();
+    }
+  }
+
+  // Summary.
+  uint64_t plannedBytes = 0, plannedCalls = 0, measuredBytes = 0,
+           measuredCalls = 0;
+  for (size_t kind = 0; kind < kNumCollectiveKinds; ++kind) {
+    plannedBytes += info.plannedCollectiveBytes[kind];
+    plannedCalls += info.plannedCollectiveCalls[kind];
+    const CollectiveStats &stats =
+        comm.stats(static_cast<CollectiveKind>(kind));
+    measuredBytes += stats.bytes;
+    measuredCalls += stats.calls;
+  }
+  if (isRoot) {
+    double meanMs = totalSeconds * 1e3 / double(options.steps);
+    double tokensPerSecond =
+        totalSeconds > 0 ? tokensPerStep * double(options.steps) / totalSeconds
+                         : 0.0;
+    std::printf("summary: steps %" PRId64 ", mean step ms %.3f, tokens/s "
+                "%.1f\n",
+                options.steps, meanMs, tokensPerSecond);
+    std::printf("summary: arena bytes planned %" PRId64 " measured %" PRIu64
+                "\n",
+                info.arenaBytes, measuredArena);
+    std::printf("summary: collective bytes per step planned %" PRIu64
+                " measured %s\n",
+                plannedBytes, perStep(measuredBytes, options.steps).c_str());
+    std::printf("summary: collective calls per step planned %" PRIu64
+                " measured %s\n",
+                plannedCalls, perStep(measuredCalls, options.steps).c_str());
+    std::fflush(stdout);
+    if (measuredArena != uint64_t(info.arenaBytes))
+      std::fprintf(stderr,
+                   "warning: the first step used %" PRIu64
+                   " arena bytes, the plan %" PRId64 "\n",
+                   measuredArena, info.arenaBytes);
+    if (measuredBytes != plannedBytes * uint64_t(options.steps))
+      std::fprintf(stderr,
+                   "warning: collectives sent %s bytes per step, the plan "
+                   "%" PRIu64 "\n",
+                   perStep(measuredBytes, options.steps).c_str(), plannedBytes);
+    if (measuredCalls != plannedCalls * uint64_t(options.steps))
+      std::fprintf(stderr,
+                   "warning: %s collective calls per step, the plan %" PRIu64
+                   "\n",
+                   perStep(measuredCalls, options.steps).c_str(), plannedCalls);
+    std::fflush(stderr);
+  }
+
+  if (!options.saveStateDir.empty() && isRoot) {
+    std::error_code error;
+    std::filesystem::create_directories(options.saveStateDir, error);
+    if (error)
+      fatal("--save-state: cannot create directory '" + options.saveStateDir +
+            "': " + error.message());
+    for (int i = 0; i < info.numBuffers; ++i) {
+      const BufferSpec &spec = info.buffers[i];
+      if (spec.role == BufferRole::param || spec.role == BufferRole::state)
+        saveBuffer(options.saveStateDir, spec, buffers[i]);
+    }
+  }
+
+  for (void *buffer : buffers)
+    deviceFree(buffer);
+  deviceFree(arena);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int status = run(argc, argv);
+  MPI_Finalize();
+  return status;
+}

@@ -1,0 +1,299 @@
+"""Tests of the training binary's main (runtime/TrainMain.cpp) on the CPU.
+
+The binaries under test link TrainMain with FakeProgram.cpp, a hand-written
+linear regression (param w f32[4], state step i64, inputs x f32[rows, 4] and
+y f32[rows], micro-batch 2, GAS 1, lr 0.1) compiled for 1 rank
+($SHARC_FAKE_TRAIN_NP1) and for 2 ranks ($SHARC_FAKE_TRAIN_NP2).  They run
+under $SHARC_MPIEXEC (default mpirun); losses and saved state are compared with
+the same training computed by numpy.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+BUILD = pathlib.Path(__file__).resolve().parents[2] / "build" / "test" / "runtime"
+MPIEXEC = os.environ.get("SHARC_MPIEXEC", "mpirun")
+TIMEOUT = 60
+
+STEP_LINE = re.compile(
+    r"^step (\d+) loss (\S+) lr (\S+) ms (\d+\.\d{3}) tokens/s (\d+\.\d)$"
+)
+MICRO_BATCH = 2
+LEARNING_RATE = 0.1
+
+
+def binary(ranks: int) -> pathlib.Path:
+    path = pathlib.Path(
+        os.environ.get(f"SHARC_FAKE_TRAIN_NP{ranks}", BUILD / f"sharc-fake-train-np{ranks}")
+    )
+    assert path.is_file(), f"{path} not built"
+    return path
+
+
+def mpirun(ranks: int, program, *args, env=None, cwd=None):
+    """Runs `program args` on `ranks` ranks; returns the CompletedProcess."""
+    command = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+               str(program), *map(str, args)]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
+                          env=full_env, cwd=cwd)
+
+
+def write_weights(directory: pathlib.Path, w=None, step=0):
+    directory.mkdir(parents=True, exist_ok=True)
+    if w is None:
+        w = np.array([0.5, -0.25, 0.125, 1.0], np.float32)
+    np.save(directory / "w.npy", np.asarray(w, np.float32))
+    np.save(directory / "step.npy", np.array(step, np.int64))
+
+
+@pytest.fixture
+def data(tmp_path):
+    """Six rows of data (the batch of 2 ranks wraps around them) and weights."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    y = rng.standard_normal(6).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    write_weights(tmp_path / "weights")
+    return tmp_path, x, y
+
+
+def reference(x, y, w, ranks, steps, first_step=0):
+    """Losses of `steps` SGD steps on the global batches of the sharding rule,
+    and the final weights (float64)."""
+    w = np.asarray(w, np.float64).copy()
+    rows = MICRO_BATCH * ranks
+    losses = []
+    for k in range(first_step, first_step + steps):
+        index = np.arange(k * rows, (k + 1) * rows) % x.shape[0]
+        xb, yb = x[index].astype(np.float64), y[index].astype(np.float64)
+        residual = xb @ w - yb
+        losses.append(np.mean(residual**2))
+        w -= LEARNING_RATE * 2 * xb.T @ residual / rows
+    return np.array(losses), w
+
+
+def parse(stdout: str):
+    steps, summary = [], []
+    for line in stdout.splitlines():
+        if line.startswith("step "):
+            match = STEP_LINE.match(line)
+            assert match, f"malformed step line: {line!r}"
+            steps.append((int(match[1]), float(match[2]), float(match[3]),
+                          float(match[4]), float(match[5])))
+        elif line.startswith("summary: "):
+            summary.append(line)
+        else:
+            pytest.fail(f"unexpected output line: {line!r}")
+    return steps, summary
+
+
+def inputs(directory):
+    return ["--input", f"x={directory / 'x.npy'}", "--input", f"y={directory / 'y.npy'}"]
+
+
+@pytest.mark.parametrize("ranks,steps", [(1, 5), (2, 7)])
+def test_losses_and_summary(data, ranks, steps):
+    directory, x, y = data
+    result = mpirun(ranks, binary(ranks), *inputs(directory), "--steps", steps,
+                    "--weights", directory / "weights")
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr
+    lines, summary = parse(result.stdout)
+    assert [line[0] for line in lines] == list(range(1, steps + 1))
+    w0 = np.load(directory / "weights" / "w.npy")
+    expected, _ = reference(x, y, w0, ranks, steps)
+    np.testing.assert_allclose([line[1] for line in lines], expected, rtol=1e-5, atol=1e-6)
+    assert all(line[2] == LEARNING_RATE for line in lines)
+    assert all(line[4] > 0 for line in lines)
+
+    # The fake program all-reduces 16 + 4 bytes per step and uses 28 arena bytes.
+    bytes_per_step = sum(2 * (ranks - 1) * b // ranks for b in (16, 4))
+    assert len(summary) == 4, summary
+    assert re.fullmatch(rf"summary: steps {steps}, mean step ms \d+\.\d{{3}}, tokens/s \d+\.\d",
+                        summary[0]), summary[0]
+    assert summary[1] == "summary: arena bytes planned 28 measured 28"
+    assert summary[2] == (f"summary: collective bytes per step planned {bytes_per_step} "
+                          f"measured {bytes_per_step}")
+    assert summary[3] == "summary: collective calls per step planned 2 measured 2"
+
+
+def test_log_every(data):
+    directory, _, _ = data
+    result = mpirun(1, binary(1), *inputs(directory), "--steps", 7, "--log-every", 3,
+                    "--weights", directory / "weights")
+    assert result.returncode == 0, result.stderr
+    lines, _ = parse(result.stdout)
+    assert [line[0] for line in lines] == [1, 3, 6, 7]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_save_state_and_resume(data, ranks):
+    directory, x, y = data
+    saved = directory / "saved" / "nested"
+    result = mpirun(ranks, binary(ranks), *inputs(directory), "--steps", 3,
+                    "--weights", directory / "weights", "--save-state", saved)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in saved.iterdir()) == ["step.npy", "w.npy"]
+    w_saved = np.load(saved / "w.npy")
+    step_saved = np.load(saved / "step.npy")
+    assert w_saved.dtype == np.float32 and w_saved.shape == (4,)
+    assert step_saved.dtype == np.int64 and step_saved.shape == () and step_saved == 3
+    w0 = np.load(directory / "weights" / "w.npy")
+    losses, w_final = reference(x, y, w0, ranks, 5)
+    _, w_after3 = reference(x, y, w0, ranks, 3)
+    np.testing.assert_allclose(w_saved, w_after3, rtol=1e-5, atol=1e-6)
+
+    # Resuming from the saved state continues the step numbers and the data.
+    result = mpirun(ranks, binary(ranks), *inputs(directory), "--steps", 2,
+                    "--weights", saved, "--save-state", directory / "final")
+    assert result.returncode == 0, result.stderr
+    lines, summary = parse(result.stdout)
+    assert [line[0] for line in lines] == [4, 5]
+    np.testing.assert_allclose([line[1] for line in lines], losses[3:], rtol=1e-5, atol=1e-6)
+    assert summary[0].startswith("summary: steps 2,")
+    np.testing.assert_allclose(np.load(directory / "final" / "w.npy"), w_final,
+                               rtol=1e-5, atol=1e-6)
+    assert np.load(directory / "final" / "step.npy") == 5
+
+
+def test_default_weights_next_to_binary(data):
+    directory, x, y = data
+    bin_dir = directory / "out"
+    bin_dir.mkdir()
+    shutil.copy(binary(1), bin_dir / "train")
+    write_weights(bin_dir / "weights", w=[1, 2, 3, 4])
+    result = mpirun(1, bin_dir / "train", *inputs(directory), "--steps", 2)
+    assert result.returncode == 0, result.stderr
+    lines, _ = parse(result.stdout)
+    expected, _ = reference(x, y, [1, 2, 3, 4], 1, 2)
+    np.testing.assert_allclose([line[1] for line in lines], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_progress_line(data):
+    """With --log-every > 1, 10 s without a step line print `... step K/S`."""
+    directory, _, _ = data
+    result = mpirun(1, binary(1), *inputs(directory), "--steps", 4, "--log-every", 100,
+                    "--weights", directory / "weights", env={"SHARC_FAKE_SLEEP_MS": "5200"})
+    assert result.returncode == 0, result.stderr
+    lines, _ = parse(result.stdout)
+    assert [line[0] for line in lines] == [1, 4]
+    assert float(lines[0][3]) >= 5200
+    assert "... step 3/4" in result.stderr.splitlines(), result.stderr
+    assert "... step 2/4" not in result.stderr
+
+
+def test_help(data):
+    result = mpirun(1, binary(1), "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout
+    assert "x: f32 [rows, 4]" in result.stdout and "y: f32 [rows]" in result.stdout
+
+
+def test_misplanned_program_warns(data):
+    directory, _, _ = data
+    result = mpirun(1, binary(1), *inputs(directory), "--steps", 2, "--weights",
+                    directory / "weights", env={"SHARC_FAKE_MISPLAN": "1"})
+    assert result.returncode == 0, result.stderr
+    _, summary = parse(result.stdout)
+    assert "summary: arena bytes planned 28 measured 24" in summary
+    assert "summary: collective calls per step planned 2 measured 3" in summary
+    assert "warning: the first step used 24 arena bytes, the plan 28" in result.stderr
+    assert "warning: 3 collective calls per step, the plan 2" in result.stderr
+
+
+def expect_failure(result, *messages):
+    assert result.returncode != 0, result.stdout
+    for message in messages:
+        assert message in result.stderr, result.stderr
+    assert "sharc: rank " in result.stderr
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_missing_weights_file(data, ranks):
+    directory, _, _ = data
+    (directory / "weights" / "w.npy").unlink()
+    result = mpirun(ranks, binary(ranks), *inputs(directory), "--weights", directory / "weights")
+    expect_failure(result, "parameter 'w'", str(directory / "weights" / "w.npy"))
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_wrong_weight_shape(data, ranks):
+    directory, _, _ = data
+    np.save(directory / "weights" / "w.npy", np.zeros(5, np.float32))
+    result = mpirun(ranks, binary(ranks), *inputs(directory), "--weights", directory / "weights")
+    expect_failure(result, str(directory / "weights" / "w.npy"),
+                   "expects a f32 array of shape [4], got a f32 array of shape [5]")
+
+
+def test_wrong_state_type(data):
+    directory, _, _ = data
+    np.save(directory / "weights" / "step.npy", np.array(0, np.int32))
+    result = mpirun(1, binary(1), *inputs(directory), "--weights", directory / "weights")
+    expect_failure(result, str(directory / "weights" / "step.npy"),
+                   "state 'step' expects a i64 array of shape [], got a i32 array of shape []")
+
+
+def test_malformed_weights_file(data):
+    directory, _, _ = data
+    (directory / "weights" / "w.npy").write_bytes(b"not a numpy file")
+    result = mpirun(1, binary(1), *inputs(directory), "--weights", directory / "weights")
+    expect_failure(result, "parameter 'w'", str(directory / "weights" / "w.npy"))
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_missing_input_file(data, ranks):
+    directory, _, _ = data
+    result = mpirun(ranks, binary(ranks), "--input", f"x={directory / 'nope.npy'}",
+                    "--input", f"y={directory / 'y.npy'}", "--weights", directory / "weights")
+    expect_failure(result, "input 'x'", str(directory / "nope.npy"))
+
+
+def test_wrong_input_shape(data):
+    directory, _, _ = data
+    np.save(directory / "x3.npy", np.zeros((6, 3), np.float32))
+    result = mpirun(1, binary(1), "--input", f"x={directory / 'x3.npy'}",
+                    "--input", f"y={directory / 'y.npy'}", "--weights", directory / "weights")
+    expect_failure(result, "input 'x'", str(directory / "x3.npy"), "[rows, 4]")
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--bogus"], "unknown argument '--bogus'"),
+        (["--steps"], "--steps: missing value"),
+        (["--steps", "zero"], "--steps: expected a positive integer, got 'zero'"),
+        (["--log-every", "0"], "--log-every: expected a positive integer, got '0'"),
+        (["--input", "z=z.npy"], "the program has no input named 'z' (its inputs: x, y)"),
+        (["--input", "x"], "--input: expected NAME=FILE.npy, got 'x'"),
+        (["--input", "x=a.npy"], "missing --input y=FILE.npy"),
+        (["--input", "x=a.npy", "--input", "y=b.npy", "--input", "x=c.npy"],
+         "--input 'x' is given more than once"),
+    ],
+)
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_command_line_errors(data, ranks, args, message):
+    result = mpirun(ranks, binary(ranks), *args)
+    expect_failure(result, message)
+    # Errors every rank detects alike are reported once.
+    assert result.stderr.count("sharc: rank ") == 1, result.stderr
+
+
+@pytest.mark.parametrize("compiled,launched", [(2, 1), (1, 2), (2, 3)])
+def test_wrong_world_size(data, compiled, launched):
+    directory, _, _ = data
+    result = mpirun(launched, binary(compiled), *inputs(directory), "--weights",
+                    directory / "weights")
+    expect_failure(result,
+                   f"this program was compiled for {compiled} rank"
+                   f"{'s' if compiled > 1 else ''} (--world-size {compiled}) but runs on "
+                   f"{launched}; recompile with sharc compile --world-size {launched} "
+                   f"or launch with mpirun -np {compiled}")
