@@ -41,13 +41,16 @@ namespace cl = llvm::cl;
 
 namespace {
 
-/// The training flags of `sharc eval`.  Scheduler flags carry the names of
-/// the sharc-optimizer pass options (DeepSpeed's keys in kebab-case).
+/// The training flags of `sharc eval` and `sharc compile`.  Scheduler flags
+/// carry the names of the sharc-optimizer pass options (DeepSpeed's keys in
+/// kebab-case).  --train, --steps and the dump flags are the evaluator's only.
 struct TrainFlags {
-  TrainFlags(cl::SubCommand &sub, cl::OptionCategory &category)
-      : sub(sub), category(category) {}
+  TrainFlags(cl::SubCommand &sub, cl::SubCommand &compile,
+             cl::OptionCategory &category)
+      : sub(sub), compile(compile), category(category) {}
 
   cl::SubCommand &sub;
+  cl::SubCommand &compile;
   cl::OptionCategory &category;
 
   template <typename T> using Flag = cl::opt<T>;
@@ -65,7 +68,7 @@ struct TrainFlags {
   Flag<std::string> config{"config",
                            cl::desc("DeepSpeed config (ds_config.json); "
                                     "flags override it"),
-                           cl::value_desc("file"), cl::sub(sub),
+                           cl::value_desc("file"), cl::sub(sub), cl::sub(compile),
                            cl::cat(category)};
   Flag<std::string> dumpState{
       "dump-state",
@@ -80,12 +83,12 @@ struct TrainFlags {
   Flag<std::string> loss{"loss",
                          cl::desc("Output to minimise (default: the only "
                                   "scalar float output)"),
-                         cl::value_desc("NAME"), cl::sub(sub),
+                         cl::value_desc("NAME"), cl::sub(sub), cl::sub(compile),
                          cl::cat(category)};
   Flag<std::string> freeze{"freeze",
                            cl::desc("Do not train parameters whose name or "
                                     "ONNX name matches"),
-                           cl::value_desc("REGEX"), cl::sub(sub),
+                           cl::value_desc("REGEX"), cl::sub(sub), cl::sub(compile),
                            cl::cat(category)};
 
   /// The value name of a flag of type T in the help.
@@ -96,18 +99,19 @@ struct TrainFlags {
   // The optimizer and schedule flags: the options of sharc-optimizer, with
   // --betas for beta1 and beta2.
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
-  Flag<TYPE> FIELD{NAME, cl::desc(DESC " (" KEY ")"), valueName<TYPE>(),       \
-                   cl::sub(sub), cl::cat(category)};
+  Flag<TYPE> FIELD{NAME,           cl::desc(DESC " (" KEY ")"),                \
+                   valueName<TYPE>(), cl::sub(sub),                            \
+                   cl::sub(compile), cl::cat(category)};
 #define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)
 #define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)                            \
-  Flag<std::string> FIELD{NAME, cl::desc(DESC " (" KEY ")"),                   \
+  Flag<std::string> FIELD{NAME,                   cl::desc(DESC " (" KEY ")"), \
                           cl::value_desc("NAME"), cl::sub(sub),                \
-                          cl::cat(category)};
+                          cl::sub(compile),       cl::cat(category)};
 #include "passes/TrainingOptions.def"
   Flag<std::string> betas{"betas",
                           cl::desc("Adam: moment decays "
                                    "(optimizer.params.betas)"),
-                          cl::value_desc("B1,B2"), cl::sub(sub),
+                          cl::value_desc("B1,B2"), cl::sub(sub), cl::sub(compile),
                           cl::cat(category)};
 
   /// Every flag but --train, in declaration order (--betas where beta1 and
@@ -374,9 +378,10 @@ FailureOr<int64_t> microBatchOf(func::FuncOp forward, std::string &source) {
   return *micro;
 }
 
-/// The training options from --config and the flags, with the batch sizes
-/// settled against the model's micro-batch.
-FailureOr<TrainingOptions> trainingOptions(func::FuncOp forward) {
+} // namespace
+
+FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward,
+                                                         bool compiled) {
   TrainingOptions options;
   BatchSizeConfig batch;
   if (given(flags->config)) {
@@ -391,7 +396,7 @@ FailureOr<TrainingOptions> trainingOptions(func::FuncOp forward) {
   options.function = forward.getSymName().str();
   if (failed(applyFlags(options)))
     return failure();
-  if (options.worldSize > 1) {
+  if (options.worldSize > 1 && !compiled) {
     fail("world-size > 1 needs a compiled program (sharc compile), the "
          "evaluator CLI runs one rank");
     return failure();
@@ -408,7 +413,7 @@ FailureOr<TrainingOptions> trainingOptions(func::FuncOp forward) {
   if (failed(micro))
     return failure();
   llvm::Expected<BatchSizes> sizes =
-      resolveBatchSizes(batch, /*worldSize=*/1, *micro, source);
+      resolveBatchSizes(batch, options.worldSize, *micro, source);
   if (!sizes) {
     std::string prefix = given(flags->config) ? flags->config + ": " : "";
     fail(prefix + llvm::toString(sizes.takeError()));
@@ -426,6 +431,8 @@ FailureOr<TrainingOptions> trainingOptions(func::FuncOp forward) {
     return failure();
   return options;
 }
+
+namespace {
 
 /// Evaluates `@<function>_grad` on every micro-batch of the step whose
 /// arguments are `stepArgs` and writes the summed gradients to DIR.
@@ -541,8 +548,9 @@ LogicalResult dumpState(func::FuncOp step, ArrayRef<Tensor> args,
 //===----------------------------------------------------------------------===//
 
 void sharc::registerTrainingFlags(cl::SubCommand &eval,
+                                  cl::SubCommand &compile,
                                   cl::OptionCategory &category) {
-  flags = std::make_unique<TrainFlags>(eval, category);
+  flags = std::make_unique<TrainFlags>(eval, compile, category);
 }
 
 bool sharc::trainingRequested() { return flags->train; }
@@ -558,7 +566,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
                        const std::map<std::string, std::string> &inputs) {
   if (flags->steps < 1)
     return fail("--steps must be at least 1");
-  FailureOr<TrainingOptions> options = trainingOptions(model.entry);
+  FailureOr<TrainingOptions> options =
+      resolveTrainingOptions(model.entry, /*compiled=*/false);
   if (failed(options))
     return 1;
 

@@ -10,6 +10,7 @@
 #define SHARC_TOOLS_SHARC_TRAIN_H
 
 #include "ir/Tensor.h"
+#include "passes/TrainingOptions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -56,10 +57,18 @@ mlir::FailureOr<Tensor> readArgument(llvm::StringRef name, llvm::StringRef path,
 // Training
 //===----------------------------------------------------------------------===//
 
-/// Registers the training flags of `eval` in `category`; call once, before
-/// parsing the command line.
+/// Registers the training flags of `eval` and `compile` in `category`; call
+/// once, before parsing the command line.
 void registerTrainingFlags(llvm::cl::SubCommand &eval,
+                           llvm::cl::SubCommand &compile,
                            llvm::cl::OptionCategory &category);
+
+/// The training options from --config and the flags, with the batch sizes
+/// settled against the micro-batch of `forward` (dim 0 of its inputs) and
+/// --world-size ranks, which only a compiled program (`compiled`) may set
+/// above 1.  Prints the error and fails on bad options.
+mlir::FailureOr<TrainingOptions> resolveTrainingOptions(mlir::func::FuncOp forward,
+                                                        bool compiled);
 
 /// True when --train was given.
 bool trainingRequested();
@@ -74,6 +83,19 @@ std::optional<std::string> givenTrainingFlag();
 /// values.  Returns the exit status.
 int runTraining(mlir::MLIRContext &context, LoadedModel &model,
                 const std::map<std::string, std::string> &inputs);
+
+//===----------------------------------------------------------------------===//
+// Compiling (Compile.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Registers the flags of `compile` (besides the training flags).
+void registerCompileFlags(llvm::cl::SubCommand &compile,
+                          llvm::cl::OptionCategory &category);
+
+/// `sharc compile`: builds, emits and links the training program of `model`
+/// into `outDir`.  Returns the exit status.
+int runCompile(mlir::MLIRContext &context, LoadedModel &model,
+               llvm::StringRef modelPath, llvm::StringRef outDir);
 
 } // namespace sharc
 

@@ -5,6 +5,7 @@
 //   sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... [--output-dir DIR]
 //   sharc eval MODEL.onnx --train --steps N --input NAME=FILE.npy ...
 //              [--config ds_config.json] [training flags] [--dump-state DIR]
+//   sharc compile MODEL.onnx --target cpu|cuda [training flags] -o OUTDIR
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,24 +52,30 @@ static cl::SubCommand
     evalCommand("eval",
                 "Run a model on the reference evaluator and print its outputs");
 
+static cl::SubCommand
+    compileCommand("compile",
+                   "Compile a model's training step to a training binary");
+
 static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx | input.mlir>"),
                                       cl::sub(importCommand),
-                                      cl::sub(evalCommand));
+                                      cl::sub(evalCommand),
+                                      cl::sub(compileCommand));
 
 static cl::list<std::string>
     inputShapes("input-shape",
                 cl::desc("Static shape of a graph input: NAME=D0xD1x... "
                          "(NAME= for a scalar)"),
                 cl::value_desc("NAME=DIMS"), cl::sub(importCommand),
-                cl::sub(evalCommand), cl::cat(sharcCategory));
+                cl::sub(evalCommand), cl::sub(compileCommand),
+                cl::cat(sharcCategory));
 
-static cl::opt<std::string> outputPath("o",
-                                       cl::desc("Output file (default: "
-                                                "standard output)"),
-                                       cl::value_desc("file"), cl::init("-"),
-                                       cl::sub(importCommand),
-                                       cl::cat(sharcCategory));
+static cl::opt<std::string>
+    outputPath("o",
+               cl::desc("import: output file (default: standard output); "
+                        "compile: output directory"),
+               cl::value_desc("path"), cl::init("-"), cl::sub(importCommand),
+               cl::sub(compileCommand), cl::cat(sharcCategory));
 
 static cl::list<std::string>
     inputFiles("input",
@@ -176,12 +183,8 @@ static std::string resultName(func::FuncOp func, unsigned index) {
 }
 
 std::string sharc::fileNameFor(StringRef name) {
-  std::string result;
-  for (char c : name)
-    result += llvm::isAlnum(c) || c == '_' || c == '-' || c == '.' ? c : '_';
-  if (result.empty() || result[0] == '.')
-    result.insert(result.begin(), '_');
-  return result;
+  std::string file = rt::npyFileNameFor(name.str());
+  return file.substr(0, file.size() - 4);
 }
 
 FailureOr<Tensor> sharc::readNpyAs(StringRef name, StringRef path,
@@ -348,7 +351,8 @@ static int runEval(MLIRContext &context) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  registerTrainingFlags(evalCommand, sharcCategory);
+  registerTrainingFlags(evalCommand, compileCommand, sharcCategory);
+  registerCompileFlags(compileCommand, sharcCategory);
   registerPassManagerCLOptions();
   registerDefaultTimingManagerCLOptions();
   registerAsmPrinterCLOptions();
@@ -360,7 +364,9 @@ int main(int argc, char **argv) {
       "  sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... "
       "[--output-dir DIR]\n"
       "  sharc eval MODEL.onnx --train --steps N --input NAME=FILE.npy ... "
-      "[--config F] [training flags] [--dump-state DIR]\n");
+      "[--config F] [training flags] [--dump-state DIR]\n"
+      "  sharc compile MODEL.onnx --target cpu|cuda [--config F] [training "
+      "flags] -o OUTDIR [--report]\n");
 
   DialectRegistry registry;
   registry.insert<SharcDialect, func::FuncDialect>();
@@ -372,5 +378,11 @@ int main(int argc, char **argv) {
     return runImport(context);
   if (evalCommand)
     return runEval(context);
+  if (compileCommand) {
+    FailureOr<LoadedModel> model = loadModel(context);
+    if (failed(model))
+      return 1;
+    return runCompile(context, *model, modelPath, outputPath);
+  }
   return fail("no command given; run 'sharc --help'");
 }

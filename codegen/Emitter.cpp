@@ -1,0 +1,1184 @@
+//===- Emitter.cpp - Training step to C++/CUDA source ---------------------===//
+//
+// Walks the prepared, fused and memory-planned `@train_step` in order and
+// writes one statement per op into `sharcProgramStep`: a kernel launch, a
+// GEMM, a copy or a collective.  Kernels are functors with every shape baked
+// in; their text is deduplicated, so a layer repeated with the same shapes
+// compiles to one kernel.  Model names only ever appear inside escaped string
+// literals (cppStringLiteral).
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/EmitterInternal.h"
+
+#include "ir/SharcOps.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+using namespace mlir;
+using namespace sharc;
+using namespace sharc::codegen;
+
+//===----------------------------------------------------------------------===//
+// Text helpers
+//===----------------------------------------------------------------------===//
+
+std::string sharc::cppStringLiteral(StringRef text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\' || c == '?') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      // Octal escapes take at most three digits, so the next character can
+      // never extend them.
+      out += llvm::formatv("\\{0:o3}", static_cast<unsigned>(c)).str();
+    }
+  }
+  return out + "\"";
+}
+
+namespace sharc::codegen {
+
+int ProgramEmitter::errorCode(std::string message) {
+  messages.push_back(std::move(message));
+  return static_cast<int>(messages.size());
+}
+
+void ProgramEmitter::launch(const KernelText &kernel, int64_t count) {
+  std::string text = " {\n";
+  for (const std::string &member : kernel.members)
+    text += "  " + member + ";\n";
+  text += "  SHARC_HD void operator()(int64_t i) const {\n" + kernel.body +
+          "  }\n};\n";
+  auto [it, inserted] =
+      kernelNames.try_emplace(text, "K" + str(kernelNames.size()));
+  if (inserted)
+    kernelDefinitions += "struct " + it->second + text + "\n";
+  stepBody += "  sharc::kern::launch(ctx, " + str(count) + ", " + it->second +
+              "{" + llvm::join(kernel.arguments, ", ") + "});\n";
+  ++report.numKernelLaunches;
+}
+
+//===----------------------------------------------------------------------===//
+// Buffers
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::collectBuffers() {
+  Block &entry = step.getBody().front();
+  for (BlockArgument arg : entry.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    Buffer buffer;
+    buffer.element = elementOf(arg);
+    buffer.shape.assign(tensorType(arg).getShape().begin(),
+                        tensorType(arg).getShape().end());
+    if (ParamAttr param = getParamAttr(step, i)) {
+      buffer.name = param.getName().str();
+      buffer.source = param.getSource().str();
+      buffer.role = "param";
+    } else if (auto state = step.getArgAttrOfType<StateAttr>(
+                   i, SharcDialect::getStateAttrName())) {
+      buffer.role = "state";
+      buffer.name = state.getParam().empty()
+                        ? state.getRole().str()
+                        : (state.getParam() + "." + state.getRole()).str();
+      if (state.getParam().empty() && state.getRole() == "step")
+        stepBuffer = static_cast<int>(buffers.size());
+    } else if (auto input = step.getArgAttrOfType<StringAttr>(
+                   i, SharcDialect::getInputAttrName())) {
+      buffer.role = "input";
+      buffer.name = input.getValue().str();
+    } else {
+      return step.emitError() << "code generation: argument " << i
+                              << " of @train_step has no sharc.param, "
+                                 "sharc.state or sharc.input attribute";
+    }
+    if (storageType(buffer.element).empty())
+      return step.emitError()
+             << "code generation: argument '" << buffer.name << "' has type "
+             << arg.getType() << "; f16/bf16 programs are not supported yet";
+    bufferOf[arg] = static_cast<int>(buffers.size());
+    buffers.push_back(std::move(buffer));
+  }
+  // Trainable parameters: those whose new value is not the argument itself.
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  for (auto [r, value] : llvm::enumerate(ret.getOperands())) {
+    auto param = step.getResultAttrOfType<ParamAttr>(
+        r, SharcDialect::getParamAttrName());
+    if (!param || isa<BlockArgument>(value))
+      continue;
+    for (Buffer &buffer : buffers)
+      if (buffer.role == "param" && buffer.name == param.getName())
+        buffer.trainable = true;
+  }
+  // Outputs.
+  for (unsigned r = 0, e = step.getNumResults(); r < e; ++r) {
+    auto name = step.getResultAttrOfType<StringAttr>(
+        r, SharcDialect::getOutputAttrName());
+    if (!name)
+      continue;
+    auto type = cast<RankedTensorType>(step.getResultTypes()[r]);
+    Buffer buffer;
+    buffer.role = "output";
+    buffer.name = name.getValue().str();
+    buffer.element = type.getElementType();
+    buffer.shape.assign(type.getShape().begin(), type.getShape().end());
+    if (buffer.name == "loss")
+      lossBuffer = static_cast<int>(buffers.size());
+    else if (buffer.name == "lr")
+      lrBuffer = static_cast<int>(buffers.size());
+    buffers.push_back(std::move(buffer));
+  }
+  if (lossBuffer < 0 || lrBuffer < 0 || stepBuffer < 0)
+    return step.emitError() << "code generation: @train_step needs 'loss' "
+                               "and 'lr' outputs and a step counter";
+  if (buffers[lossBuffer].shape.size() != 0 ||
+      !isFloatType(buffers[lossBuffer].element))
+    return step.emitError() << "code generation: the loss must be a float "
+                               "scalar";
+  return success();
+}
+
+FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
+  auto known = bufferOf.find(value);
+  if (known != bufferOf.end())
+    return "ctx->buffers[" + str(known->second) + "]";
+  Operation *op = value.getDefiningOp();
+  if (auto constant = dyn_cast_or_null<ConstantOp>(op)) {
+    auto attr = dyn_cast<DenseElementsAttr>(constant.getValue());
+    Type element = elementOf(value);
+    if (!attr || storageType(element).empty())
+      return constant.emitError()
+             << "code generation: unsupported constant of type "
+             << value.getType();
+    std::string data;
+    auto type = tensorType(value);
+    int64_t n = type.getNumElements();
+    if (isFloatType(element)) {
+      for (int64_t k = 0; k < n; ++k) {
+        APFloat v = attr.isSplat() ? attr.getSplatValue<APFloat>()
+                                   : attr.getValues<APFloat>()[k];
+        data += (k ? ", " : "") + doubleLiteral(v.convertToDouble());
+      }
+    } else if (element.isInteger(1)) {
+      for (int64_t k = 0; k < n; ++k) {
+        bool v = attr.isSplat() ? attr.getSplatValue<bool>()
+                                : attr.getValues<bool>()[k];
+        data += std::string(k ? ", " : "") + (v ? "true" : "false");
+      }
+    } else {
+      for (int64_t k = 0; k < n; ++k) {
+        APInt v = attr.isSplat() ? attr.getSplatValue<APInt>()
+                                 : attr.getValues<APInt>()[k];
+        data += (k ? ", " : "") + intLiteral(v.getSExtValue());
+      }
+    }
+    Buffer buffer;
+    buffer.role = "constant";
+    buffer.name = "const" + str(buffers.size());
+    buffer.element = element;
+    buffer.shape.assign(type.getShape().begin(), type.getShape().end());
+    buffer.constantData = std::move(data);
+    bufferOf[value] = static_cast<int>(buffers.size());
+    buffers.push_back(std::move(buffer));
+    return "ctx->buffers[" + str(bufferOf[value]) + "]";
+  }
+  if (!op)
+    return failure();
+  auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("sharc.offsets");
+  unsigned index = cast<OpResult>(value).getResultNumber();
+  if (!offsets || offsets.size() <= index || offsets[index] < 0)
+    return op->emitError() << "code generation: result " << index
+                           << " has no arena offset (run sharc-plan-memory)";
+  return "(ctx->arena + " + str(offsets[index]) + ")";
+}
+
+FailureOr<std::string> ProgramEmitter::typedPointer(Value value) {
+  FailureOr<std::string> pointer = pointerTo(value);
+  if (failed(pointer))
+    return failure();
+  std::string type = storageType(elementOf(value));
+  if (type.empty())
+    return emitError(value.getLoc())
+           << "code generation: element type " << elementOf(value)
+           << " is not supported yet";
+  return "reinterpret_cast<" + type + " *>(" + *pointer + ")";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+bool isElementwiseOp(Operation *op) {
+  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp,
+             TanhOp, SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp,
+             AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
+             CompareOp, SelectOp>(op);
+}
+
+FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
+                                                  ArrayRef<std::string> x) {
+  Type result = elementOf(op->getResult(0));
+  Type operand = elementOf(op->getOperand(0));
+  bool fp = isFloatType(operand);
+  std::string a = x.size() > 0 ? x[0] : "", b = x.size() > 1 ? x[1] : "";
+  auto fn = [&](StringRef name) { return name.str() + "(" + a + ")"; };
+  auto fn2 = [&](StringRef name) {
+    return name.str() + "(" + a + ", " + b + ")";
+  };
+  auto location = [&] {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    op->getLoc().print(os);
+    return text;
+  };
+  std::optional<std::string> expr =
+      llvm::TypeSwitch<Operation *, std::optional<std::string>>(op)
+          .Case([&](NegOp) { return fp ? "(-" + a + ")" : fn("wrapNeg"); })
+          .Case([&](AbsOp) { return fp ? fn("fabs") : fn("iabs"); })
+          .Case([&](ReluOp) {
+            return fp ? fn("relu") : "imax(" + a + ", INT64_C(0))";
+          })
+          .Case([&](ExpOp) { return fn("exp"); })
+          .Case([&](LogOp) { return fn("log"); })
+          .Case([&](SqrtOp) { return fn("sqrt"); })
+          .Case([&](RsqrtOp) { return "(1.0 / sqrt(" + a + "))"; })
+          .Case([&](ErfOp) { return fn("erf"); })
+          .Case([&](TanhOp) { return fn("tanh"); })
+          .Case([&](SigmoidOp) { return fn("sigmoid"); })
+          .Case([&](SinOp) { return fn("sin"); })
+          .Case([&](CosOp) { return fn("cos"); })
+          .Case([&](FloorOp) { return fn("floor"); })
+          .Case([&](NotOp) { return "int64_t(!" + a + ")"; })
+          .Case([&](GeluOp g) {
+            return g.getApproximation() == GeluApproximation::tanh
+                       ? fn("geluTanh")
+                       : fn("geluErf");
+          })
+          .Case([&](CastOp) -> std::string {
+            if (isFloatType(result))
+              return fp ? a : "static_cast<double>(" + a + ")";
+            return fp ? fn("ftoi") : a;
+          })
+          .Case([&](AddOp) { return fp ? "(" + a + " + " + b + ")" : fn2("wrapAdd"); })
+          .Case([&](SubOp) { return fp ? "(" + a + " - " + b + ")" : fn2("wrapSub"); })
+          .Case([&](MulOp) { return fp ? "(" + a + " * " + b + ")" : fn2("wrapMul"); })
+          .Case([&](DivOp) -> std::string {
+            if (fp)
+              return "(" + a + " / " + b + ")";
+            int code = errorCode("integer division by zero in " + location());
+            return "truncDiv(" + a + ", " + b + ", " + str(code) + ")";
+          })
+          .Case([&](PowOp) -> std::string {
+            if (fp)
+              return fn2("pow");
+            int code = errorCode("integer zero raised to a negative power in " +
+                                 location());
+            return "ipow(" + a + ", " + b + ", " + str(code) + ")";
+          })
+          .Case([&](MaxOp) { return fp ? fn2("fmaxNan") : fn2("imax"); })
+          .Case([&](MinOp) { return fp ? fn2("fminNan") : fn2("imin"); })
+          .Case([&](AndOp) { return "int64_t(" + a + " && " + b + ")"; })
+          .Case([&](OrOp) { return "int64_t(" + a + " || " + b + ")"; })
+          .Case([&](CompareOp c) {
+            StringRef symbol;
+            switch (c.getPredicate()) {
+            case ComparePredicate::eq: symbol = "=="; break;
+            case ComparePredicate::ne: symbol = "!="; break;
+            case ComparePredicate::lt: symbol = "<"; break;
+            case ComparePredicate::le: symbol = "<="; break;
+            case ComparePredicate::gt: symbol = ">"; break;
+            case ComparePredicate::ge: symbol = ">="; break;
+            }
+            return "int64_t(" + a + " " + symbol.str() + " " + b + ")";
+          })
+          .Case([&](SelectOp) {
+            return "(" + a + " ? " + b + " : " + x[2] + ")";
+          })
+          .Default([](Operation *) { return std::nullopt; });
+  if (!expr)
+    return op->emitError() << "code generation: not an elementwise op";
+  // Round (floats) or wrap (integers) to the result type, as the evaluator.
+  if (result.isF32())
+    return "round<float>(" + *expr + ")";
+  if (result.isInteger(32))
+    return "int64_t(int32_t(uint32_t(" + *expr + ")))";
+  if (result.isInteger(1) && !isa<CompareOp, NotOp, AndOp, OrOp>(op))
+    return "int64_t((" + *expr + ") != 0)";
+  if (result.isF64() || result.isInteger(64) || result.isInteger(1))
+    return *expr;
+  return op->emitError() << "code generation: element type " << result
+                         << " is not supported yet";
+}
+
+FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
+                                                  Value value,
+                                                  ArrayRef<int64_t> iteration) {
+  Type element = elementOf(value);
+  if (auto constant = value.getDefiningOp<ConstantOp>()) {
+    auto attr = dyn_cast<DenseElementsAttr>(constant.getValue());
+    if (attr && attr.isSplat()) {
+      if (isFloatType(element))
+        return doubleLiteral(
+            attr.getSplatValue<APFloat>().convertToDouble());
+      if (element.isInteger(1))
+        return std::string(attr.getSplatValue<bool>() ? "INT64_C(1)"
+                                                      : "INT64_C(0)");
+      return intLiteral(attr.getSplatValue<APInt>().getSExtValue());
+    }
+  }
+  FailureOr<std::string> pointer = typedPointer(value);
+  if (failed(pointer))
+    return failure();
+  std::string member =
+      kernel.pointer(storageType(element), /*isConst=*/true, *pointer);
+  std::string load = member + "[" +
+                     broadcastIndex(tensorType(value).getShape(), iteration) +
+                     "]";
+  return std::string(isFloatType(element) ? "double(" : "int64_t(") + load +
+         ")";
+}
+
+/// Emits one kernel for an elementwise op or a `sharc.fusion` group: every
+/// result has the iteration shape; operands broadcast into it.
+LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
+  ArrayRef<int64_t> iteration = tensorType(op->getResult(0)).getShape();
+  KernelText kernel;
+  DenseMap<Value, std::string> scalars;
+  int next = 0;
+  auto define = [&](Value value, const std::string &expr) {
+    std::string name = "v" + str(next++);
+    kernel.body += "    const " +
+                   std::string(isFloatType(elementOf(value)) ? "double"
+                                                             : "int64_t") +
+                   " " + name + " = " + expr + ";\n";
+    scalars[value] = name;
+  };
+  SmallVector<Value> outputs;
+  SmallVector<Value> stored;
+  if (op->getName().getStringRef() == "sharc.fusion") {
+    Block &body = op->getRegion(0).front();
+    for (auto [arg, operand] :
+         llvm::zip(body.getArguments(), op->getOperands())) {
+      FailureOr<std::string> load = loadScalar(kernel, operand, iteration);
+      if (failed(load))
+        return failure();
+      define(arg, *load);
+    }
+    for (Operation &inner : body.without_terminator()) {
+      if (isa<ConstantOp>(inner)) {
+        FailureOr<std::string> literal =
+            loadScalar(kernel, inner.getResult(0), iteration);
+        if (failed(literal))
+          return failure();
+        scalars[inner.getResult(0)] = *literal;
+        continue;
+      }
+      SmallVector<std::string> args;
+      for (Value operand : inner.getOperands())
+        args.push_back(scalars.lookup(operand));
+      FailureOr<std::string> expr = scalarExpr(&inner, args);
+      if (failed(expr))
+        return failure();
+      define(inner.getResult(0), *expr);
+    }
+    Operation *yield = body.getTerminator();
+    for (auto [result, value] :
+         llvm::zip(op->getResults(), yield->getOperands())) {
+      outputs.push_back(result);
+      stored.push_back(value);
+    }
+  } else {
+    SmallVector<std::string> args;
+    for (Value operand : op->getOperands()) {
+      FailureOr<std::string> load = loadScalar(kernel, operand, iteration);
+      if (failed(load))
+        return failure();
+      args.push_back(*load);
+    }
+    FailureOr<std::string> expr = scalarExpr(op, args);
+    if (failed(expr))
+      return failure();
+    define(op->getResult(0), *expr);
+    outputs.push_back(op->getResult(0));
+    stored.push_back(op->getResult(0));
+  }
+  for (auto [result, value] : llvm::zip(outputs, stored)) {
+    if (result.use_empty())
+      continue;
+    FailureOr<std::string> pointer = typedPointer(result);
+    if (failed(pointer))
+      return failure();
+    Type element = elementOf(result);
+    std::string member =
+        kernel.pointer(storageType(element), /*isConst=*/false, *pointer);
+    std::string scalar = scalars.lookup(value);
+    if (scalar.empty())
+      return op->emitError() << "code generation: a fusion yields a value it "
+                                "does not compute";
+    kernel.body += "    " + member + "[i] = " +
+                   (element.isInteger(1)
+                        ? "(" + scalar + ") != 0"
+                        : "static_cast<" + storageType(element) + ">(" +
+                              scalar + ")") +
+                   ";\n";
+  }
+  if (!kernel.body.empty() && kernel.body.find("[i] = ") != std::string::npos)
+    launch(kernel, product(iteration));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::emitCopy(Value from, Value to) {
+  FailureOr<std::string> src = pointerTo(from), dest = pointerTo(to);
+  if (failed(src) || failed(dest))
+    return failure();
+  int64_t bytes = tensorType(to).getNumElements() * elementBytes(elementOf(to));
+  stepBody += "  sharc::kern::copy(ctx, " + *dest + ", " + *src + ", " +
+              str(bytes) + ");\n";
+  return success();
+}
+
+/// `result[i] = source[offset]` where `offsetCode` computes `offset` from `i`
+/// (and may use the coordinates c0, c1, ... of i in the result).
+LogicalResult ProgramEmitter::emitIndexMap(Operation *op, Value source,
+                                           const std::string &offsetCode) {
+  Value result = op->getResult(0);
+  FailureOr<std::string> in = typedPointer(source), out = typedPointer(result);
+  if (failed(in) || failed(out))
+    return failure();
+  KernelText kernel;
+  std::string type = storageType(elementOf(result));
+  std::string src = kernel.pointer(type, true, *in);
+  std::string dst = kernel.pointer(type, false, *out);
+  kernel.body = offsetCode + "    " + dst + "[i] = " + src + "[offset];\n";
+  launch(kernel, tensorType(result).getNumElements());
+  return success();
+}
+
+/// Code computing `offset` = sum of coordinate * stride over the result.
+std::string affineOffset(ArrayRef<int64_t> resultShape,
+                         ArrayRef<int64_t> strides, int64_t base) {
+  std::string code = coordinates(resultShape, "i", "c");
+  code += "    const int64_t offset = " + str(base);
+  for (size_t d = 0; d < strides.size(); ++d)
+    if (strides[d] != 0 && resultShape[d] != 1)
+      code += " + c" + str(d) + " * " + str(strides[d]);
+  return code + ";\n";
+}
+
+LogicalResult ProgramEmitter::emitConcat(ConcatOp op) {
+  auto outType = tensorType(op.getResult());
+  int64_t axis = op.getAxis();
+  int64_t inner = product(outType.getShape().drop_front(axis + 1));
+  int64_t outRow = outType.getDimSize(axis) * inner;
+  FailureOr<std::string> out = typedPointer(op.getResult());
+  if (failed(out))
+    return failure();
+  int64_t offset = 0;
+  std::string type = storageType(outType.getElementType());
+  for (Value input : op.getInputs()) {
+    int64_t row = tensorType(input).getDimSize(axis) * inner;
+    FailureOr<std::string> in = typedPointer(input);
+    if (failed(in))
+      return failure();
+    KernelText kernel;
+    std::string src = kernel.pointer(type, true, *in);
+    std::string dst = kernel.pointer(type, false, *out);
+    kernel.body = "    " + dst + "[(i / " + str(row) + ") * " + str(outRow) +
+                  " + " + str(offset) + " + i % " + str(row) + "] = " + src +
+                  "[i];\n";
+    launch(kernel, tensorType(input).getNumElements());
+    offset += row;
+  }
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitInsertSlice(InsertSliceOp op) {
+  if (failed(emitCopy(op.getDest(), op.getResult())))
+    return failure();
+  auto outType = tensorType(op.getResult());
+  SmallVector<int64_t> outStrides = stridesOf(outType.getShape());
+  SmallVector<int64_t> strides;
+  int64_t base = 0;
+  for (auto [d, start, stride] :
+       llvm::enumerate(op.getStart(), op.getStride())) {
+    base += start * outStrides[d];
+    strides.push_back(stride * outStrides[d]);
+  }
+  FailureOr<std::string> in = typedPointer(op.getSource()),
+                         out = typedPointer(op.getResult());
+  if (failed(in) || failed(out))
+    return failure();
+  KernelText kernel;
+  std::string type = storageType(outType.getElementType());
+  std::string src = kernel.pointer(type, true, *in);
+  std::string dst = kernel.pointer(type, false, *out);
+  kernel.body = affineOffset(tensorType(op.getSource()).getShape(), strides,
+                             base) +
+                "    " + dst + "[offset] = " + src + "[i];\n";
+  launch(kernel, tensorType(op.getSource()).getNumElements());
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitGather(GatherOp op) {
+  auto dataType = tensorType(op.getData());
+  int64_t axis = op.getAxis();
+  int64_t size = dataType.getDimSize(axis);
+  int64_t inner = product(dataType.getShape().drop_front(axis + 1));
+  int64_t count = tensorType(op.getIndices()).getNumElements();
+  FailureOr<std::string> data = typedPointer(op.getData()),
+                         indices = typedPointer(op.getIndices()),
+                         out = typedPointer(op.getResult());
+  if (failed(data) || failed(indices) || failed(out))
+    return failure();
+  std::string location;
+  llvm::raw_string_ostream os(location);
+  op.getLoc().print(os);
+  int code = errorCode("gather index out of range for dimension " +
+                       str(axis) + " of size " + str(size) + " in " + location);
+  KernelText kernel;
+  std::string type = storageType(dataType.getElementType());
+  std::string src = kernel.pointer(type, true, *data);
+  std::string idx =
+      kernel.pointer(storageType(elementOf(op.getIndices())), true, *indices);
+  std::string dst = kernel.pointer(type, false, *out);
+  kernel.body =
+      "    const int64_t k = i % " + str(inner) + ", j = (i / " + str(inner) +
+      ") % " + str(count) + ", o = i / " + str(inner * count) + ";\n" +
+      "    int64_t index = int64_t(" + idx + "[j]);\n" +
+      "    if (index < -" + str(size) + " || index >= " + str(size) +
+      ") { raise(" + str(code) + "); " + dst + "[i] = 0; return; }\n" +
+      "    if (index < 0) index += " + str(size) + ";\n" + "    " + dst +
+      "[i] = " + src + "[(o * " + str(size) + " + index) * " + str(inner) +
+      " + k];\n";
+  launch(kernel, tensorType(op.getResult()).getNumElements());
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
+  auto outType = tensorType(op.getResult());
+  int64_t axis = op.getAxis();
+  int64_t size = outType.getDimSize(axis);
+  int64_t inner = product(outType.getShape().drop_front(axis + 1));
+  int64_t count = tensorType(op.getIndices()).getNumElements();
+  FailureOr<std::string> dest = typedPointer(op.getDest()),
+                         indices = typedPointer(op.getIndices()),
+                         updates = typedPointer(op.getUpdates()),
+                         out = typedPointer(op.getResult());
+  if (failed(dest) || failed(indices) || failed(updates) || failed(out))
+    return failure();
+  std::string location;
+  llvm::raw_string_ostream os(location);
+  op.getLoc().print(os);
+  int code = errorCode("scatter_add index out of range for dimension " +
+                       str(axis) + " of size " + str(size) + " in " + location);
+  KernelText kernel;
+  std::string type = storageType(outType.getElementType());
+  std::string base = kernel.pointer(type, true, *dest);
+  std::string idx =
+      kernel.pointer(storageType(elementOf(op.getIndices())), true, *indices);
+  std::string upd = kernel.pointer(type, true, *updates);
+  std::string dst = kernel.pointer(type, false, *out);
+  // Each output element sums the updates aimed at it in index order, in
+  // double, and rounds once: deterministic on any number of threads.
+  kernel.body =
+      "    const int64_t k = i % " + str(inner) + ", r = (i / " + str(inner) +
+      ") % " + str(size) + ", o = i / " + str(inner * size) + ";\n" +
+      "    double acc = " + base + "[i];\n" + "    for (int64_t j = 0; j < " +
+      str(count) + "; ++j) {\n" + "      int64_t index = int64_t(" + idx +
+      "[j]);\n" + "      if (index < -" + str(size) + " || index >= " +
+      str(size) + ") { raise(" + str(code) + "); continue; }\n" +
+      "      if (index < 0) index += " + str(size) + ";\n" +
+      "      if (index == r) acc += " + upd + "[(o * " + str(count) +
+      " + j) * " + str(inner) + " + k];\n" + "    }\n" + "    " + dst +
+      "[i] = static_cast<" + type + ">(acc);\n";
+  launch(kernel, outType.getNumElements());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Matmul
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
+  auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs()),
+       out = tensorType(op.getResult());
+  Type element = out.getElementType();
+  if (!element.isF32() && !element.isF64())
+    return op.emitError() << "code generation: matmul of " << element
+                          << " is not supported yet";
+  int64_t m = out.getDimSize(out.getRank() - 2), n = out.getShape().back();
+  bool transA = op.getTransposeLhs(), transB = op.getTransposeRhs();
+  int64_t k = transA ? lhs.getDimSize(lhs.getRank() - 2) : lhs.getShape().back();
+  ArrayRef<int64_t> batch = out.getShape().drop_back(2);
+  ArrayRef<int64_t> lhsBatch = lhs.getShape().drop_back(2);
+  ArrayRef<int64_t> rhsBatch = rhs.getShape().drop_back(2);
+  int64_t batchCount = product(batch);
+  FailureOr<std::string> a = typedPointer(op.getLhs()),
+                         b = typedPointer(op.getRhs()),
+                         c = typedPointer(op.getResult());
+  if (failed(a) || failed(b) || failed(c))
+    return failure();
+  std::string type = element.isF32() ? "f32" : "f64";
+  auto stride = [&](ArrayRef<int64_t> operandBatch,
+                    int64_t matrix) -> std::optional<int64_t> {
+    if (product(operandBatch) == 1)
+      return 0;
+    if (product(operandBatch) == batchCount)
+      return matrix;
+    return std::nullopt;
+  };
+  std::optional<int64_t> strideA = stride(lhsBatch, m * k);
+  std::optional<int64_t> strideB = stride(rhsBatch, k * n);
+  auto args = [&](StringRef aExpr, StringRef bExpr, StringRef cExpr,
+                  int64_t sa, int64_t sb, int64_t count) {
+    return "    sharc::rt::GemmArgs args;\n"
+           "    args.type = sharc::rt::DType::" +
+           type + ";\n    args.transA = " + (transA ? "true" : "false") +
+           ";\n    args.transB = " + (transB ? "true" : "false") +
+           ";\n    args.m = " + str(m) + "; args.n = " + str(n) +
+           "; args.k = " + str(k) + ";\n    args.a = " + aExpr.str() +
+           "; args.lda = " + str(std::max<int64_t>(1, lhs.getShape().back())) +
+           "; args.strideA = " + str(sa) + ";\n    args.b = " + bExpr.str() +
+           "; args.ldb = " + str(std::max<int64_t>(1, rhs.getShape().back())) +
+           "; args.strideB = " + str(sb) + ";\n    args.c = " + cExpr.str() +
+           "; args.ldc = " + str(std::max<int64_t>(1, n)) +
+           "; args.strideC = " + str(m * n) + ";\n    args.batch = " +
+           str(count) + ";\n    sharc::kern::gemm(ctx, args);\n";
+  };
+  if (strideA && strideB) {
+    stepBody += "  {\n" + args(*a, *b, *c, *strideA, *strideB, batchCount) +
+                "  }\n";
+  } else {
+    // Mixed broadcasting: one GEMM per output matrix.
+    stepBody += "  for (int64_t batch = 0; batch < " + str(batchCount) +
+                "; ++batch) {\n";
+    std::string aOffset =
+        "(" + broadcastIndex(lhsBatch, batch, "batch") + ") * " + str(m * k);
+    std::string bOffset =
+        "(" + broadcastIndex(rhsBatch, batch, "batch") + ") * " + str(k * n);
+    stepBody += args(*a + " + " + aOffset, *b + " + " + bOffset,
+                     *c + " + batch * " + str(m * n), 0, 0, 1);
+    stepBody += "  }\n";
+  }
+  ++report.numGemmCalls;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions and normalization
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
+  auto inType = tensorType(op.getOperand());
+  ArrayRef<int64_t> shape = inType.getShape();
+  SmallVector<int64_t> strides = stridesOf(shape);
+  llvm::SmallDenseSet<int64_t> reduced(op.getAxes().begin(),
+                                       op.getAxes().end());
+  int64_t count = 1;
+  for (int64_t axis : op.getAxes())
+    count *= shape[axis];
+  bool fp = isFloatType(inType.getElementType());
+  ReduceKind kind = op.getKind();
+  if (kind == ReduceKind::max && count == 0 &&
+      tensorType(op.getResult()).getNumElements() > 0)
+    return op.emitError() << "max reduction over an empty dimension";
+  FailureOr<std::string> in = typedPointer(op.getOperand()),
+                         out = typedPointer(op.getResult());
+  if (failed(in) || failed(out))
+    return failure();
+  KernelText kernel;
+  std::string type = storageType(inType.getElementType());
+  std::string src = kernel.pointer(type, true, *in);
+  std::string dst = kernel.pointer(type, false, *out);
+  // Kept coordinates of output element i (innermost kept dim varies fastest).
+  std::string code = "    int64_t rest = i, base = 0;\n";
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    if (reduced.contains(d))
+      continue;
+    code += "    base += (rest % " + str(shape[d]) + ") * " + str(strides[d]) +
+            "; rest /= " + str(shape[d]) + ";\n";
+  }
+  std::string acc = fp ? "double" : "int64_t";
+  std::string init = kind == ReduceKind::max
+                         ? (fp ? "-HUGE_VAL" : "(-INT64_C(9223372036854775807) - 1)")
+                         : (fp ? "0.0" : "INT64_C(0)");
+  code += "    " + acc + " acc = " + init + ";\n";
+  std::string offset = "base";
+  std::string indent = "    ";
+  for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size()); ++axis) {
+    if (!reduced.contains(axis))
+      continue;
+    std::string r = "r" + str(axis);
+    code += indent + "for (int64_t " + r + " = 0; " + r + " < " +
+            str(shape[axis]) + "; ++" + r + ")\n";
+    indent += "  ";
+    offset += " + " + r + " * " + str(strides[axis]);
+  }
+  std::string x = acc + "(" + src + "[" + offset + "])";
+  if (kind == ReduceKind::max)
+    code += indent + "{ const " + acc + " x = " + x + "; " +
+            (fp ? "if (x != x || x > acc) acc = x; }\n"
+                : "if (x > acc) acc = x; }\n");
+  else
+    code += indent + (fp ? "acc += " + x + ";\n" : "acc = wrapAdd(acc, " + x + ");\n");
+  if (kind == ReduceKind::mean)
+    code += "    acc /= " + str(count) + ".0;\n";
+  code += "    " + dst + "[i] = static_cast<" + type + ">(acc);\n";
+  kernel.body = code;
+  launch(kernel, tensorType(op.getResult()).getNumElements());
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
+                                          bool log) {
+  Value input = op->getOperand(0), result = op->getResult(0);
+  ArrayRef<int64_t> shape = tensorType(input).getShape();
+  int64_t length = shape[axis];
+  int64_t inner = product(shape.drop_front(axis + 1));
+  int64_t rows = product(shape) / std::max<int64_t>(1, length);
+  FailureOr<std::string> in = typedPointer(input), out = typedPointer(result);
+  if (failed(in) || failed(out))
+    return failure();
+  KernelText kernel;
+  std::string type = storageType(elementOf(result));
+  std::string x = kernel.pointer(type, true, *in);
+  std::string y = kernel.pointer(type, false, *out);
+  std::string at = "(i / " + str(inner) + ") * " + str(length * inner) +
+                   " + i % " + str(inner);
+  std::string step = str(inner);
+  kernel.body =
+      "    const int64_t base = " + at + ";\n" +
+      "    double max = -HUGE_VAL;\n" + "    for (int64_t c = 0; c < " +
+      str(length) + "; ++c) max = fmax(max, double(" + x + "[base + c * " +
+      step + "]));\n" + "    double sum = 0;\n" +
+      "    for (int64_t c = 0; c < " + str(length) + "; ++c) sum += exp(double(" +
+      x + "[base + c * " + step + "]) - max);\n" +
+      "    const double logSum = log(sum);\n" + "    for (int64_t c = 0; c < " +
+      str(length) + "; ++c) {\n" + "      const double shifted = double(" + x +
+      "[base + c * " + step + "]) - max;\n" + "      " + y + "[base + c * " +
+      step + "] = static_cast<" + type + ">(" +
+      (log ? "shifted - logSum" : "exp(shifted) / sum") + ");\n    }\n";
+  (void)rows;
+  launch(kernel, rows);
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
+  ArrayRef<int64_t> shape = tensorType(op.getOperand()).getShape();
+  int64_t axis = op.getAxis();
+  ArrayRef<int64_t> normalized = shape.drop_front(axis);
+  int64_t size = product(normalized);
+  int64_t rows = product(shape.take_front(axis));
+  double epsilon = op.getEpsilon().convertToDouble();
+  FailureOr<std::string> in = typedPointer(op.getOperand()),
+                         scale = typedPointer(op.getScale()),
+                         y = typedPointer(op.getResult()),
+                         mean = typedPointer(op.getMean()),
+                         invStd = typedPointer(op.getInvStd());
+  if (failed(in) || failed(scale) || failed(y) || failed(mean) ||
+      failed(invStd))
+    return failure();
+  KernelText kernel;
+  std::string type = storageType(elementOf(op.getResult()));
+  std::string x = kernel.pointer(type, true, *in);
+  std::string s = kernel.pointer(type, true, *scale);
+  std::string scaleAt =
+      s + "[" + broadcastIndex(tensorType(op.getScale()).getShape(), normalized, "j") + "]";
+  std::string biasAt = "0.0";
+  if (Value bias = op.getBias()) {
+    FailureOr<std::string> b = typedPointer(bias);
+    if (failed(b))
+      return failure();
+    std::string member = kernel.pointer(type, true, *b);
+    biasAt = "double(" + member + "[" +
+             broadcastIndex(tensorType(bias).getShape(), normalized, "j") + "])";
+  }
+  std::string out = kernel.pointer(type, false, *y);
+  std::string meanOut = kernel.pointer(type, false, *mean);
+  std::string invOut = kernel.pointer(type, false, *invStd);
+  std::string n = str(size);
+  kernel.body =
+      "    const " + type + " *row = " + x + " + i * " + n + ";\n" +
+      "    double sum = 0;\n" + "    for (int64_t j = 0; j < " + n +
+      "; ++j) sum += double(row[j]);\n" + "    const double mean = sum / " + n +
+      ".0;\n" + "    double squares = 0;\n" + "    for (int64_t j = 0; j < " +
+      n + "; ++j) { const double d = double(row[j]) - mean; squares += d * d; }\n" +
+      "    const double invStd = 1 / sqrt(squares / " + n + ".0 + " +
+      doubleLiteral(epsilon) + ");\n" + "    for (int64_t j = 0; j < " + n +
+      "; ++j)\n" + "      " + out + "[i * " + n +
+      " + j] = static_cast<" + type + ">((double(row[j]) - mean) * invStd * double(" +
+      scaleAt + ") + " + biasAt + ");\n" + "    " + meanOut +
+      "[i] = static_cast<" + type + ">(mean);\n" + "    " + invOut +
+      "[i] = static_cast<" + type + ">(invStd);\n";
+  launch(kernel, rows);
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
+                                       Value target, Value weight,
+                                       LossReduction reduction,
+                                       std::optional<uint64_t> ignoreIndex,
+                                       bool fromLogits) {
+  ArrayRef<int64_t> shape = tensorType(input).getShape();
+  int64_t batch = shape[0], classes = shape[1];
+  int64_t spatial = product(shape.drop_front(2));
+  FailureOr<std::string> in = typedPointer(input),
+                         targets = typedPointer(target),
+                         out = typedPointer(op->getResult(0));
+  if (failed(in) || failed(targets) || failed(out))
+    return failure();
+  std::string location;
+  llvm::raw_string_ostream os(location);
+  op->getLoc().print(os);
+  int code = errorCode("a loss target is not a class index in [0, " +
+                       str(classes) + ") in " + location);
+  KernelText kernel;
+  std::string type = storageType(elementOf(input));
+  std::string x = kernel.pointer(type, true, *in);
+  std::string t =
+      kernel.pointer(storageType(elementOf(target)), true, *targets);
+  std::string w;
+  if (weight) {
+    FailureOr<std::string> wp = typedPointer(weight);
+    if (failed(wp))
+      return failure();
+    w = kernel.pointer(type, true, *wp);
+  }
+  std::string y = kernel.pointer(type, false, *out);
+  // One position: its loss and weight (0 when ignored).
+  std::string position =
+      "      const int64_t n = position / " + str(spatial) + ", d = position % " +
+      str(spatial) + ";\n" + "      const int64_t t = int64_t(" + t +
+      "[position]);\n" + "      double loss = 0, w = 0;\n";
+  std::string body = "      {\n";
+  if (ignoreIndex)
+    body = "      if (t != " + intLiteral(static_cast<int64_t>(*ignoreIndex)) +
+           ") {\n";
+  body += "        if (t < 0 || t >= " + str(classes) + ") { raise(" +
+          str(code) + "); } else {\n";
+  std::string at = x + "[(n * " + str(classes) + " + c) * " + str(spatial) +
+                   " + d]";
+  std::string atTarget = x + "[(n * " + str(classes) + " + t) * " +
+                         str(spatial) + " + d]";
+  body += "        double logProb = double(" + atTarget + ");\n";
+  if (fromLogits)
+    body += "        double max = -HUGE_VAL;\n"
+            "        for (int64_t c = 0; c < " +
+            str(classes) + "; ++c) max = fmax(max, double(" + at +
+            "));\n"
+            "        double sum = 0;\n"
+            "        for (int64_t c = 0; c < " +
+            str(classes) + "; ++c) sum += exp(double(" + at +
+            ") - max);\n"
+            "        logProb = logProb - max - log(sum);\n";
+  body += "        w = " + (weight ? "double(" + w + "[t])" : std::string("1.0")) +
+          ";\n        loss = -logProb * w;\n        }\n      }\n";
+  if (reduction == LossReduction::none) {
+    kernel.body = "      const int64_t position = i;\n" + position + body +
+                  "      " + y + "[i] = static_cast<" + type + ">(loss);\n";
+    launch(kernel, batch * spatial);
+    return success();
+  }
+  // sum / mean: one sequential pass (deterministic); the loss is small next
+  // to the logits' softmax.
+  kernel.body = "    double total = 0, weightSum = 0;\n"
+                "    for (int64_t position = 0; position < " +
+                str(batch * spatial) + "; ++position) {\n" + position + body +
+                "      total += loss; weightSum += w;\n    }\n" + "    " + y +
+                "[0] = static_cast<" + type + ">(" +
+                (reduction == LossReduction::mean ? "total / weightSum"
+                                                  : "total") +
+                ");\n";
+  launch(kernel, 1);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
+  if (static_cast<int>(op.getRanks()) != options.worldSize)
+    return op.emitError() << "code generation: all_reduce over "
+                          << op.getRanks() << " ranks in a program compiled "
+                          << "for " << options.worldSize;
+  if (failed(emitCopy(op.getOperand(), op.getResult())))
+    return failure();
+  FailureOr<std::string> pointer = pointerTo(op.getResult());
+  if (failed(pointer))
+    return failure();
+  Type element = elementOf(op.getResult());
+  int64_t count = tensorType(op.getResult()).getNumElements();
+  std::string dtype = element.isF32()   ? "f32"
+                      : element.isF64() ? "f64"
+                      : element.isInteger(32) ? "i32"
+                                              : "i64";
+  stepBody += "  ctx->comm->allReduce(" + *pointer + ", " + str(count) +
+              ", sharc::rt::DType::" + dtype + ", sharc::rt::ReduceOp::" +
+              (op.getKind() == CollectiveKind::sum ? "sum" : "max") + ");\n";
+  uint64_t bytes = count * elementBytes(element);
+  uint64_t n = options.worldSize;
+  report.collectiveCalls[0] += 1;
+  report.collectiveBytes[0] += n > 1 ? 2 * (n - 1) * bytes / n : 0;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::emitOp(Operation *op) {
+  if (isElementwiseOp(op) || op->getName().getStringRef() == "sharc.fusion")
+    return emitElementwise(op);
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ConstantOp) { return success(); })
+      .Case([&](MatmulOp op) { return emitMatmul(op); })
+      .Case([&](ReduceOp op) { return emitReduce(op); })
+      .Case([&](SoftmaxOp op) { return emitSoftmax(op, op.getAxis(), false); })
+      .Case([&](LogSoftmaxOp op) {
+        return emitSoftmax(op, op.getAxis(), true);
+      })
+      .Case([&](LayerNormOp op) { return emitLayerNorm(op); })
+      .Case([&](NllLossOp op) {
+        return emitLoss(op, op.getInput(), op.getTarget(), op.getWeight(),
+                        op.getReduction(), op.getIgnoreIndex(), false);
+      })
+      .Case([&](CrossEntropyOp op) {
+        return emitLoss(op, op.getLogits(), op.getTarget(), op.getWeight(),
+                        op.getReduction(), op.getIgnoreIndex(), true);
+      })
+      .Case([&](ReshapeOp op) {
+        return emitCopy(op.getOperand(), op.getResult());
+      })
+      .Case([&](TransposeOp op) {
+        ArrayRef<int64_t> inShape = tensorType(op.getOperand()).getShape();
+        SmallVector<int64_t> inStrides = stridesOf(inShape);
+        SmallVector<int64_t> strides;
+        for (int64_t p : op.getPermutation())
+          strides.push_back(inStrides[p]);
+        return emitIndexMap(
+            op, op.getOperand(),
+            affineOffset(tensorType(op.getResult()).getShape(), strides, 0));
+      })
+      .Case([&](BroadcastOp op) {
+        return emitIndexMap(
+            op, op.getOperand(),
+            "    const int64_t offset = " +
+                broadcastIndex(tensorType(op.getOperand()).getShape(),
+                               tensorType(op.getResult()).getShape()) +
+                ";\n");
+      })
+      .Case([&](SliceOp op) {
+        SmallVector<int64_t> inStrides =
+            stridesOf(tensorType(op.getOperand()).getShape());
+        SmallVector<int64_t> strides;
+        int64_t base = 0;
+        for (auto [d, start, stride] :
+             llvm::enumerate(op.getStart(), op.getStride())) {
+          base += start * inStrides[d];
+          strides.push_back(stride * inStrides[d]);
+        }
+        return emitIndexMap(
+            op, op.getOperand(),
+            affineOffset(tensorType(op.getResult()).getShape(), strides, base));
+      })
+      .Case([&](IotaOp op) {
+        auto type = tensorType(op.getResult());
+        int64_t dim = op.getDimension();
+        FailureOr<std::string> out = typedPointer(op.getResult());
+        if (failed(out))
+          return failure();
+        KernelText kernel;
+        std::string storage = storageType(type.getElementType());
+        std::string dst = kernel.pointer(storage, false, *out);
+        kernel.body = "    " + dst + "[i] = static_cast<" + storage + ">((i / " +
+                      str(product(type.getShape().drop_front(dim + 1))) +
+                      ") % " + str(type.getDimSize(dim)) + ");\n";
+        launch(kernel, type.getNumElements());
+        return success();
+      })
+      .Case([&](TriluOp op) {
+        auto type = tensorType(op.getResult());
+        int64_t rows = type.getDimSize(type.getRank() - 2);
+        int64_t cols = type.getShape().back();
+        int64_t diagonal = std::clamp(static_cast<int64_t>(op.getDiagonal()),
+                                      -(rows + cols), rows + cols);
+        FailureOr<std::string> in = typedPointer(op.getOperand()),
+                               out = typedPointer(op.getResult());
+        if (failed(in) || failed(out))
+          return failure();
+        KernelText kernel;
+        std::string storage = storageType(type.getElementType());
+        std::string src = kernel.pointer(storage, true, *in);
+        std::string dst = kernel.pointer(storage, false, *out);
+        kernel.body = "    const int64_t row = (i / " + str(cols) + ") % " +
+                      str(rows) + ", col = i % " + str(cols) + ";\n" +
+                      "    const bool keep = col " +
+                      (op.getUpper() ? ">=" : "<=") + " row + " +
+                      intLiteral(diagonal) + ";\n" + "    " + dst +
+                      "[i] = keep ? " + src + "[i] : " + storage + "(0);\n";
+        launch(kernel, type.getNumElements());
+        return success();
+      })
+      .Case<Conv2DOp, Conv2DInputGradOp, Conv2DWeightGradOp, MaxPool2DOp,
+            MaxPool2DGradOp, AvgPool2DOp, AvgPool2DGradOp>(
+          [&](Operation *op) { return emitWindowOp(op); })
+      .Case([&](ConcatOp op) { return emitConcat(op); })
+      .Case([&](InsertSliceOp op) { return emitInsertSlice(op); })
+      .Case([&](GatherOp op) { return emitGather(op); })
+      .Case([&](ScatterAddOp op) { return emitScatterAdd(op); })
+      .Case([&](AllReduceOp op) { return emitAllReduce(op); })
+      .Case([&](func::ReturnOp op) { return emitReturn(op); })
+      .Default([](Operation *op) {
+        return op->emitError()
+               << "code generation: '" << op->getName()
+               << "' is not supported by the code generator yet";
+      });
+}
+
+LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
+  Block &entry = step.getBody().front();
+  for (auto [r, value] : llvm::enumerate(ret.getOperands())) {
+    int target = -1;
+    for (StringRef attrName :
+         {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()}) {
+      Attribute attr = step.getResultAttr(r, attrName);
+      if (!attr)
+        continue;
+      for (BlockArgument arg : entry.getArguments())
+        if (step.getArgAttr(arg.getArgNumber(), attrName) == attr)
+          target = bufferOf[arg];
+    }
+    if (auto name = step.getResultAttrOfType<StringAttr>(
+            r, SharcDialect::getOutputAttrName()))
+      target = name.getValue() == "loss" ? lossBuffer
+               : name.getValue() == "lr" ? lrBuffer
+                                         : -1;
+    if (target < 0)
+      return ret.emitError() << "code generation: result " << r
+                             << " of @train_step has no destination";
+    FailureOr<std::string> src = pointerTo(value);
+    if (failed(src))
+      return failure();
+    const Buffer &buffer = buffers[target];
+    int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
+    std::string dest = "ctx->buffers[" + str(target) + "]";
+    if (*src != dest)
+      stepBody += "  sharc::kern::copy(ctx, " + dest + ", " + *src + ", " +
+                  str(bytes) + ");\n";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// The translation unit
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
+  if (!step.getBody().hasOneBlock())
+    return step.emitError() << "code generation needs a single-block step";
+  if (failed(collectBuffers()))
+    return failure();
+  auto arena = step->getAttrOfType<IntegerAttr>("sharc.arena_bytes");
+  if (!arena)
+    return step.emitError()
+           << "code generation: no memory plan (run sharc-plan-memory)";
+  for (Operation &op : step.getBody().front())
+    if (failed(emitOp(&op)))
+      return failure();
+
+  report.numKernels = static_cast<int>(kernelNames.size());
+  report.arenaBytes = arena.getInt();
+  for (const Buffer &buffer : buffers) {
+    ReportBuffer entry;
+    entry.name = buffer.name;
+    entry.role = buffer.role;
+    entry.type = bufferTypeName(buffer.element);
+    entry.shape.assign(buffer.shape.begin(), buffer.shape.end());
+    entry.bytes = product(buffer.shape) * elementBytes(buffer.element);
+    entry.trainable = buffer.trainable;
+    if (buffer.role == "param") {
+      report.paramBytes += entry.bytes;
+      if (buffer.trainable)
+        report.gradientBytes += entry.bytes;
+    } else if (buffer.role == "state") {
+      report.stateBytes += entry.bytes;
+    }
+    report.buffers.push_back(std::move(entry));
+  }
+
+  os << "// Generated by sharc compile (target " << options.target
+     << "). Do not edit.\n"
+     << "#include \"runtime/Errors.h\"\n"
+     << "#include \"runtime/Kernels.h\"\n\n"
+     << "namespace {\nusing namespace sharc::kern;\n\n"
+     << kernelDefinitions;
+  for (auto [i, buffer] : llvm::enumerate(buffers))
+    if (buffer.role == "constant")
+      os << "const " << storageType(buffer.element) << " constant" << i
+         << "[] = {" << buffer.constantData << "};\n";
+  os << "\nconst sharc::rt::BufferSpec buffers[] = {\n";
+  for (auto [i, buffer] : llvm::enumerate(buffers)) {
+    os << "  {" << cppStringLiteral(buffer.name) << ", "
+       << cppStringLiteral(buffer.source) << ", sharc::rt::BufferRole::"
+       << buffer.role << ", sharc::rt::BufferType::"
+       << bufferTypeName(buffer.element) << ", " << buffer.shape.size()
+       << ", {";
+    for (auto [d, size] : llvm::enumerate(buffer.shape))
+      os << (d ? ", " : "") << size;
+    int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
+    os << "}, " << product(buffer.shape) << ", " << bytes << ", "
+       << (buffer.role == "constant" ? "constant" + str(i) : "nullptr")
+       << "},\n";
+  }
+  os << "};\n\nconst char *const messages[] = {\n";
+  for (const std::string &message : messages)
+    os << "  " << cppStringLiteral(message) << ",\n";
+  os << "  nullptr};\n\n";
+  os << "const sharc::rt::ProgramInfo info = {\n"
+     << "  sharc::rt::kProgramAbiVersion, " << cppStringLiteral(options.model)
+     << ", " << cppStringLiteral(options.target) << ",\n  "
+     << options.worldSize << ", " << options.microBatch << ", "
+     << options.gradientAccumulation << ", " << report.arenaBytes << ",\n  "
+     << buffers.size() << ", buffers, " << lossBuffer << ", " << lrBuffer
+     << ", " << stepBuffer << ",\n  {";
+  for (size_t k = 0; k < 4; ++k)
+    os << (k ? ", " : "") << report.collectiveCalls[k] << "u";
+  os << "},\n  {";
+  for (size_t k = 0; k < 4; ++k)
+    os << (k ? ", " : "") << report.collectiveBytes[k] << "u";
+  os << "},\n  " << report.numKernels << ", " << report.numGemmCalls
+     << "};\n} // namespace\n\n";
+  os << "extern \"C\" const sharc::rt::ProgramInfo *sharcProgramInfo() {\n"
+     << "  return &info;\n}\n\n"
+     << "extern \"C\" void sharcProgramStep(const sharc::rt::StepContext "
+        "*ctx) {\n"
+     << stepBody
+     << "  if (int code = sharc::kern::takeError(ctx))\n"
+     << "    sharc::rt::fatal(std::string(\"step failed: \") + "
+        "messages[code - 1]);\n"
+     << "}\n";
+  return success();
+}
+
+} // namespace sharc::codegen
+
+LogicalResult sharc::emitProgram(func::FuncOp step, const EmitOptions &options,
+                                 llvm::raw_ostream &os,
+                                 ProgramReport &report) {
+  return codegen::ProgramEmitter(step, options, report).run(os);
+}

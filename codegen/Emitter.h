@@ -1,0 +1,84 @@
+//===- Emitter.h - Training step to C++/CUDA source -------------*- C++ -*-===//
+//
+// Turns `@train_step` into one translation unit implementing the program ABI
+// of runtime/Program.h: a kernel functor per elementwise group, row reduction
+// or data movement (runtime/Kernels.h launches it as a CUDA grid or a host
+// loop), GEMM calls for matmuls, collective calls for all-reduces, and tables
+// describing every persistent buffer.  docs/codegen.md describes the output.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_CODEGEN_EMITTER_H
+#define SHARC_CODEGEN_EMITTER_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sharc {
+
+/// Compile-time facts the ProgramInfo table records.
+struct EmitOptions {
+  /// "cpu" or "cuda".
+  std::string target = "cpu";
+  /// The model the program comes from (recorded, never interpreted).
+  std::string model;
+  int worldSize = 1;
+  int64_t microBatch = 1;
+  int64_t gradientAccumulation = 1;
+};
+
+/// One persistent buffer of the emitted program.
+struct ReportBuffer {
+  std::string name;
+  /// "param", "state", "input", "output" or "constant".
+  std::string role;
+  /// "f32", "i64", ...
+  std::string type;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+  /// True for a parameter the step updates (it has a gradient).
+  bool trainable = false;
+};
+
+/// What the emitted program needs per rank, for `sharc compile --report` and
+/// the manifest.
+struct ProgramReport {
+  int numKernels = 0;
+  int numKernelLaunches = 0;
+  int numGemmCalls = 0;
+  int64_t arenaBytes = 0;
+  int64_t paramBytes = 0;
+  int64_t gradientBytes = 0;
+  int64_t stateBytes = 0;
+  /// By runtime CollectiveKind: all-reduce, reduce-scatter, all-gather,
+  /// broadcast.
+  std::array<uint64_t, 4> collectiveCalls{};
+  std::array<uint64_t, 4> collectiveBytes{};
+  std::vector<ReportBuffer> buffers;
+};
+
+/// Rewrites the module for emission: inlines every call into `@train_step`,
+/// erases the other functions and turns splat constants that feed
+/// non-elementwise ops into broadcasts of a one-element constant.
+mlir::LogicalResult prepareForEmission(mlir::ModuleOp module);
+
+/// Emits `step` (prepared, fused and memory-planned: every op result carries
+/// `sharc.offsets` and the function `sharc.arena_bytes`) as C++ to `os`.
+mlir::LogicalResult emitProgram(mlir::func::FuncOp step,
+                                const EmitOptions &options,
+                                llvm::raw_ostream &os, ProgramReport &report);
+
+/// `text` as a C++ string literal (quotes included) that any compiler reads
+/// back as exactly `text`: quotes, backslashes, question marks and every
+/// byte outside printable ASCII are escaped.
+std::string cppStringLiteral(llvm::StringRef text);
+
+} // namespace sharc
+
+#endif // SHARC_CODEGEN_EMITTER_H

@@ -1,0 +1,263 @@
+//===- EmitterInternal.h - Shared by the emitter's files -------*- C++ -*-===//
+//
+// The program emitter's class and text helpers, shared by Emitter.cpp (the
+// walk, elementwise groups, data movement, GEMMs, reductions, collectives)
+// and EmitNN.cpp (convolution and pooling kernels).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_CODEGEN_EMITTERINTERNAL_H
+#define SHARC_CODEGEN_EMITTERINTERNAL_H
+
+#include "codegen/Emitter.h"
+
+#include "ir/SharcOps.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace sharc::codegen {
+
+using namespace mlir;
+
+inline std::string str(int64_t value) { return std::to_string(value); }
+
+/// A double as a C++ expression of type double that reads back exactly.
+inline std::string doubleLiteral(double value) {
+  if (std::isnan(value))
+    return "static_cast<double>(NAN)";
+  if (std::isinf(value))
+    return value > 0 ? "HUGE_VAL" : "(-HUGE_VAL)";
+  char buffer[40];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  std::string text = buffer;
+  if (text.find_first_of(".eE") == std::string::npos)
+    text += ".0";
+  return text;
+}
+
+inline std::string intLiteral(int64_t value) {
+  if (value == std::numeric_limits<int64_t>::min())
+    return "(-INT64_C(9223372036854775807) - 1)";
+  return "INT64_C(" + std::to_string(value) + ")";
+}
+
+inline bool isFloatType(Type t) { return isa<FloatType>(t); }
+
+/// The C++ storage type of an element type, or "" when unsupported.
+inline std::string storageType(Type t) {
+  if (t.isF32())
+    return "float";
+  if (t.isF64())
+    return "double";
+  if (t.isInteger(1))
+    return "bool";
+  if (t.isInteger(32))
+    return "int32_t";
+  if (t.isInteger(64))
+    return "int64_t";
+  return "";
+}
+
+/// The runtime BufferType enumerator of an element type.
+inline std::string bufferTypeName(Type t) {
+  if (t.isF32())
+    return "f32";
+  if (t.isF64())
+    return "f64";
+  if (t.isF16())
+    return "f16";
+  if (t.isBF16())
+    return "bf16";
+  if (t.isInteger(1))
+    return "i1";
+  if (t.isInteger(32))
+    return "i32";
+  return "i64";
+}
+
+inline int64_t elementBytes(Type t) {
+  return t.isInteger(1) ? 1 : (t.getIntOrFloatBitWidth() + 7) / 8;
+}
+
+inline RankedTensorType tensorType(Value v) {
+  return cast<RankedTensorType>(v.getType());
+}
+inline Type elementOf(Value v) { return tensorType(v).getElementType(); }
+
+inline SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
+inline int64_t product(ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    n *= d;
+  return n;
+}
+
+/// The offset into a tensor of shape `from` (numpy-broadcast to `to`) of the
+/// element at flat index `index` of `to`.
+inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
+                           StringRef index = "i") {
+  if (from == to)
+    return index.str();
+  if (product(from) == 1)
+    return "0";
+  SmallVector<int64_t> toStrides = stridesOf(to);
+  SmallVector<int64_t> fromStrides = stridesOf(from);
+  size_t lead = to.size() - from.size();
+  std::string expr;
+  for (size_t d = lead; d < to.size(); ++d) {
+    int64_t size = from[d - lead];
+    if (size == 1)
+      continue;
+    std::string coord = "(" + index.str();
+    if (toStrides[d] != 1)
+      coord += " / " + str(toStrides[d]);
+    if (d != 0)
+      coord += " % " + str(to[d]);
+    coord += ")";
+    if (fromStrides[d - lead] != 1)
+      coord += " * " + str(fromStrides[d - lead]);
+    expr += (expr.empty() ? "" : " + ") + coord;
+  }
+  return expr.empty() ? "0" : expr;
+}
+
+/// Statements that decompose flat index `index` of `shape` into coordinate
+/// variables `<prefix>0`, `<prefix>1`, ...
+inline std::string coordinates(ArrayRef<int64_t> shape, StringRef index,
+                        StringRef prefix) {
+  std::string code;
+  SmallVector<int64_t> strides = stridesOf(shape);
+  for (size_t d = 0; d < shape.size(); ++d) {
+    code += "    const int64_t " + prefix.str() + str(d) + " = (" + index.str();
+    if (strides[d] != 1)
+      code += " / " + str(strides[d]);
+    if (d != 0)
+      code += ") % " + str(shape[d]) + ";\n";
+    else
+      code += ");\n";
+  }
+  return code;
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels under construction
+//===----------------------------------------------------------------------===//
+
+/// A functor being built: its members (pointers to the tensors it touches)
+/// and the body of `operator()(int64_t i)`.
+struct KernelText {
+  std::vector<std::string> members;
+  std::vector<std::string> arguments;
+  std::string body;
+
+  /// Adds a pointer member for `pointer` (an expression of the step
+  /// function); returns the member name.
+  std::string pointer(StringRef type, bool isConst, StringRef pointerExpr) {
+    std::string name = "p" + str(members.size());
+    members.push_back((isConst ? "const " : "") + type.str() + " *" + name);
+    arguments.push_back(pointerExpr.str());
+    return name;
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The emitter
+//===----------------------------------------------------------------------===//
+
+class ProgramEmitter {
+public:
+  ProgramEmitter(func::FuncOp step, const EmitOptions &options,
+                 ProgramReport &report)
+      : step(step), options(options), report(report) {}
+
+  LogicalResult run(llvm::raw_ostream &os);
+
+private:
+  struct Buffer {
+    std::string name;
+    std::string source;
+    std::string role;
+    Type element;
+    SmallVector<int64_t> shape;
+    /// Constant data as a C++ initializer list (constants only).
+    std::string constantData;
+    bool trainable = false;
+  };
+
+  LogicalResult collectBuffers();
+  LogicalResult emitOp(Operation *op);
+  LogicalResult emitReturn(func::ReturnOp ret);
+
+  /// A pointer expression (in the step function) to the data of `value`.
+  FailureOr<std::string> pointerTo(Value value);
+  /// A pointer expression cast to the storage type of `value`.
+  FailureOr<std::string> typedPointer(Value value);
+
+  /// Adds a kernel (deduplicated by text) and a launch of it over `count`
+  /// indices.
+  void launch(const KernelText &kernel, int64_t count);
+  int errorCode(std::string message);
+
+  // Elementwise groups.
+  LogicalResult emitElementwise(Operation *op);
+  FailureOr<std::string> scalarExpr(Operation *op, ArrayRef<std::string> args);
+  FailureOr<std::string> loadScalar(KernelText &kernel, Value value,
+                                    ArrayRef<int64_t> iteration);
+
+  // Other ops.
+  LogicalResult emitMatmul(MatmulOp op);
+  LogicalResult emitReduce(ReduceOp op);
+  LogicalResult emitSoftmax(Operation *op, int64_t axis, bool log);
+  LogicalResult emitLayerNorm(LayerNormOp op);
+  LogicalResult emitLoss(Operation *op, Value input, Value target,
+                         Value weight, LossReduction reduction,
+                         std::optional<uint64_t> ignoreIndex, bool fromLogits);
+  LogicalResult emitIndexMap(Operation *op, Value source,
+                             const std::string &offsetCode);
+  LogicalResult emitConcat(ConcatOp op);
+  LogicalResult emitInsertSlice(InsertSliceOp op);
+  LogicalResult emitGather(GatherOp op);
+  LogicalResult emitScatterAdd(ScatterAddOp op);
+  LogicalResult emitCopy(Value from, Value to);
+  LogicalResult emitAllReduce(AllReduceOp op);
+  /// conv2d, its gradients, max/avg pooling and their gradients (EmitNN.cpp).
+  LogicalResult emitWindowOp(Operation *op);
+
+  func::FuncOp step;
+  const EmitOptions &options;
+  ProgramReport &report;
+
+  std::vector<Buffer> buffers;
+  DenseMap<Value, int> bufferOf;
+  int lossBuffer = -1, lrBuffer = -1, stepBuffer = -1;
+
+  llvm::StringMap<std::string> kernelNames;
+  std::string kernelDefinitions;
+  std::string stepBody;
+  std::vector<std::string> messages;
+};
+
+/// True for the ops emitElementwise computes element by element.
+bool isElementwiseOp(Operation *op);
+
+/// Code that decomposes `i` into coordinates c0, c1, ... of `resultShape` and
+/// defines `offset` = base + sum of c_d * strides[d].
+std::string affineOffset(ArrayRef<int64_t> resultShape,
+                         ArrayRef<int64_t> strides, int64_t base);
+
+} // namespace sharc::codegen
+
+#endif // SHARC_CODEGEN_EMITTERINTERNAL_H

@@ -1,0 +1,95 @@
+//===- Prepare.cpp - Shape @train_step for emission -----------------------===//
+//
+// The code generator emits one function with one arena.  This inlines the
+// gradient function into `@train_step` (the memory plan then covers the whole
+// step), drops every other function and gives splat constants that feed
+// non-elementwise ops a home: a broadcast of a one-element constant, which
+// the memory planner places in the arena like any other value.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Emitter.h"
+
+#include "ir/SharcOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+
+using namespace mlir;
+using namespace sharc;
+
+/// Inlines every func.call in `func` (recursively: callees are inlined into
+/// `func`, whose body is a single block).
+static LogicalResult inlineCalls(func::FuncOp func, ModuleOp module) {
+  for (int depth = 0; depth < 64; ++depth) {
+    SmallVector<func::CallOp> calls;
+    func.walk([&](func::CallOp call) { calls.push_back(call); });
+    if (calls.empty())
+      return success();
+    for (func::CallOp call : calls) {
+      auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+      if (!callee || callee.isExternal() || !callee.getBody().hasOneBlock())
+        return call.emitError()
+               << "code generation: cannot inline the call to '@"
+               << call.getCallee() << "' (missing or not a single block)";
+      Block &body = callee.getBody().front();
+      IRMapping mapping;
+      for (auto [arg, operand] :
+           llvm::zip(body.getArguments(), call.getOperands()))
+        mapping.map(arg, operand);
+      OpBuilder builder(call);
+      for (Operation &op : body.without_terminator())
+        builder.clone(op, mapping);
+      auto ret = cast<func::ReturnOp>(body.getTerminator());
+      for (auto [result, value] :
+           llvm::zip(call.getResults(), ret.getOperands()))
+        result.replaceAllUsesWith(mapping.lookupOrDefault(value));
+      call.erase();
+    }
+  }
+  return func.emitError() << "code generation: calls nested too deeply";
+}
+
+/// True for ops the emitter computes element by element (a constant operand
+/// of these becomes a literal).
+static bool isElementwiseUser(Operation *op) {
+  return op->hasTrait<OpTrait::Elementwise>() ||
+         isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
+             CompareOp, SelectOp, CastOp>(op) ||
+         op->getName().getStringRef() == "sharc.fusion";
+}
+
+LogicalResult sharc::prepareForEmission(ModuleOp module) {
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!step)
+    return module.emitError()
+           << "code generation needs '@train_step' (run the train pipeline)";
+  if (failed(inlineCalls(step, module)))
+    return failure();
+  for (auto func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+    if (func != step)
+      func.erase();
+
+  SmallVector<ConstantOp> constants;
+  step.walk([&](ConstantOp op) { constants.push_back(op); });
+  for (ConstantOp constant : constants) {
+    auto attr = dyn_cast<DenseElementsAttr>(constant.getValue());
+    auto type = cast<RankedTensorType>(constant.getType());
+    if (!attr || !attr.isSplat() || type.getNumElements() <= 1)
+      continue;
+    for (OpOperand &use : llvm::make_early_inc_range(constant->getUses())) {
+      if (isElementwiseUser(use.getOwner()))
+        continue;
+      OpBuilder builder(use.getOwner());
+      auto scalarType = RankedTensorType::get({}, type.getElementType());
+      Value scalar = ConstantOp::create(builder, constant.getLoc(),
+                                        attr.resizeSplat(scalarType));
+      Value full =
+          BroadcastOp::create(builder, constant.getLoc(), type, scalar);
+      use.set(full);
+    }
+    if (constant->use_empty())
+      constant.erase();
+  }
+  return success();
+}

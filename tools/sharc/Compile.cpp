@@ -1,0 +1,353 @@
+//===- Compile.cpp - sharc compile ----------------------------------------===//
+//
+//   sharc compile MODEL.onnx --target cpu|cuda [training flags | --config F]
+//                 -o OUTDIR [--report] [--cuda-arch sm_90] [--emit-only]
+//
+// Builds the training step (the train pipeline), prepares, fuses and plans it,
+// emits OUTDIR/program.cpp (program.cu for CUDA), the initial weights, a
+// manifest of every persistent tensor, and links OUTDIR/train against the
+// runtime.  Everything is written to OUTDIR.partial first and renamed at the
+// end, so a failed compile leaves nothing behind.  docs/cli.md documents it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Emitter.h"
+#include "ir/SharcOps.h"
+#include "passes/Passes.h"
+#include "runtime/Npy.h"
+#include "tools/sharc/BuildConfig.h"
+#include "tools/sharc/Train.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace sharc;
+namespace cl = llvm::cl;
+
+namespace {
+
+struct CompileFlags {
+  CompileFlags(cl::SubCommand &sub, cl::OptionCategory &category)
+      : target("target", cl::desc("cpu (default) or cuda"),
+               cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::sub(sub),
+               cl::cat(category)),
+        cudaArch("cuda-arch",
+                 cl::desc("GPU architecture for --target cuda (default sm_90; "
+                          "PTX is embedded too)"),
+                 cl::value_desc("sm_XX"), cl::init("sm_90"), cl::sub(sub),
+                 cl::cat(category)),
+        report("report",
+               cl::desc("Print kernels, GEMMs, arena and per-rank "
+                        "parameter/gradient/state and collective bytes"),
+               cl::sub(sub), cl::cat(category)),
+        emitOnly("emit-only",
+                 cl::desc("Write the source, weights and manifest; do not "
+                          "build OUTDIR/train"),
+                 cl::sub(sub), cl::cat(category)) {}
+
+  cl::opt<std::string> target;
+  cl::opt<std::string> cudaArch;
+  cl::opt<bool> report;
+  cl::opt<bool> emitOnly;
+};
+
+std::unique_ptr<CompileFlags> flags;
+
+/// Removes `path` recursively (best effort).
+void removeTree(const std::string &path) {
+  if (llvm::sys::fs::exists(path))
+    llvm::sys::fs::remove_directories(path);
+}
+
+/// Runs `argv`; on failure prints the command and returns failure.
+LogicalResult runTool(ArrayRef<std::string> argv, StringRef what) {
+  SmallVector<StringRef> args(argv.begin(), argv.end());
+  std::string error;
+  llvm::errs() << "sharc: " << what << "\n";
+  int status = llvm::sys::ExecuteAndWait(argv[0], args, std::nullopt, {}, 0, 0,
+                                         &error);
+  if (status != 0) {
+    fail(what + " failed (" +
+         (error.empty() ? "exit status " + std::to_string(status) : error) +
+         "): " + llvm::join(args, " "));
+    return failure();
+  }
+  return success();
+}
+
+/// `list` (CMake's ;-separated) as separate strings.
+SmallVector<std::string> splitList(StringRef list) {
+  SmallVector<StringRef> parts;
+  list.split(parts, ';', -1, /*KeepEmpty=*/false);
+  return SmallVector<std::string>(parts.begin(), parts.end());
+}
+
+/// The compiler and link command that builds `source` into `binary`.
+SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
+                                      bool cuda, StringRef arch) {
+  SmallVector<std::string> argv;
+  if (cuda) {
+    std::string sm = arch.str();
+    std::string compute = "compute_" + sm.substr(sm.find('_') + 1);
+    argv = {SHARC_NVCC, "-O3", "-std=c++17", "--expt-relaxed-constexpr",
+            "-gencode", "arch=" + compute + ",code=" + sm, "-gencode",
+            "arch=" + compute + ",code=" + compute, "-Xcompiler", "-fopenmp"};
+  } else {
+    argv = {SHARC_HOST_CXX, "-O3", "-std=c++17", "-fopenmp", "-march=native"};
+  }
+  argv.push_back("-I" SHARC_SOURCE_DIR);
+  for (const std::string &dir : splitList(SHARC_MPI_INCLUDES))
+    argv.push_back("-I" + dir);
+  argv.push_back(source.str());
+  argv.append({"-o", binary.str()});
+  for (const std::string &lib :
+       splitList(cuda ? SHARC_CUDA_RUNTIME_LIBS : SHARC_RUNTIME_LIBS))
+    argv.push_back(lib);
+  for (const std::string &lib : splitList(SHARC_MPI_LIBS))
+    argv.push_back(lib);
+  for (const std::string &lib : splitList(SHARC_BLAS_LIBS))
+    argv.push_back(lib);
+  if (cuda)
+    for (const std::string &lib : splitList(SHARC_CUDA_LINK_LIBS))
+      argv.push_back(lib);
+  argv.push_back(cuda ? "-Xcompiler=-fopenmp" : "-fopenmp");
+  return argv;
+}
+
+/// The initial value of persistent buffer `buffer`: a parameter from the
+/// model, zeros for optimizer state and the step counter.
+FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
+                               const LoadedModel &model) {
+  static const std::map<std::string, DType> types = {
+      {"f32", DType::f32}, {"f64", DType::f64}, {"i64", DType::i64},
+      {"i32", DType::i32}, {"i1", DType::i1}};
+  auto type = types.find(buffer.type);
+  if (type == types.end()) {
+    fail("'" + buffer.name + "' has unsupported type " + buffer.type);
+    return failure();
+  }
+  if (buffer.role == "state")
+    return Tensor(type->second, buffer.shape);
+  auto known = model.parameters.find(buffer.name);
+  if (known == model.parameters.end()) {
+    fail("parameter '" + buffer.name +
+         "' has no initial value in the model (initializers only)");
+    return failure();
+  }
+  return known->second;
+}
+
+llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
+  llvm::json::Array array;
+  for (int64_t d : shape)
+    array.push_back(d);
+  return array;
+}
+
+void printReport(const ProgramReport &report, const EmitOptions &options,
+                 llvm::raw_ostream &os) {
+  os << "report: target " << options.target << ", " << options.worldSize
+     << " rank(s), micro-batch " << options.microBatch << " x "
+     << options.gradientAccumulation << " accumulation step(s) per rank\n";
+  os << "report: kernels " << report.numKernels << " (launches per step "
+     << report.numKernelLaunches << "), GEMM calls per step "
+     << report.numGemmCalls << "\n";
+  os << "report: arena peak bytes " << report.arenaBytes << "\n";
+  os << "report: per rank: parameter bytes " << report.paramBytes
+     << ", gradient bytes " << report.gradientBytes
+     << ", optimizer state bytes " << report.stateBytes << "\n";
+  static const char *const names[] = {"all-reduce", "reduce-scatter",
+                                      "all-gather", "broadcast"};
+  uint64_t total = 0;
+  for (size_t k = 0; k < 4; ++k)
+    total += report.collectiveBytes[k];
+  os << "report: collective bytes per rank per step " << total;
+  for (size_t k = 0; k < 4; ++k)
+    if (report.collectiveCalls[k])
+      os << " (" << names[k] << ": " << report.collectiveCalls[k]
+         << " calls, " << report.collectiveBytes[k] << " bytes)";
+  os << "\n";
+}
+
+} // namespace
+
+void sharc::registerCompileFlags(cl::SubCommand &compile,
+                                 cl::OptionCategory &category) {
+  flags = std::make_unique<CompileFlags>(compile, category);
+}
+
+int sharc::runCompile(MLIRContext &context, LoadedModel &model,
+                      StringRef modelPath, StringRef outDir) {
+  if (outDir.empty() || outDir == "-")
+    return fail("sharc compile needs -o OUTDIR");
+  bool cuda = flags->target == "cuda";
+  if (!cuda && flags->target != "cpu")
+    return fail("--target must be cpu or cuda, not '" + flags->target + "'");
+  if (!StringRef(flags->cudaArch).starts_with("sm_") ||
+      !llvm::all_of(StringRef(flags->cudaArch).drop_front(3), llvm::isDigit) ||
+      flags->cudaArch.size() < 5)
+    return fail("--cuda-arch must look like sm_90, not '" + flags->cudaArch +
+                "'");
+  if (cuda && !flags->emitOnly && StringRef(SHARC_NVCC).empty())
+    return fail("--target cuda needs nvcc, which this sharc was built "
+                "without (install the CUDA toolkit and reconfigure)");
+  if (llvm::sys::fs::exists(outDir) &&
+      !llvm::sys::fs::exists(outDir + "/manifest.json"))
+    return fail("'" + outDir +
+                "' exists and is not a sharc compile output; not overwriting");
+
+  FailureOr<TrainingOptions> options =
+      resolveTrainingOptions(model.entry, /*compiled=*/true);
+  if (failed(options))
+    return 1;
+
+  DefaultTimingManager timingManager;
+  applyDefaultTimingManagerCLOptions(timingManager);
+  TimingScope timing = timingManager.getRootScope();
+  {
+    PassManager pm(&context);
+    if (failed(applyPassManagerCLOptions(pm)))
+      return 1;
+    pm.enableTiming(timing);
+    buildTrainPipeline(pm, *options);
+    if (failed(pm.run(*model.module)))
+      return 1;
+  }
+  {
+    TimingScope prepare = timing.nest("prepare-for-emission");
+    if (failed(prepareForEmission(*model.module)))
+      return 1;
+  }
+  {
+    PassManager pm(&context);
+    if (failed(applyPassManagerCLOptions(pm)))
+      return 1;
+    pm.enableTiming(timing);
+    pm.addPass(createFusePass(/*singletons=*/true));
+    pm.addPass(createPlanMemory());
+    if (failed(pm.run(*model.module)))
+      return 1;
+  }
+  auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
+
+  EmitOptions emit;
+  emit.target = cuda ? "cuda" : "cpu";
+  emit.model = modelPath.str();
+  emit.worldSize = static_cast<int>(options->worldSize);
+  emit.gradientAccumulation = options->gradAccum;
+  for (BlockArgument arg : step.getArguments())
+    if (step.getArgAttr(arg.getArgNumber(), SharcDialect::getInputAttrName())) {
+      emit.microBatch =
+          cast<RankedTensorType>(arg.getType()).getDimSize(0) /
+          options->gradAccum;
+      break;
+    }
+  std::string source;
+  ProgramReport report;
+  {
+    TimingScope emitTiming = timing.nest("emit-program");
+    llvm::raw_string_ostream os(source);
+    if (failed(emitProgram(step, emit, os, report)))
+      return 1;
+  }
+
+  std::string staging = (outDir + ".partial").str();
+  removeTree(staging);
+  auto abandon = [&](int status) {
+    removeTree(staging);
+    return status;
+  };
+  if (std::error_code ec = llvm::sys::fs::create_directories(staging + "/weights"))
+    return fail("cannot create '" + staging + "': " + ec.message());
+  std::string sourcePath = staging + (cuda ? "/program.cu" : "/program.cpp");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(sourcePath, ec);
+    if (ec)
+      return abandon(fail("cannot write '" + sourcePath + "': " + ec.message()));
+    os << source;
+  }
+
+  // Initial weights and the manifest.
+  llvm::json::Array buffers;
+  for (const ReportBuffer &buffer : report.buffers) {
+    llvm::json::Object entry{{"name", buffer.name},
+                             {"role", buffer.role},
+                             {"type", buffer.type},
+                             {"shape", shapeJson(buffer.shape)},
+                             {"bytes", buffer.bytes}};
+    if (buffer.role == "param")
+      entry["trainable"] = buffer.trainable;
+    if (buffer.role == "param" || buffer.role == "state") {
+      std::string file = "weights/" + rt::npyFileNameFor(buffer.name);
+      FailureOr<Tensor> value = initialValue(buffer, model);
+      if (failed(value))
+        return abandon(1);
+      std::string error;
+      if (!rt::writeNpy(staging + "/" + file, value->toNpy(), error))
+        return abandon(fail(error));
+      entry["file"] = file;
+    }
+    if (buffer.role != "constant")
+      buffers.push_back(std::move(entry));
+  }
+  llvm::json::Array collectives;
+  static const char *const kinds[] = {"all_reduce", "reduce_scatter",
+                                      "all_gather", "broadcast"};
+  for (size_t k = 0; k < 4; ++k)
+    collectives.push_back(llvm::json::Object{
+        {"kind", kinds[k]},
+        {"calls_per_step", static_cast<int64_t>(report.collectiveCalls[k])},
+        {"bytes_per_step", static_cast<int64_t>(report.collectiveBytes[k])}});
+  llvm::json::Object manifest{
+      {"model", modelPath.str()},
+      {"target", emit.target},
+      {"world_size", emit.worldSize},
+      {"micro_batch", emit.microBatch},
+      {"gradient_accumulation", emit.gradientAccumulation},
+      {"arena_bytes", report.arenaBytes},
+      {"parameter_bytes", report.paramBytes},
+      {"gradient_bytes", report.gradientBytes},
+      {"optimizer_state_bytes", report.stateBytes},
+      {"kernels", report.numKernels},
+      {"gemm_calls_per_step", report.numGemmCalls},
+      {"collectives", std::move(collectives)},
+      {"buffers", std::move(buffers)}};
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(staging + "/manifest.json", ec);
+    if (ec)
+      return abandon(fail("cannot write the manifest: " + ec.message()));
+    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest)))
+       << "\n";
+  }
+
+  if (!flags->emitOnly) {
+    TimingScope build = timing.nest("build-binary");
+    SmallVector<std::string> argv = buildCommand(
+        sourcePath, staging + "/train", cuda, flags->cudaArch);
+    std::string what = ("building " + outDir + "/train with " +
+                        llvm::sys::path::filename(argv[0]))
+                           .str();
+    if (failed(runTool(argv, what)))
+      return abandon(1);
+  }
+
+  removeTree(outDir.str());
+  if (std::error_code ec = llvm::sys::fs::rename(staging, outDir))
+    return abandon(fail("cannot move '" + staging + "' to '" + outDir +
+                        "': " + ec.message()));
+  if (flags->report)
+    printReport(report, emit, llvm::outs());
+  llvm::errs() << "sharc: wrote " << outDir
+               << (flags->emitOnly ? " (sources only)" : "/train") << "\n";
+  return 0;
+}
