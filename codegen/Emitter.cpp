@@ -705,12 +705,17 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
   std::string src = kernel.pointer(type, true, *in);
   std::string dst = kernel.pointer(type, false, *out);
   // Kept coordinates of output element i (innermost kept dim varies fastest).
-  std::string code = "    int64_t rest = i, base = 0;\n";
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    if (reduced.contains(d))
-      continue;
-    code += "    base += (rest % " + str(shape[d]) + ") * " + str(strides[d]) +
-            "; rest /= " + str(shape[d]) + ";\n";
+  std::string code;
+  if (reduced.size() == shape.size()) {
+    code = "    const int64_t base = 0;\n";
+  } else {
+    code = "    int64_t rest = i, base = 0;\n";
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      if (reduced.contains(d))
+        continue;
+      code += "    base += (rest % " + str(shape[d]) + ") * " +
+              str(strides[d]) + "; rest /= " + str(shape[d]) + ";\n";
+    }
   }
   std::string acc = fp ? "double" : "int64_t";
   std::string init = kind == ReduceKind::max

@@ -97,19 +97,20 @@ SHARC_HD int64_t imin(int64_t a, int64_t b) { return b < a ? b : a; }
 
 /// Kernels cannot stop the program; they record the first error code (an
 /// index into the program's message table) and the step checks it at its end.
+/// One program per translation unit, so internal linkage is enough.
 #if defined(__CUDACC__)
-__device__ inline int deviceErrorCode = 0;
-__device__ __forceinline__ void raise(int code) {
-  atomicCAS(&deviceErrorCode, 0, code);
-}
-#else
+static __device__ int deviceErrorCode = 0;
+#endif
 inline int hostErrorCode = 0;
-inline void raise(int code) {
+SHARC_HD void raise(int code) {
+#if defined(__CUDA_ARCH__)
+  atomicCAS(&deviceErrorCode, 0, code);
+#else
 #pragma omp critical(sharcRaise)
   if (!hostErrorCode)
     hostErrorCode = code;
-}
 #endif
+}
 
 SHARC_HD int64_t truncDiv(int64_t a, int64_t b, int code) {
   if (b == 0) {
