@@ -81,8 +81,7 @@ std::string nchw(ArrayRef<int64_t> shape, StringRef n, StringRef c, StringRef h,
 /// first strictly greater value in row-major window order, -1 when the
 /// window covers padding only.
 std::string argmaxCode(const Window &w, StringRef src, StringRef h0,
-                       StringRef w0, StringRef position,
-                       StringRef indent) {
+                       StringRef w0, StringRef position, StringRef indent) {
   std::string in = indent.str();
   return in + "{\n" + in + "  double best = -HUGE_VAL;\n" + in +
          "  bool nan = false;\n" + in + "  for (int64_t ki = 0; ki < " +
@@ -90,15 +89,16 @@ std::string argmaxCode(const Window &w, StringRef src, StringRef h0,
          "    const int64_t ih = " + h0.str() + " + ki * " + str(w.dilationH) +
          ";\n" + in + "    if (ih < 0 || ih >= " + str(w.height) +
          ") continue;\n" + in + "    for (int64_t kj = 0; kj < " +
-         str(w.kernelW) + "; ++kj) {\n" + in + "      const int64_t iw = " +
-         w0.str() + " + kj * " + str(w.dilationW) + ";\n" + in +
+         str(w.kernelW) + "; ++kj) {\n" + in +
+         "      const int64_t iw = " + w0.str() + " + kj * " +
+         str(w.dilationW) + ";\n" + in +
          "      if (iw < 0 || iw >= " + str(w.width) + ") continue;\n" + in +
          "      const int64_t at = ih * " + str(w.width) + " + iw;\n" + in +
          "      const double v = double(" + src.str() + "[at]);\n" + in +
          "      if (v != v) { " + position.str() +
-         " = at; nan = true; break; }\n" + in + "      if (" +
-         position.str() + " < 0 || v > best) { " + position.str() +
-         " = at; best = v; }\n" + in + "    }\n" + in + "  }\n" + in + "}\n";
+         " = at; nan = true; break; }\n" + in + "      if (" + position.str() +
+         " < 0 || v > best) { " + position.str() + " = at; best = v; }\n" + in +
+         "    }\n" + in + "  }\n" + in + "}\n";
 }
 
 /// Code defining `divisor` (a double) for the average-pooling window with
@@ -113,12 +113,14 @@ std::string avgWindowCode(const Window &w, bool countPad, StringRef indent) {
       "const int64_t wLimit = w0 + " + str(w.kernelW) + " < " +
       str(w.width + w.padRight) + " ? w0 + " + str(w.kernelW) + " : " +
       str(w.width + w.padRight) + ";\n" + in +
-      "const int64_t hBegin = h0 > 0 ? h0 : 0, wBegin = w0 > 0 ? w0 : 0;\n" +
-      in + "const int64_t hEnd = hLimit < " + str(w.height) + " ? hLimit : " +
-      str(w.height) + ", wEnd = wLimit < " + str(w.width) + " ? wLimit : " +
-      str(w.width) + ";\n";
+      "[[maybe_unused]] const int64_t hBegin = h0 > 0 ? h0 : 0, wBegin = w0 > "
+      "0 ? w0 : 0;\n" +
+      in + "[[maybe_unused]] const int64_t hEnd = hLimit < " + str(w.height) +
+      " ? hLimit : " + str(w.height) + ", wEnd = wLimit < " + str(w.width) +
+      " ? wLimit : " + str(w.width) + ";\n";
   if (countPad)
-    code += in + "const double divisor = double((hLimit - h0) * (wLimit - w0));\n";
+    code +=
+        in + "const double divisor = double((hLimit - h0) * (wLimit - w0));\n";
   else
     code += in +
             "const double divisor = double((hEnd > hBegin ? hEnd - hBegin : 0) "
@@ -134,12 +136,12 @@ std::string windowRange(StringRef lo, StringRef hi, StringRef coord,
                         int64_t outSize, StringRef indent) {
   std::string in = indent.str();
   std::string first = "(" + coord.str() + " + " + str(pad - extent + 1) + ")";
-  std::string last = "((" + coord.str() + " + " + str(pad) + ") / " +
-                     str(stride) + ")";
+  std::string last =
+      "((" + coord.str() + " + " + str(pad) + ") / " + str(stride) + ")";
   return in + "const int64_t " + lo.str() + " = " + first + " <= 0 ? 0 : (" +
          first + " + " + str(stride - 1) + ") / " + str(stride) + ";\n" + in +
-         "const int64_t " + hi.str() + " = " + last + " < " +
-         str(outSize - 1) + " ? " + last + " : " + str(outSize - 1) + ";\n";
+         "const int64_t " + hi.str() + " = " + last + " < " + str(outSize - 1) +
+         " ? " + last + " : " + str(outSize - 1) + ";\n";
 }
 
 } // namespace
@@ -149,8 +151,8 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   Type element = elementOf(result);
   std::string type = storageType(element);
   if (!element.isF32() && !element.isF64())
-    return op->emitError() << "code generation: '" << op->getName()
-                           << "' of " << element << " is not supported yet";
+    return op->emitError() << "code generation: '" << op->getName() << "' of "
+                           << element << " is not supported yet";
   FailureOr<std::string> out = typedPointer(result);
   if (failed(out))
     return failure();
@@ -171,8 +173,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   auto emitConv = [&](Conv2DOp conv) {
     Window w;
     setShapes(w, shapeOf(conv.getInput()), shapeOf(result));
-    setAttributes(w, conv.getStrides(), conv.getPadding(),
-                  conv.getDilations());
+    setAttributes(w, conv.getStrides(), conv.getPadding(), conv.getDilations());
     ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
     w.kernelH = weight[2];
     w.kernelW = weight[3];
@@ -182,26 +183,25 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
     // out[n, o, oh, ow] = sum over the group's taps (padding reads 0) of
     // weight * input, in the im2col row order, then + bias.
     std::string code = nchw(shapeOf(result), "n", "o", "oh", "ow");
-    code += "    const " + type + " *x = " + in[0] + " + (n * " +
-            str(w.channels) + " + (o / " + str(groupOut) + ") * " +
-            str(groupChannels) + ") * " + str(w.height * w.width) + ";\n" +
-            "    const " + type + " *k = " + in[1] + " + o * " + str(patch) +
-            ";\n" + "    double acc = 0;\n" +
-            "    for (int64_t ch = 0; ch < " + str(groupChannels) +
-            "; ++ch)\n" + "      for (int64_t ki = 0; ki < " +
-            str(w.kernelH) + "; ++ki) {\n" +
-            "        const int64_t ih = oh * " + str(w.strideH) + " - " +
-            str(w.padTop) + " + ki * " + str(w.dilationH) + ";\n" +
-            "        const bool rowInside = ih >= 0 && ih < " +
-            str(w.height) + ";\n" + "        for (int64_t kj = 0; kj < " +
-            str(w.kernelW) + "; ++kj) {\n" +
-            "          const int64_t iw = ow * " + str(w.strideW) + " - " +
-            str(w.padLeft) + " + kj * " + str(w.dilationW) + ";\n" +
-            "          const double v = rowInside && iw >= 0 && iw < " +
-            str(w.width) + " ? double(x[(ch * " + str(w.height) +
-            " + ih) * " + str(w.width) + " + iw]) : 0.0;\n" +
-            "          acc += double(k[(ch * " + str(w.kernelH) + " + ki) * " +
-            str(w.kernelW) + " + kj]) * v;\n" + "        }\n      }\n";
+    code +=
+        "    const " + type + " *x = " + in[0] + " + (n * " + str(w.channels) +
+        " + (o / " + str(groupOut) + ") * " + str(groupChannels) + ") * " +
+        str(w.height * w.width) + ";\n" + "    const " + type +
+        " *k = " + in[1] + " + o * " + str(patch) + ";\n" +
+        "    double acc = 0;\n" + "    for (int64_t ch = 0; ch < " +
+        str(groupChannels) + "; ++ch)\n" + "      for (int64_t ki = 0; ki < " +
+        str(w.kernelH) + "; ++ki) {\n" + "        const int64_t ih = oh * " +
+        str(w.strideH) + " - " + str(w.padTop) + " + ki * " + str(w.dilationH) +
+        ";\n" + "        const bool rowInside = ih >= 0 && ih < " +
+        str(w.height) + ";\n" + "        for (int64_t kj = 0; kj < " +
+        str(w.kernelW) + "; ++kj) {\n" + "          const int64_t iw = ow * " +
+        str(w.strideW) + " - " + str(w.padLeft) + " + kj * " +
+        str(w.dilationW) + ";\n" +
+        "          const double v = rowInside && iw >= 0 && iw < " +
+        str(w.width) + " ? double(x[(ch * " + str(w.height) + " + ih) * " +
+        str(w.width) + " + iw]) : 0.0;\n" + "          acc += double(k[(ch * " +
+        str(w.kernelH) + " + ki) * " + str(w.kernelW) + " + kj]) * v;\n" +
+        "        }\n      }\n";
     if (conv.getBias())
       code += "    acc += double(" + in[2] + "[o]);\n";
     kernel.body = code + store;
@@ -211,8 +211,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   auto emitConvInputGrad = [&](Conv2DInputGradOp conv) {
     Window w;
     setShapes(w, shapeOf(result), shapeOf(conv.getOutputGrad()));
-    setAttributes(w, conv.getStrides(), conv.getPadding(),
-                  conv.getDilations());
+    setAttributes(w, conv.getStrides(), conv.getPadding(), conv.getDilations());
     ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
     w.kernelH = weight[2];
     w.kernelW = weight[3];
@@ -224,8 +223,8 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
     // sum over the group's output channels of weight * dy.
     std::string code = nchw(shapeOf(result), "n", "c", "ih", "iw");
     code += "    const int64_t g = c / " + str(groupChannels) + ", ch = c % " +
-            str(groupChannels) + ";\n" + "    const " + type + " *dy = " +
-            in[0] + " + (n * " + str(w.outChannels) + " + g * " +
+            str(groupChannels) + ";\n" + "    const " + type +
+            " *dy = " + in[0] + " + (n * " + str(w.outChannels) + " + g * " +
             str(groupOut) + ") * " + str(w.outHeight * w.outWidth) + ";\n" +
             "    const " + type + " *k = " + in[1] + " + (g * " +
             str(groupOut) + " * " + str(groupChannels) + " + ch) * " +
@@ -236,13 +235,13 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
             str(w.strideH) + " != 0 || th / " + str(w.strideH) +
             " >= " + str(w.outHeight) + ") continue;\n" +
             "      const int64_t oh = th / " + str(w.strideH) + ";\n" +
-            "      for (int64_t kj = 0; kj < " + str(w.kernelW) + "; ++kj) {\n" +
-            "        const int64_t tw = iw + " + str(w.padLeft) + " - kj * " +
-            str(w.dilationW) + ";\n" + "        if (tw < 0 || tw % " +
-            str(w.strideW) + " != 0 || tw / " + str(w.strideW) + " >= " +
-            str(w.outWidth) + ") continue;\n" +
-            "        const int64_t pixel = oh * " + str(w.outWidth) + " + tw / " +
-            str(w.strideW) + ";\n" + "        double sum = 0;\n" +
+            "      for (int64_t kj = 0; kj < " + str(w.kernelW) +
+            "; ++kj) {\n" + "        const int64_t tw = iw + " +
+            str(w.padLeft) + " - kj * " + str(w.dilationW) + ";\n" +
+            "        if (tw < 0 || tw % " + str(w.strideW) + " != 0 || tw / " +
+            str(w.strideW) + " >= " + str(w.outWidth) + ") continue;\n" +
+            "        const int64_t pixel = oh * " + str(w.outWidth) +
+            " + tw / " + str(w.strideW) + ";\n" + "        double sum = 0;\n" +
             "        for (int64_t o = 0; o < " + str(groupOut) + "; ++o)\n" +
             "          sum += double(k[o * " + str(groupChannels * taps) +
             " + ki * " + str(w.kernelW) + " + kj]) * double(dy[o * " +
@@ -255,8 +254,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   auto emitConvWeightGrad = [&](Conv2DWeightGradOp conv) {
     Window w;
     setShapes(w, shapeOf(conv.getInput()), shapeOf(conv.getOutputGrad()));
-    setAttributes(w, conv.getStrides(), conv.getPadding(),
-                  conv.getDilations());
+    setAttributes(w, conv.getStrides(), conv.getPadding(), conv.getDilations());
     ArrayRef<int64_t> weight = shapeOf(result);
     w.kernelH = weight[2];
     w.kernelW = weight[3];
@@ -294,19 +292,17 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   auto emitMaxPool = [&](MaxPool2DOp pool) {
     Window w;
     setShapes(w, shapeOf(pool.getInput()), shapeOf(result));
-    setAttributes(w, pool.getStrides(), pool.getPadding(),
-                  pool.getDilations());
+    setAttributes(w, pool.getStrides(), pool.getPadding(), pool.getDilations());
     w.kernelH = pool.getKernel()[0];
     w.kernelW = pool.getKernel()[1];
     std::string code = nchw(shapeOf(result), "", "", "oh", "ow");
     code += "    const " + type + " *src = " + in[0] + " + (i / " +
-            str(w.outHeight * w.outWidth) + ") * " +
-            str(w.height * w.width) + ";\n" + "    const int64_t h0 = oh * " +
-            str(w.strideH) + " - " + str(w.padTop) + ", w0 = ow * " +
-            str(w.strideW) + " - " + str(w.padLeft) + ";\n" +
-            "    int64_t position = -1;\n" +
-            argmaxCode(w, "src", "h0", "w0", "position", "    ") + "    " +
-            y + "[i] = position < 0 ? static_cast<" + type +
+            str(w.outHeight * w.outWidth) + ") * " + str(w.height * w.width) +
+            ";\n" + "    const int64_t h0 = oh * " + str(w.strideH) + " - " +
+            str(w.padTop) + ", w0 = ow * " + str(w.strideW) + " - " +
+            str(w.padLeft) + ";\n" + "    int64_t position = -1;\n" +
+            argmaxCode(w, "src", "h0", "w0", "position", "    ") + "    " + y +
+            "[i] = position < 0 ? static_cast<" + type +
             ">(-HUGE_VAL) : src[position];\n";
     kernel.body = code;
     return success();
@@ -315,37 +311,33 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   auto emitMaxPoolGrad = [&](MaxPool2DGradOp pool) {
     Window w;
     setShapes(w, shapeOf(pool.getInput()), shapeOf(pool.getOutputGrad()));
-    setAttributes(w, pool.getStrides(), pool.getPadding(),
-                  pool.getDilations());
+    setAttributes(w, pool.getStrides(), pool.getPadding(), pool.getDilations());
     w.kernelH = pool.getKernel()[0];
     w.kernelW = pool.getKernel()[1];
     int64_t outPlane = w.outHeight * w.outWidth;
     // dx[n, c, ih, iw]: dy of every window (row-major) whose argmax is here.
     std::string code = nchw(shapeOf(result), "", "", "ih", "iw");
-    code += "    const int64_t plane = i / " + str(w.height * w.width) +
-            ", here = ih * " + str(w.width) + " + iw;\n" + "    const " +
-            type + " *src = " + in[0] + " + plane * " +
-            str(w.height * w.width) + ";\n" + "    const " + type +
-            " *dy = " + in[1] + " + plane * " + str(outPlane) + ";\n" +
-            "    double acc = 0;\n" +
-            windowRange("ohLo", "ohHi", "ih", w.strideH, w.padTop,
-                        (w.kernelH - 1) * w.dilationH + 1, w.outHeight,
-                        "    ") +
-            windowRange("owLo", "owHi", "iw", w.strideW, w.padLeft,
-                        (w.kernelW - 1) * w.dilationW + 1, w.outWidth,
-                        "    ") +
-            "    for (int64_t oh = ohLo; oh <= ohHi; ++oh) {\n" +
-            "      const int64_t h0 = oh * " + str(w.strideH) + " - " +
-            str(w.padTop) + ";\n" + "      if ((ih - h0) % " +
-            str(w.dilationH) + " != 0) continue;\n" +
-            "      for (int64_t ow = owLo; ow <= owHi; ++ow) {\n" +
-            "        const int64_t w0 = ow * " + str(w.strideW) + " - " +
-            str(w.padLeft) + ";\n" + "        if ((iw - w0) % " +
-            str(w.dilationW) + " != 0) continue;\n" +
-            "        int64_t position = -1;\n" +
-            argmaxCode(w, "src", "h0", "w0", "position", "        ") +
-            "        if (position == here) acc += double(dy[oh * " +
-            str(w.outWidth) + " + ow]);\n" + "      }\n    }\n";
+    code +=
+        "    const int64_t plane = i / " + str(w.height * w.width) +
+        ", here = ih * " + str(w.width) + " + iw;\n" + "    const " + type +
+        " *src = " + in[0] + " + plane * " + str(w.height * w.width) + ";\n" +
+        "    const " + type + " *dy = " + in[1] + " + plane * " +
+        str(outPlane) + ";\n" + "    double acc = 0;\n" +
+        windowRange("ohLo", "ohHi", "ih", w.strideH, w.padTop,
+                    (w.kernelH - 1) * w.dilationH + 1, w.outHeight, "    ") +
+        windowRange("owLo", "owHi", "iw", w.strideW, w.padLeft,
+                    (w.kernelW - 1) * w.dilationW + 1, w.outWidth, "    ") +
+        "    for (int64_t oh = ohLo; oh <= ohHi; ++oh) {\n" +
+        "      const int64_t h0 = oh * " + str(w.strideH) + " - " +
+        str(w.padTop) + ";\n" + "      if ((ih - h0) % " + str(w.dilationH) +
+        " != 0) continue;\n" +
+        "      for (int64_t ow = owLo; ow <= owHi; ++ow) {\n" +
+        "        const int64_t w0 = ow * " + str(w.strideW) + " - " +
+        str(w.padLeft) + ";\n" + "        if ((iw - w0) % " + str(w.dilationW) +
+        " != 0) continue;\n" + "        int64_t position = -1;\n" +
+        argmaxCode(w, "src", "h0", "w0", "position", "        ") +
+        "        if (position == here) acc += double(dy[oh * " +
+        str(w.outWidth) + " + ow]);\n" + "      }\n    }\n";
     kernel.body = code + store;
     return success();
   };
@@ -358,10 +350,10 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
     w.kernelW = pool.getKernel()[1];
     std::string code = nchw(shapeOf(result), "", "", "oh", "ow");
     code += "    const " + type + " *src = " + in[0] + " + (i / " +
-            str(w.outHeight * w.outWidth) + ") * " +
-            str(w.height * w.width) + ";\n" + "    const int64_t h0 = oh * " +
-            str(w.strideH) + " - " + str(w.padTop) + ", w0 = ow * " +
-            str(w.strideW) + " - " + str(w.padLeft) + ";\n" +
+            str(w.outHeight * w.outWidth) + ") * " + str(w.height * w.width) +
+            ";\n" + "    const int64_t h0 = oh * " + str(w.strideH) + " - " +
+            str(w.padTop) + ", w0 = ow * " + str(w.strideW) + " - " +
+            str(w.padLeft) + ";\n" +
             avgWindowCode(w, pool.getCountIncludePad(), "    ") +
             "    double acc = 0;\n" +
             "    for (int64_t ih = hBegin; ih < hEnd; ++ih)\n" +
@@ -381,8 +373,8 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
     // dx[n, c, ih, iw]: dy / divisor of every window (row-major) holding it.
     std::string code = nchw(shapeOf(result), "", "", "ih", "iw");
     code += "    const " + type + " *dy = " + in[0] + " + (i / " +
-            str(w.height * w.width) + ") * " +
-            str(w.outHeight * w.outWidth) + ";\n" + "    double acc = 0;\n" +
+            str(w.height * w.width) + ") * " + str(w.outHeight * w.outWidth) +
+            ";\n" + "    double acc = 0;\n" +
             windowRange("ohLo", "ohHi", "ih", w.strideH, w.padTop, w.kernelH,
                         w.outHeight, "    ") +
             windowRange("owLo", "owHi", "iw", w.strideW, w.padLeft, w.kernelW,
@@ -410,9 +402,8 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
           .Case([&](AvgPool2DOp pool) { return emitAvgPool(pool); })
           .Case([&](AvgPool2DGradOp pool) { return emitAvgPoolGrad(pool); })
           .Default([](Operation *op) {
-            return op->emitError()
-                   << "code generation: '" << op->getName()
-                   << "' is not a window op";
+            return op->emitError() << "code generation: '" << op->getName()
+                                   << "' is not a window op";
           });
   if (failed(emitted))
     return failure();
