@@ -64,8 +64,9 @@ void ProgramEmitter::launch(const KernelText &kernel, int64_t count) {
       kernelNames.try_emplace(text, "K" + str(kernelNames.size()));
   if (inserted)
     kernelDefinitions += "struct " + it->second + text + "\n";
-  stepBody += "  sharc::kern::launch(ctx, " + str(count) + ", " + it->second +
-              "{" + llvm::join(kernel.arguments, ", ") + "});\n";
+  stepBody += "  sharc::kern::launch(ctx, " + str(count) + ", " +
+              str(kernel.work) + ", " + it->second + "{" +
+              llvm::join(kernel.arguments, ", ") + "});\n";
   ++report.numKernelLaunches;
 }
 
@@ -149,6 +150,9 @@ LogicalResult ProgramEmitter::collectBuffers() {
 }
 
 FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
+  // A reshape is a view of its operand (sharc-plan-memory aliases them).
+  while (auto reshape = value.getDefiningOp<ReshapeOp>())
+    value = reshape.getOperand();
   auto known = bufferOf.find(value);
   if (known != bufferOf.end())
     return "ctx->buffers[" + str(known->second) + "]";
@@ -267,6 +271,9 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
           .Case([&](CastOp) -> std::string {
             if (isFloatType(result))
               return fp ? a : "static_cast<double>(" + a + ")";
+            // Float to bool is `x != 0` (NaN is true), as the evaluator.
+            if (fp && result.isInteger(1))
+              return "int64_t(" + a + " != 0.0)";
             return fp ? fn("ftoi") : a;
           })
           .Case([&](AddOp) { return fp ? "(" + a + " + " + b + ")" : fn2("wrapAdd"); })
@@ -592,20 +599,32 @@ LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
       kernel.pointer(storageType(elementOf(op.getIndices())), true, *indices);
   std::string upd = kernel.pointer(type, true, *updates);
   std::string dst = kernel.pointer(type, false, *out);
-  // Each output element sums the updates aimed at it in index order, in
-  // double, and rounds once: deterministic on any number of threads.
+  // One call per destination row (o, r): it scans the indices once per
+  // block of up to 16 inner elements, summing the matching updates in index
+  // order in double and rounding once: deterministic on any number of
+  // threads, and no atomics.
+  int64_t block = std::min<int64_t>(16, std::max<int64_t>(1, inner));
+  std::string s = str(size), n = str(inner), c = str(count);
   kernel.body =
-      "    const int64_t k = i % " + str(inner) + ", r = (i / " + str(inner) +
-      ") % " + str(size) + ", o = i / " + str(inner * size) + ";\n" +
-      "    double acc = " + base + "[i];\n" + "    for (int64_t j = 0; j < " +
-      str(count) + "; ++j) {\n" + "      int64_t index = int64_t(" + idx +
-      "[j]);\n" + "      if (index < -" + str(size) + " || index >= " +
-      str(size) + ") { raise(" + str(code) + "); continue; }\n" +
-      "      if (index < 0) index += " + str(size) + ";\n" +
-      "      if (index == r) acc += " + upd + "[(o * " + str(count) +
-      " + j) * " + str(inner) + " + k];\n" + "    }\n" + "    " + dst +
-      "[i] = static_cast<" + type + ">(acc);\n";
-  launch(kernel, outType.getNumElements());
+      "    const int64_t r = i % " + s + ", o = i / " + s + ";\n" +
+      "    for (int64_t k0 = 0; k0 < " + n + "; k0 += " + str(block) +
+      ") {\n" + "      const int64_t width = " + n + " - k0 < " + str(block) +
+      " ? " + n + " - k0 : " + str(block) + ";\n" + "      double acc[" +
+      str(block) + "];\n" +
+      "      for (int64_t k = 0; k < width; ++k) acc[k] = " + base +
+      "[i * " + n + " + k0 + k];\n" + "      for (int64_t j = 0; j < " + c +
+      "; ++j) {\n" + "        int64_t index = int64_t(" + idx + "[j]);\n" +
+      "        if (index < -" + s + " || index >= " + s + ") { raise(" +
+      str(code) + "); continue; }\n" + "        if (index < 0) index += " +
+      s + ";\n" + "        if (index != r) continue;\n" +
+      "        const " + type + " *from = " + upd + " + (o * " + c +
+      " + j) * " + n + " + k0;\n" +
+      "        for (int64_t k = 0; k < width; ++k) acc[k] += double(from[k]);\n" +
+      "      }\n" + "      for (int64_t k = 0; k < width; ++k) " + dst +
+      "[i * " + n + " + k0 + k] = static_cast<" + type + ">(acc[k]);\n" +
+      "    }\n";
+  kernel.work = count * ((inner + block - 1) / block) + inner;
+  launch(kernel, outType.getNumElements() / std::max<int64_t>(1, inner));
   return success();
 }
 
@@ -744,6 +763,7 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
     code += "    acc /= " + str(count) + ".0;\n";
   code += "    " + dst + "[i] = static_cast<" + type + ">(acc);\n";
   kernel.body = code;
+  kernel.work = count;
   launch(kernel, tensorType(op.getResult()).getNumElements());
   return success();
 }
@@ -764,20 +784,34 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   std::string y = kernel.pointer(type, false, *out);
   std::string at = "(i / " + str(inner) + ") * " + str(length * inner) +
                    " + i % " + str(inner);
-  std::string step = str(inner);
-  kernel.body =
-      "    const int64_t base = " + at + ";\n" +
-      "    double max = -HUGE_VAL;\n" + "    for (int64_t c = 0; c < " +
-      str(length) + "; ++c) max = fmax(max, double(" + x + "[base + c * " +
-      step + "]));\n" + "    double sum = 0;\n" +
-      "    for (int64_t c = 0; c < " + str(length) + "; ++c) sum += exp(double(" +
-      x + "[base + c * " + step + "]) - max);\n" +
-      "    const double logSum = log(sum);\n" + "    for (int64_t c = 0; c < " +
-      str(length) + "; ++c) {\n" + "      const double shifted = double(" + x +
-      "[base + c * " + step + "]) - max;\n" + "      " + y + "[base + c * " +
-      step + "] = static_cast<" + type + ">(" +
-      (log ? "shifted - logSum" : "exp(shifted) / sum") + ");\n    }\n";
-  (void)rows;
+  std::string step = str(inner), len = str(length);
+  std::string load = "double(" + x + "[base + c * " + step + "])";
+  std::string store = y + "[base + c * " + step + "] = static_cast<" + type +
+                      ">(";
+  std::string body = "    const int64_t base = " + at + ";\n" +
+                     "    double max = -HUGE_VAL;\n" +
+                     "    for (int64_t c = 0; c < " + len +
+                     "; ++c) max = fmax(max, " + load + ");\n" +
+                     "    double sum = 0;\n";
+  if (log) {
+    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += exp(" + load +
+            " - max);\n" + "    const double logSum = log(sum);\n" +
+            "    for (int64_t c = 0; c < " + len + "; ++c) " + store + load +
+            " - max - logSum);\n";
+  } else if (length <= 256) {
+    // Short rows keep exp(x - max) in registers or the stack: one exp per
+    // element.
+    body += "    double e[" + len + "];\n" + "    for (int64_t c = 0; c < " +
+            len + "; ++c) { e[c] = exp(" + load +
+            " - max); sum += e[c]; }\n" + "    for (int64_t c = 0; c < " +
+            len + "; ++c) " + store + "e[c] / sum);\n";
+  } else {
+    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += exp(" + load +
+            " - max);\n" + "    for (int64_t c = 0; c < " + len + "; ++c) " +
+            store + "exp(" + load + " - max) / sum);\n";
+  }
+  kernel.body = body;
+  kernel.work = 3 * length;
   launch(kernel, rows);
   return success();
 }
@@ -829,6 +863,7 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
       scaleAt + ") + " + biasAt + ");\n" + "    " + meanOut +
       "[i] = static_cast<" + type + ">(mean);\n" + "    " + invOut +
       "[i] = static_cast<" + type + ">(invStd);\n";
+  kernel.work = 3 * size;
   launch(kernel, rows);
   return success();
 }
@@ -895,6 +930,7 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
   if (reduction == LossReduction::none) {
     kernel.body = "      const int64_t position = i;\n" + position + body +
                   "      " + y + "[i] = static_cast<" + type + ">(loss);\n";
+    kernel.work = 3 * classes;
     launch(kernel, batch * spatial);
     return success();
   }
@@ -932,9 +968,16 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
                       : element.isF64() ? "f64"
                       : element.isInteger(32) ? "i32"
                                               : "i64";
-  stepBody += "  ctx->comm->allReduce(" + *pointer + ", " + str(count) +
-              ", sharc::rt::DType::" + dtype + ", sharc::rt::ReduceOp::" +
+  // Started here, waited for just before the first op that reads the
+  // result: what runs in between (the rest of backward, once the collectives
+  // are scheduled early) overlaps the communication.
+  std::string ticket = "ticket" + str(pendingCollectives.size() +
+                                      completedCollectives);
+  stepBody += "  const uint64_t " + ticket + " = ctx->comm->startAllReduce(" +
+              *pointer + ", " + str(count) + ", sharc::rt::DType::" + dtype +
+              ", sharc::rt::ReduceOp::" +
               (op.getKind() == CollectiveKind::sum ? "sum" : "max") + ");\n";
+  pendingCollectives[op.getResult()] = ticket;
   uint64_t bytes = count * elementBytes(element);
   uint64_t n = options.worldSize;
   report.collectiveCalls[0] += 1;
@@ -947,6 +990,14 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult ProgramEmitter::emitOp(Operation *op) {
+  for (Value operand : op->getOperands()) {
+    auto pending = pendingCollectives.find(operand);
+    if (pending == pendingCollectives.end())
+      continue;
+    stepBody += "  ctx->comm->wait(" + pending->second + ");\n";
+    pendingCollectives.erase(pending);
+    ++completedCollectives;
+  }
   if (isElementwiseOp(op) || op->getName().getStringRef() == "sharc.fusion")
     return emitElementwise(op);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -966,9 +1017,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
         return emitLoss(op, op.getLogits(), op.getTarget(), op.getWeight(),
                         op.getReduction(), op.getIgnoreIndex(), true);
       })
-      .Case([&](ReshapeOp op) {
-        return emitCopy(op.getOperand(), op.getResult());
-      })
+      .Case([&](ReshapeOp) { return success(); })
       .Case([&](TransposeOp op) {
         ArrayRef<int64_t> inShape = tensorType(op.getOperand()).getShape();
         SmallVector<int64_t> inStrides = stridesOf(inShape);
@@ -1056,6 +1105,8 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
 }
 
 LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
+  if (library)
+    return emitLibraryReturn(ret);
   Block &entry = step.getBody().front();
   for (auto [r, value] : llvm::enumerate(ret.getOperands())) {
     int target = -1;
@@ -1172,7 +1223,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << "  return &info;\n}\n\n"
      << "extern \"C\" void sharcProgramStep(const sharc::rt::StepContext "
         "*ctx) {\n"
-     << stepBody
+     << stepBody << "  ctx->comm->waitAll();\n"
      << "  if (int code = sharc::kern::takeError(ctx))\n"
      << "    sharc::rt::fatal(std::string(\"step failed: \") + "
         "messages[code - 1]);\n"

@@ -74,6 +74,17 @@ mlir::LogicalResult emitProgram(mlir::func::FuncOp step,
                                 const EmitOptions &options,
                                 llvm::raw_ostream &os, ProgramReport &report);
 
+/// Emits every function of `module` (each memory-planned, see
+/// sharc-plan-memory) as one C++ translation unit for the CPU: function k is
+/// namespace `sharc_lib_k` holding its kernels and
+/// `extern "C" void sharc_fn_NAME(const sharc::rt::StepContext *ctx)`, whose
+/// `ctx->buffers` are the function's arguments followed by its results and
+/// `ctx->arena` at least `sharc_fn_NAME_arena_bytes()` bytes.  NAME is the
+/// function's name with every character outside [A-Za-z0-9_] replaced by
+/// '_' (and `_k` appended if that collides).  Used by the kernel tests.
+mlir::LogicalResult emitFunctionLibrary(mlir::ModuleOp module,
+                                        llvm::raw_ostream &os);
+
 /// `text` as a C++ string literal (quotes included) that any compiler reads
 /// back as exactly `text`: quotes, backslashes, question marks and every
 /// byte outside printable ASCII are escaped.

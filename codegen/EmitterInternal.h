@@ -162,6 +162,9 @@ struct KernelText {
   std::vector<std::string> members;
   std::vector<std::string> arguments;
   std::string body;
+  /// Elements one call of the body reads or writes, roughly (how the host
+  /// decides whether a launch is worth spreading over threads).
+  int64_t work = 1;
 
   /// Adds a pointer member for `pointer` (an expression of the step
   /// function); returns the member name.
@@ -185,6 +188,13 @@ public:
 
   LogicalResult run(llvm::raw_ostream &os);
 
+  /// Library mode (EmitLibrary.cpp): emits the function as namespace
+  /// `space` holding its kernels and `extern "C" void symbol(ctx)`, whose
+  /// ctx->buffers are its arguments followed by its results, and
+  /// `extern "C" int64_t symbol_arena_bytes()`.
+  LogicalResult runLibrary(llvm::raw_ostream &os, StringRef space,
+                           StringRef symbol);
+
 private:
   struct Buffer {
     std::string name;
@@ -198,6 +208,11 @@ private:
   };
 
   LogicalResult collectBuffers();
+  /// Library mode: every argument is an input buffer, every result an
+  /// output buffer (EmitLibrary.cpp).
+  LogicalResult collectLibraryBuffers();
+  /// Library mode: copies each returned value into its result buffer.
+  LogicalResult emitLibraryReturn(func::ReturnOp ret);
   LogicalResult emitOp(Operation *op);
   LogicalResult emitReturn(func::ReturnOp ret);
 
@@ -237,6 +252,8 @@ private:
   LogicalResult emitWindowOp(Operation *op);
 
   func::FuncOp step;
+  /// True in library mode (runLibrary).
+  bool library = false;
   const EmitOptions &options;
   ProgramReport &report;
 
@@ -248,6 +265,9 @@ private:
   std::string kernelDefinitions;
   std::string stepBody;
   std::vector<std::string> messages;
+  /// Started collectives not waited for yet: result -> ticket variable.
+  llvm::DenseMap<Value, std::string> pendingCollectives;
+  size_t completedCollectives = 0;
 };
 
 /// True for the ops emitElementwise computes element by element.
