@@ -9,6 +9,8 @@
 
 #include "passes/Passes.h"
 
+#include "ir/SharcOps.h"
+
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
@@ -79,10 +81,28 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   for (auto [i, op] : llvm::enumerate(block))
     index[&op] = i;
 
+  // A reshape is a view: its result shares its operand's memory (the root of
+  // a chain of reshapes), whose live range then covers the reshape's users.
+  auto aliasRoot = [](Value value) {
+    while (auto reshape = value.getDefiningOp<ReshapeOp>())
+      value = reshape.getOperand();
+    return value;
+  };
   SmallVector<Buffer> buffers;
+  DenseMap<Value, size_t> bufferOf;
   for (Operation &op : block) {
     if (isa<ConstantOp>(op))
       continue;
+    if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+      auto root = bufferOf.find(aliasRoot(reshape.getResult()));
+      if (root == bufferOf.end())
+        continue;
+      for (Operation *user : reshape.getResult().getUsers())
+        buffers[root->second].last =
+            std::max(buffers[root->second].last,
+                     index[block.findAncestorOpInBlock(*user)]);
+      continue;
+    }
     for (Value result : op.getResults()) {
       auto type = dyn_cast<RankedTensorType>(result.getType());
       if (!type)
@@ -96,6 +116,7 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       for (Operation *user : result.getUsers())
         buffer.last =
             std::max(buffer.last, index[block.findAncestorOpInBlock(*user)]);
+      bufferOf[result] = buffers.size();
       buffers.push_back(buffer);
     }
   }
@@ -125,6 +146,11 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   DenseMap<Value, int64_t> offsets;
   for (const Buffer &buffer : buffers)
     offsets[buffer.value] = buffer.offset;
+  block.walk([&](ReshapeOp reshape) {
+    auto root = offsets.find(aliasRoot(reshape.getResult()));
+    if (root != offsets.end())
+      offsets[reshape.getResult()] = root->second;
+  });
   Builder builder(func.getContext());
   for (Operation &op : block) {
     if (op.getNumResults() == 0)

@@ -79,6 +79,35 @@ func.func @consts(%x: tensor<10xf32>) -> tensor<10xi1> {
 
 // -----
 
+// A reshape is a view: r shares a's offset and cr shares c's; a and c live
+// until the add reads their views (op 5).  Live ranges (op index):
+//   a [0, 5]  b [2, 3]  c [3, 5]  d [5, 7] (returned); 256 bytes each.
+//   a -> 0;  b -> 256;  c is live with a and b -> 512;  d is live with a and
+//   c, b is dead -> 256.  The reshape of the argument x has no arena memory.
+
+// CHECK-LABEL: func.func @views(
+// CHECK-SAME: attributes {sharc.arena_bytes = 768 : i64}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.reshape %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 512>}
+// CHECK-NEXT: sharc.reshape %{{.*}} {sharc.offsets = array<i64: 512>}
+// CHECK-NEXT: sharc.add %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.reshape %{{.*}} {sharc.offsets = array<i64: -1>}
+// CHECK-NEXT: return
+func.func @views(%x: tensor<64xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
+  %a = sharc.exp %x : tensor<64xf32>
+  %r = sharc.reshape %a : tensor<64xf32> to tensor<8x8xf32>
+  %b = sharc.exp %x : tensor<64xf32>
+  %c = sharc.exp %b : tensor<64xf32>
+  %cr = sharc.reshape %c : tensor<64xf32> to tensor<8x8xf32>
+  %d = sharc.add %r, %cr : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %v = sharc.reshape %x : tensor<64xf32> to tensor<8x8xf32>
+  return %d, %v : tensor<8x8xf32>, tensor<8x8xf32>
+}
+
+// -----
+
 // Planning needs a single block.
 
 // expected-error @below {{sharc-plan-memory: function '@branches' has 2 blocks; memory planning needs a single block}}
