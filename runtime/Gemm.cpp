@@ -4,6 +4,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Float16.h"
+#include "runtime/ThreadPool.h"
 
 #include <cblas.h>
 
@@ -125,34 +126,78 @@ void validateGemm(const GemmArgs &args, const char *caller) {
           " is null");
 }
 
+namespace {
+
+/// Rows [rowBegin, rowEnd) of batches [batchBegin, batchEnd) of `args`
+/// (f32/f64), on the calling thread.
+void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
+              int64_t rowBegin, int64_t rowEnd) {
+  CBLAS_TRANSPOSE transA = args.transA ? CblasTrans : CblasNoTrans;
+  CBLAS_TRANSPOSE transB = args.transB ? CblasTrans : CblasNoTrans;
+  // Row r of op(A) is row r of A, or column r of A when transposed.
+  int64_t rowOffsetA = args.transA ? rowBegin : rowBegin * args.lda;
+  int64_t rows = rowEnd - rowBegin;
+  for (int64_t batch = batchBegin; batch < batchEnd; ++batch) {
+    int64_t offsetA = batch * args.strideA + rowOffsetA;
+    int64_t offsetB = batch * args.strideB;
+    int64_t offsetC = batch * args.strideC + rowBegin * args.ldc;
+    if (args.type == DType::f32)
+      cblas_sgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
+                  int(args.k), float(args.alpha),
+                  static_cast<const float *>(args.a) + offsetA, int(args.lda),
+                  static_cast<const float *>(args.b) + offsetB, int(args.ldb),
+                  float(args.beta), static_cast<float *>(args.c) + offsetC,
+                  int(args.ldc));
+    else
+      cblas_dgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
+                  int(args.k), args.alpha,
+                  static_cast<const double *>(args.a) + offsetA,
+                  int(args.lda),
+                  static_cast<const double *>(args.b) + offsetB,
+                  int(args.ldb), args.beta,
+                  static_cast<double *>(args.c) + offsetC, int(args.ldc));
+  }
+}
+
+} // namespace
+
 void gemm(const GemmArgs &args) {
   validateGemm(args, "gemm");
   if (args.batch == 0 || args.m == 0 || args.n == 0)
     return;
   if (args.type == DType::f16 || args.type == DType::bf16)
     return gemm16(args);
-  CBLAS_TRANSPOSE transA = args.transA ? CblasTrans : CblasNoTrans;
-  CBLAS_TRANSPOSE transB = args.transB ? CblasTrans : CblasNoTrans;
-  for (int64_t batch = 0; batch < args.batch; ++batch) {
-    if (args.type == DType::f32)
-      cblas_sgemm(CblasRowMajor, transA, transB, int(args.m), int(args.n),
-                  int(args.k), float(args.alpha),
-                  static_cast<const float *>(args.a) + batch * args.strideA,
-                  int(args.lda),
-                  static_cast<const float *>(args.b) + batch * args.strideB,
-                  int(args.ldb), float(args.beta),
-                  static_cast<float *>(args.c) + batch * args.strideC,
-                  int(args.ldc));
-    else
-      cblas_dgemm(CblasRowMajor, transA, transB, int(args.m), int(args.n),
-                  int(args.k), args.alpha,
-                  static_cast<const double *>(args.a) + batch * args.strideA,
-                  int(args.lda),
-                  static_cast<const double *>(args.b) + batch * args.strideB,
-                  int(args.ldb), args.beta,
-                  static_cast<double *>(args.c) + batch * args.strideC,
-                  int(args.ldc));
+  // Large products are spread over the thread pool (ThreadPool.h): across
+  // batches when there are enough, else across row blocks of C.  Each part
+  // is an independent BLAS call on the calling thread, so no output element
+  // depends on the split.
+  int64_t threads = hostThreads();
+  double flops = double(args.batch) * args.m * args.n * args.k;
+  if (threads <= 1 || flops < (1 << 18)) {
+    gemmPart(args, 0, args.batch, 0, args.m);
+    return;
   }
+  struct Split {
+    const GemmArgs *args;
+    bool byBatch;
+    int64_t parts;
+  } split{&args, args.batch >= threads,
+          args.batch >= threads ? args.batch : std::min(threads, args.m)};
+  parallelFor(
+      split.parts,
+      [](const void *context, int64_t begin, int64_t end) {
+        const Split &s = *static_cast<const Split *>(context);
+        const GemmArgs &a = *s.args;
+        if (s.byBatch)
+          return gemmPart(a, begin, end, 0, a.m);
+        gemmPart(a, 0, a.batch, a.m * begin / s.parts, a.m * end / s.parts);
+      },
+      &split);
+}
+
+void setBlasThreads(int threads) {
+  if (threads > 0)
+    openblas_set_num_threads(threads);
 }
 
 } // namespace sharc::rt

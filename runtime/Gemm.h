@@ -55,6 +55,10 @@ void validateGemm(const GemmArgs &args, const char *caller);
 /// rounded once to the 16-bit type.  Fatal on invalid arguments.
 void gemm(const GemmArgs &args);
 
+/// Threads the host BLAS may use for one call (OpenBLAS).  The training
+/// binary sets 1: gemm() spreads large products over the thread pool itself.
+void setBlasThreads(int threads);
+
 } // namespace sharc::rt
 
 #endif // SHARC_RUNTIME_GEMM_H

@@ -4,7 +4,8 @@
 // from the runtime.  A generated kernel is a functor whose call operator
 // computes one element (or one row) of its output; `launch` runs it over an
 // index range: a CUDA grid when the translation unit is compiled by nvcc, a
-// host loop (OpenMP-parallel when large) otherwise.  The same functor text is
+// host loop (spread over runtime/ThreadPool.h's threads when large)
+// otherwise.  The same functor text is
 // therefore the device kernel and its host twin.
 //
 // Scalar semantics follow the reference evaluator (ir/Eval*.cpp): floats are
@@ -18,7 +19,9 @@
 
 #include "runtime/Gemm.h"
 #include "runtime/Program.h"
+#include "runtime/ThreadPool.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -101,14 +104,13 @@ SHARC_HD int64_t imin(int64_t a, int64_t b) { return b < a ? b : a; }
 #if defined(__CUDACC__)
 static __device__ int deviceErrorCode = 0;
 #endif
-inline int hostErrorCode = 0;
+inline std::atomic<int> hostErrorCode{0};
 SHARC_HD void raise(int code) {
 #if defined(__CUDA_ARCH__)
   atomicCAS(&deviceErrorCode, 0, code);
 #else
-#pragma omp critical(sharcRaise)
-  if (!hostErrorCode)
-    hostErrorCode = code;
+  int none = 0;
+  hostErrorCode.compare_exchange_strong(none, code);
 #endif
 }
 
@@ -165,19 +167,20 @@ inline int takeError(const rt::StepContext *context) {
 }
 #else
 inline int takeError(const rt::StepContext *) {
-  int code = hostErrorCode;
-  hostErrorCode = 0;
-  return code;
+  return hostErrorCode.exchange(0);
 }
 #endif
 
-/// Runs `f(i)` for i in [0, n).  Iterations are independent, so the result
-/// does not depend on how they are spread over threads.
+/// Runs `f(i)` for i in [0, n); each call touches about `work` elements.
+/// Iterations are independent, so the result does not depend on how they are
+/// spread over threads.
 template <typename F>
-void launch(const rt::StepContext *context, int64_t n, const F &f) {
+void launch(const rt::StepContext *context, int64_t n, int64_t work,
+            const F &f) {
   if (n <= 0)
     return;
 #if defined(__CUDACC__)
+  (void)work;
   constexpr int threads = 256;
   int64_t blocks = (n + threads - 1) / threads;
   if (blocks > 65535 * 8)
@@ -186,14 +189,19 @@ void launch(const rt::StepContext *context, int64_t n, const F &f) {
               static_cast<cudaStream_t>(context->stream)>>>(f, n);
 #else
   (void)context;
-  if (n < 16384) {
+  if (n < 2 || n * work < 32768) {
     for (int64_t i = 0; i < n; ++i)
       f(i);
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    f(i);
+  rt::parallelFor(
+      n,
+      [](const void *functor, int64_t begin, int64_t end) {
+        const F &kernel = *static_cast<const F *>(functor);
+        for (int64_t i = begin; i < end; ++i)
+          kernel(i);
+      },
+      &f);
 #endif
 }
 

@@ -15,7 +15,9 @@
 #include "runtime/Errors.h"
 #include "runtime/Float16.h"
 #include "runtime/Npy.h"
+#include "runtime/Gemm.h"
 #include "runtime/Program.h"
+#include "runtime/ThreadPool.h"
 
 #include <mpi.h>
 
@@ -451,6 +453,9 @@ struct InputSlot {
 
 int run(int argc, char **argv) {
   deviceInit(localRankFromEnvironment());
+  // Kernels and GEMMs share one pool of threads (ThreadPool.h); BLAS itself
+  // runs single-threaded inside it, so no second set of threads spins.
+  setBlasThreads(1);
   std::unique_ptr<Communicator> commOwner(sharcCreateCommunicator
                                               ? sharcCreateCommunicator()
                                               : new MpiCommunicator());
@@ -750,7 +755,8 @@ int run(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int threadLevel = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &threadLevel);
   int status = run(argc, argv);
   MPI_Finalize();
   return status;
