@@ -8,8 +8,13 @@
 #include <mpi.h>
 
 #include <climits>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace sharc::rt {
@@ -41,8 +46,29 @@ void Communicator::count(CollectiveKind kind, uint64_t bytes) {
   stats.bytes += bytes;
 }
 
+uint64_t Communicator::startAllReduce(void *buffer, size_t count, DType type,
+                                      ReduceOp op) {
+  uint64_t n = size();
+  uint64_t bytes = uint64_t(count) * dtypeBytes(type);
+  this->count(CollectiveKind::allReduce, 2 * (n - 1) * bytes / n);
+  return doStartAllReduce(buffer, count, type, op);
+}
+
+void Communicator::wait(uint64_t ticket) { doWait(ticket); }
+
+void Communicator::waitAll() { doWait(started); }
+
+uint64_t Communicator::doStartAllReduce(void *buffer, size_t count,
+                                        DType type, ReduceOp op) {
+  doAllReduce(buffer, count, type, op);
+  return ++started;
+}
+
+void Communicator::doWait(uint64_t) {}
+
 void Communicator::allReduce(void *buffer, size_t count, DType type,
                              ReduceOp op) {
+  waitAll();
   uint64_t n = size();
   uint64_t bytes = uint64_t(count) * dtypeBytes(type);
   this->count(CollectiveKind::allReduce, 2 * (n - 1) * bytes / n);
@@ -51,6 +77,7 @@ void Communicator::allReduce(void *buffer, size_t count, DType type,
 
 void Communicator::reduceScatter(const void *send, void *recv,
                                  size_t sliceCount, DType type, ReduceOp op) {
+  waitAll();
   uint64_t n = size();
   count(CollectiveKind::reduceScatter,
         (n - 1) * uint64_t(sliceCount) * dtypeBytes(type));
@@ -59,6 +86,7 @@ void Communicator::reduceScatter(const void *send, void *recv,
 
 void Communicator::allGather(const void *send, void *recv, size_t sliceCount,
                              DType type) {
+  waitAll();
   uint64_t n = size();
   count(CollectiveKind::allGather,
         (n - 1) * uint64_t(sliceCount) * dtypeBytes(type));
@@ -66,6 +94,7 @@ void Communicator::allGather(const void *send, void *recv, size_t sliceCount,
 }
 
 void Communicator::broadcast(void *buffer, size_t count, DType type, int root) {
+  waitAll();
   if (root < 0 || root >= size())
     fatal("broadcast root " + std::to_string(root) + " is not a rank of " +
           std::to_string(size()));
@@ -204,6 +233,42 @@ void equalSlices(size_t sliceCount, int n, std::vector<int> &counts,
 
 } // namespace
 
+/// The progress thread: runs queued all-reduces in order.
+struct MpiCommunicator::Progress {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::function<void()>> queue;
+  uint64_t done = 0;
+  bool stop = false;
+  std::thread thread;
+
+  Progress() : thread([this] { run(); }) {}
+  ~Progress() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    changed.notify_all();
+    thread.join();
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty())
+        return;
+      std::function<void()> work = std::move(queue.front());
+      lock.unlock();
+      work();
+      lock.lock();
+      queue.pop_front();
+      ++done;
+      changed.notify_all();
+    }
+  }
+};
+
 MpiCommunicator::MpiCommunicator() {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -211,9 +276,38 @@ MpiCommunicator::MpiCommunicator() {
     fatal("MpiCommunicator needs MPI_Init to have been called");
   MPI_Comm_rank(MPI_COMM_WORLD, &rankId);
   MPI_Comm_size(MPI_COMM_WORLD, &numRanks);
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  if (numRanks > 1 && level >= MPI_THREAD_SERIALIZED)
+    progress = std::make_unique<Progress>();
 }
 
-void MpiCommunicator::barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+MpiCommunicator::~MpiCommunicator() { waitAll(); }
+
+uint64_t MpiCommunicator::doStartAllReduce(void *buffer, size_t count,
+                                           DType type, ReduceOp op) {
+  if (!progress)
+    return Communicator::doStartAllReduce(buffer, count, type, op);
+  {
+    std::lock_guard<std::mutex> lock(progress->mutex);
+    progress->queue.push_back(
+        [this, buffer, count, type, op] { doAllReduce(buffer, count, type, op); });
+  }
+  progress->changed.notify_all();
+  return ++started;
+}
+
+void MpiCommunicator::doWait(uint64_t ticket) {
+  if (!progress)
+    return;
+  std::unique_lock<std::mutex> lock(progress->mutex);
+  progress->changed.wait(lock, [&] { return progress->done >= ticket; });
+}
+
+void MpiCommunicator::barrier() {
+  waitAll();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 void MpiCommunicator::doAllReduce(void *buffer, size_t count, DType type,
                                   ReduceOp op) {

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace sharc::rt {
 
@@ -73,6 +74,20 @@ public:
   /// In place when `send` is slice rank() of `recv`.
   void allGather(const void *send, void *recv, size_t sliceCount, DType type);
 
+  /// Starts an all-reduce of `buffer` that runs while the caller goes on
+  /// computing (overlapping communication with the rest of backward).  Started
+  /// collectives complete in the order they were started, identically on every
+  /// rank; `buffer` must not be touched until wait() returns for the ticket.
+  /// Counted like allReduce().  Communicators without a progress engine run it
+  /// at once.
+  uint64_t startAllReduce(void *buffer, size_t count, DType type, ReduceOp op);
+
+  /// Blocks until the collective of `ticket` (from startAllReduce) is done.
+  void wait(uint64_t ticket);
+
+  /// Blocks until every started collective is done.
+  void waitAll();
+
   /// Copies `count` elements of `buffer` on rank `root` to every rank.
   void broadcast(void *buffer, size_t count, DType type, int root);
 
@@ -86,6 +101,14 @@ public:
   void resetStats() { counters = {}; }
 
 protected:
+  /// Starts `doAllReduce` asynchronously; returns its ticket (1, 2, ...).
+  /// The default runs it at once.
+  virtual uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
+                                    ReduceOp op);
+  /// Waits for tickets up to and including `ticket`; the default has nothing
+  /// in flight.
+  virtual void doWait(uint64_t ticket);
+
   virtual void doAllReduce(void *buffer, size_t count, DType type,
                            ReduceOp op) = 0;
   virtual void doReduceScatter(const void *send, void *recv, size_t sliceCount,
@@ -94,6 +117,9 @@ protected:
                            DType type) = 0;
   virtual void doBroadcast(void *buffer, size_t count, DType type,
                            int root) = 0;
+
+  /// Tickets handed out so far.
+  uint64_t started = 0;
 
 private:
   void count(CollectiveKind kind, uint64_t bytes);
@@ -123,9 +149,14 @@ protected:
 /// (MPI_Alltoallv) of the slices followed by a local fold in rank order, and,
 /// for all-reduce, an MPI_Allgatherv of the reduced slices: the same volume as
 /// ring algorithms and independent of MPI's reduction algorithms.
+/// Over MPI_COMM_WORLD.  With MPI initialized at MPI_THREAD_SERIALIZED or
+/// above, started all-reduces run on a progress thread that owns MPI while any
+/// is in flight (every other call waits for them first); otherwise they run at
+/// once.
 class MpiCommunicator : public Communicator {
 public:
   MpiCommunicator();
+  ~MpiCommunicator() override;
 
   int rank() const override { return rankId; }
   int size() const override { return numRanks; }
@@ -139,10 +170,16 @@ protected:
   void doAllGather(const void *send, void *recv, size_t sliceCount,
                    DType type) override;
   void doBroadcast(void *buffer, size_t count, DType type, int root) override;
+  uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
+                            ReduceOp op) override;
+  void doWait(uint64_t ticket) override;
 
 private:
+  struct Progress;
+
   int rankId = 0;
   int numRanks = 1;
+  std::unique_ptr<Progress> progress;
 };
 
 } // namespace sharc::rt
