@@ -150,3 +150,12 @@ void NcclCommunicator::doBroadcast(void *buffer, size_t count, DType type,
 }
 
 } // namespace sharc::rt
+
+/// The device communicator hook of TrainMain.cpp (declared weak there): a CUDA
+/// training binary collects over NCCL.  Strong here, so linking this object
+/// makes TrainMain use it instead of MpiCommunicator; `sharc compile --target
+/// cuda` links it from libSharcRuntimeCuda.a with --undefined=
+/// sharcCreateCommunicator (a weak reference does not pull an archive member).
+extern "C" sharc::rt::Communicator *sharcCreateCommunicator() {
+  return new sharc::rt::NcclCommunicator();
+}

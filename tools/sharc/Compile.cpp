@@ -48,6 +48,10 @@ struct CompileFlags {
                cl::desc("Print kernels, GEMMs, arena and per-rank "
                         "parameter/gradient/state and collective bytes"),
                cl::sub(sub), cl::cat(category)),
+        fuse("fuse",
+             cl::desc("Fuse elementwise chains into one kernel each "
+                      "(sharc-fuse; default on)"),
+             cl::init(true), cl::sub(sub), cl::cat(category)),
         emitOnly("emit-only",
                  cl::desc("Write the source, weights and manifest; do not "
                           "build OUTDIR/train"),
@@ -56,6 +60,7 @@ struct CompileFlags {
   cl::opt<std::string> target;
   cl::opt<std::string> cudaArch;
   cl::opt<bool> report;
+  cl::opt<bool> fuse;
   cl::opt<bool> emitOnly;
 };
 
@@ -91,34 +96,54 @@ SmallVector<std::string> splitList(StringRef list) {
 }
 
 /// The compiler and link command that builds `source` into `binary`.
+///
+/// CPU: the host compiler, linking SharcTrainMain, SharcDeviceHost, the
+/// runtime, MPI and BLAS.  CUDA: nvcc, compiling for `arch` (sm_XX: its
+/// machine code plus compute_XX PTX, which later GPUs JIT-compile) and
+/// linking SharcTrainMain, libSharcRuntimeCuda.a (device layer, cuBLASLt GEMM,
+/// NcclCommunicator), the runtime, NCCL, cuBLASLt, cudart, MPI and BLAS with
+/// an rpath to the CUDA libraries (SHARC_CUDA_RUNTIME_LIBS and
+/// SHARC_CUDA_LINK_LIBS of BuildConfig.h).
 SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
                                       bool cuda, StringRef arch) {
   SmallVector<std::string> argv;
   if (cuda) {
-    std::string sm = arch.str();
-    std::string compute = "compute_" + sm.substr(sm.find('_') + 1);
-    argv = {SHARC_NVCC, "-O3", "-std=c++17", "--expt-relaxed-constexpr",
-            "-gencode", "arch=" + compute + ",code=" + sm, "-gencode",
-            "arch=" + compute + ",code=" + compute, "-Xcompiler", "-fopenmp"};
-  } else {
-    argv = {SHARC_HOST_CXX, "-O3", "-std=c++17", "-fopenmp", "-march=native"};
+    std::string digits = arch.drop_front(3).str(); // sm_90 -> 90
+    argv = {SHARC_NVCC,
+            "-O3",
+            "-std=c++20",
+            "--expt-relaxed-constexpr",
+            // No fused multiply-adds: every op rounds as on the CPU.
+            "--fmad=false",
+            "-gencode=arch=compute_" + digits + ",code=sm_" + digits,
+            "-gencode=arch=compute_" + digits + ",code=compute_" + digits,
+            "-I" SHARC_SOURCE_DIR};
+    for (const std::string &dir : splitList(SHARC_MPI_INCLUDES))
+      argv.append({"-isystem", dir});
+    argv.push_back(source.str());
+    argv.append({"-o", binary.str()});
+    for (const std::string &lib : splitList(SHARC_CUDA_RUNTIME_LIBS))
+      argv.push_back(lib);
+    // NCCL, cuBLASLt, cudart, MPI, BLAS and the rpath flags.
+    for (const std::string &lib : splitList(SHARC_CUDA_LINK_LIBS))
+      argv.push_back(lib);
+    return argv;
   }
+  // No contraction into FMAs: every op rounds exactly as the evaluator does,
+  // so the CPU binary reproduces `sharc eval --train` bit for bit.
+  argv = {SHARC_HOST_CXX, "-O3", "-std=c++17", "-march=native",
+          "-ffp-contract=off"};
   argv.push_back("-I" SHARC_SOURCE_DIR);
   for (const std::string &dir : splitList(SHARC_MPI_INCLUDES))
     argv.push_back("-I" + dir);
   argv.push_back(source.str());
   argv.append({"-o", binary.str()});
-  for (const std::string &lib :
-       splitList(cuda ? SHARC_CUDA_RUNTIME_LIBS : SHARC_RUNTIME_LIBS))
+  for (const std::string &lib : splitList(SHARC_RUNTIME_LIBS))
     argv.push_back(lib);
   for (const std::string &lib : splitList(SHARC_MPI_LIBS))
     argv.push_back(lib);
   for (const std::string &lib : splitList(SHARC_BLAS_LIBS))
     argv.push_back(lib);
-  if (cuda)
-    for (const std::string &lib : splitList(SHARC_CUDA_LINK_LIBS))
-      argv.push_back(lib);
-  argv.push_back(cuda ? "-Xcompiler=-fopenmp" : "-fopenmp");
   return argv;
 }
 
@@ -199,6 +224,17 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (cuda && !flags->emitOnly && StringRef(SHARC_NVCC).empty())
     return fail("--target cuda needs nvcc, which this sharc was built "
                 "without (install the CUDA toolkit and reconfigure)");
+  if (cuda && !flags->emitOnly && StringRef(SHARC_CUDA_RUNTIME_LIBS).empty())
+    return fail("--target cuda needs the CUDA runtime library, which this "
+                "sharc was built without (NCCL was not found; install it and "
+                "reconfigure), or --emit-only");
+  unsigned capability = 0;
+  if (cuda && (StringRef(flags->cudaArch).drop_front(3).getAsInteger(
+                   10, capability) ||
+               capability < 80))
+    return fail("--cuda-arch " + flags->cudaArch +
+                " is not supported: the CUDA runtime is built for sm_80 and "
+                "later (sm_80, sm_86, sm_89, sm_90, ...)");
   if (llvm::sys::fs::exists(outDir) &&
       !llvm::sys::fs::exists(outDir + "/manifest.json"))
     return fail("'" + outDir +
@@ -231,7 +267,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     if (failed(applyPassManagerCLOptions(pm)))
       return 1;
     pm.enableTiming(timing);
-    pm.addPass(createFusePass(/*singletons=*/true));
+    if (flags->fuse)
+      pm.addPass(createFusePass(/*singletons=*/true));
     pm.addPass(createPlanMemory());
     if (failed(pm.run(*model.module)))
       return 1;

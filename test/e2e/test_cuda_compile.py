@@ -1,0 +1,204 @@
+"""`sharc compile --target cuda` builds OUTDIR/train (compile and link only:
+CI has no GPU, so nothing here runs a CUDA binary; tools/gpu-check.sh does).
+
+For every model of models.py the binary is built for --cuda-arch sm_90, and
+for the MLP also for sm_80.  Each binary must hold machine code (an ELF
+cubin) for the requested architecture and PTX, as `cuobjdump --list-elf` and
+`cuobjdump --list-ptx` list them, and must define sharcCreateCommunicator (the
+NCCL communicator hook TrainMain.cpp calls).  The runtime library it links
+carries sm_80 and sm_90 code and compute_90 PTX for both builds, so the
+program's own code shows as one more cubin of the requested architecture than
+of the other one, and for sm_80 as compute_80 PTX.
+
+Without cuobjdump (the toolkit here has none; $SHARC_CUOBJDUMP or PATH or
+/usr/local/cuda/bin), the entries are read from the binary's .nv_fatbin
+section directly.  Skipped when there is no nvcc; ctest runs this file as
+e2e-cuda-compile only when the build found nvcc and NCCL.  A model the code
+generator cannot emit yet (the CNN's convolutions) is skipped, not failed.
+"""
+
+import os
+import pathlib
+import re
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+import models
+
+
+def find_tool(name, env):
+    for candidate in (os.environ.get(env), shutil.which(name),
+                      f"/usr/local/cuda/bin/{name}"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+NVCC = find_tool("nvcc", "SHARC_NVCC")
+CUOBJDUMP = find_tool("cuobjdump", "SHARC_CUOBJDUMP")
+
+pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc (CUDA toolkit)")
+
+# (model, --cuda-arch): every model for sm_90, the MLP also for sm_80.
+BUILDS = [(name, "sm_90") for name in models.MODEL_NAMES] + [("mlp", "sm_80")]
+UNSUPPORTED = "is not supported by the code generator yet"
+
+
+# --------------------------------------------------------------------------
+# What a binary's fat binary holds: [(kind, arch)], kind "elf" or "ptx",
+# arch the compute capability as an int (90 for sm_90 / compute_90).
+# --------------------------------------------------------------------------
+
+
+def entries_from_cuobjdump(binary):
+    found = []
+    for kind, flag in (("elf", "--list-elf"), ("ptx", "--list-ptx")):
+        result = subprocess.run([CUOBJDUMP, flag, str(binary)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        for arch in re.findall(r"\.sm_(\d+)[a-z]?\.(?:cubin|ptx)\s*$",
+                               result.stdout, re.MULTILINE):
+            found.append((kind, int(arch)))
+    return found
+
+
+def nv_fatbin_section(binary):
+    """The bytes of the ELF64 section .nv_fatbin (empty if none)."""
+    data = pathlib.Path(binary).read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2, f"{binary}: not ELF64"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def section(i):  # sh_name, sh_offset, sh_size
+        fields = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        return fields[0], fields[4], fields[5]
+
+    names = section(shstrndx)[1]
+    for i in range(shnum):
+        name, offset, size = section(i)
+        start = names + name
+        if data[start:data.index(b"\0", start)] == b".nv_fatbin":
+            return data[offset:offset + size]
+    return b""
+
+
+def entries_from_fatbin(binary):
+    """Reads the fat binaries of .nv_fatbin: each a header (magic 0xBA55ED50,
+    u16 version, u16 header size, u64 size of the entries) and entries (u16
+    kind 1 = PTX, 2 = ELF, u16, u32 header size, u64 payload size, ..., u32
+    architecture at byte 28), as cuobjdump lists them."""
+    section = nv_fatbin_section(binary)
+    found = []
+    pos = 0
+    while pos + 16 <= len(section):
+        magic, _, header, size = struct.unpack_from("<IHHQ", section, pos)
+        if magic != 0xBA55ED50:
+            pos += 8  # fat binaries are 8-byte aligned
+            continue
+        entry, end = pos + header, pos + header + size
+        while entry + 32 <= end:
+            kind, _, entry_header, payload = struct.unpack_from(
+                "<HHIQ", section, entry)
+            arch, = struct.unpack_from("<I", section, entry + 28)
+            found.append(({1: "ptx", 2: "elf"}.get(kind, str(kind)), arch))
+            entry += entry_header + payload
+        pos = end
+    return found
+
+
+def fatbin_entries(binary):
+    return (entries_from_cuobjdump(binary) if CUOBJDUMP
+            else entries_from_fatbin(binary))
+
+
+# --------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("cuda-compile")
+
+
+@pytest.fixture(scope="module")
+def exported(work):
+    """Model name -> ONNX path (exported on first use)."""
+    paths = {}
+
+    def get(name):
+        if name not in paths:
+            path = work / f"{name}.onnx"
+            models.export(models.make_training_case(name), path)
+            paths[name] = path
+        return paths[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name,arch", BUILDS, ids=[f"{n}-{a}" for n, a in BUILDS])
+def test_cuda_binary_is_built_for_arch(sharc, exported, work, name, arch):
+    out = work / f"{name}-{arch}"
+    result = sharc("compile", exported(name), "--target", "cuda",
+                   "--cuda-arch", arch, "--optimizer", "adamw", "-o", out,
+                   timeout=600)
+    if result.returncode != 0 and UNSUPPORTED in result.stderr:
+        pytest.skip(result.stderr.strip().splitlines()[-1])
+    assert result.returncode == 0, result.stderr
+    binary = out / "train"
+    assert binary.is_file() and os.access(binary, os.X_OK)
+    assert (out / "program.cu").is_file()
+    assert not (out.parent / f"{out.name}.partial").exists()
+
+    entries = fatbin_entries(binary)
+    want = int(arch[3:])
+    other = 80 if want == 90 else 90
+    elf = [a for kind, a in entries if kind == "elf"]
+    ptx = [a for kind, a in entries if kind == "ptx"]
+    assert want in elf, (arch, entries)
+    assert ptx, (arch, entries)
+    # The runtime library contributes sm_80 and sm_90 alike; the program adds
+    # one cubin for `arch` and its PTX.
+    assert elf.count(want) > elf.count(other), (arch, entries)
+    assert want in ptx, (arch, entries)
+
+    symbols = subprocess.run(["nm", str(binary)], capture_output=True,
+                             text=True, timeout=120)
+    assert symbols.returncode == 0, symbols.stderr
+    assert re.search(r"^\S+ T sharcCreateCommunicator$", symbols.stdout,
+                     re.MULTILINE), "sharcCreateCommunicator is not linked"
+
+
+def test_cuda_arch_errors(sharc, exported, work):
+    path = exported("mlp")
+    for arch, message in (
+            ("sm_75", "--cuda-arch sm_75 is not supported"),
+            ("compute_90", "--cuda-arch must look like sm_90")):
+        out = work / f"bad-{arch}"
+        result = sharc("compile", path, "--target", "cuda", "--cuda-arch",
+                       arch, "-o", out)
+        assert result.returncode == 1
+        assert message in result.stderr, result.stderr
+        assert not out.exists()
+
+
+def test_fatbin_reader_matches_cuobjdump(work):
+    """The built-in .nv_fatbin reader lists what cuobjdump lists (checked
+    when both exist)."""
+    if CUOBJDUMP is None:
+        pytest.skip("no cuobjdump to compare the .nv_fatbin reader with")
+    source = work / "kernel.cu"
+    source.write_text("__global__ void k(float *x) { x[threadIdx.x] += 1; }\n"
+                      "int main() { k<<<1, 1>>>(nullptr); }\n")
+    binary = work / "kernel"
+    result = subprocess.run(
+        [NVCC, "-gencode=arch=compute_80,code=sm_80",
+         "-gencode=arch=compute_90,code=sm_90",
+         "-gencode=arch=compute_90,code=compute_90", str(source), "-o",
+         str(binary)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert sorted(entries_from_fatbin(binary)) == sorted(
+        entries_from_cuobjdump(binary))
