@@ -32,9 +32,15 @@ if [ "$mode" = example ]; then
   data=(--input tokens=test/models/tiny-gpt-tokens.npy
         --input targets=test/models/tiny-gpt-targets.npy)
   "$build/bin/sharc" eval "$model" "${data[@]}"
-  echo "sharc: training it for 10 steps with test/models/tiny-gpt-ds_config.json"
+  echo "sharc: training it for 10 steps with test/models/tiny-gpt-ds_config.json on the evaluator"
   "$build/bin/sharc" eval "$model" --train --steps 10 \
     --config test/models/tiny-gpt-ds_config.json "${data[@]}"
+  echo "sharc: compiling the training step for 2 data-parallel ranks (CPU target)"
+  "$build/bin/sharc" compile "$model" --config test/models/tiny-gpt-ds_config.json \
+    --world-size 2 -o "$build/tiny-gpt-train" --report
+  echo "sharc: training 10 steps with mpirun -np 2 $build/tiny-gpt-train/train"
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$build/tiny-gpt-train/train" \
+    "${data[@]}" --steps 10
 else
   ctest --test-dir "$build" --output-on-failure -j "$jobs"
 fi
