@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <sched.h>
 #include <thread>
 #include <vector>
 
@@ -23,12 +24,25 @@ int fromEnvironment(const char *name) {
   return *end == '\0' && parsed > 0 && parsed < 4096 ? int(parsed) : 0;
 }
 
+/// CPUs this process may run on (its affinity mask: mpirun may bind a rank
+/// to one core).
+int allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, CPU_COUNT(&set));
+}
+
 int defaultThreads() {
   if (int n = fromEnvironment("SHARC_NUM_THREADS"))
     return n;
+  int allowed = allowedCpus();
   if (int n = fromEnvironment("OMP_NUM_THREADS"))
-    return n;
+    return std::min(n, allowed);
   int hardware = std::max(1u, std::thread::hardware_concurrency());
+  if (allowed < hardware)
+    return allowed; // Bound by the launcher: the mask is this rank's share.
   int local = fromEnvironment("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (!local)
     local = fromEnvironment("SLURM_NTASKS_PER_NODE");
@@ -81,8 +95,13 @@ public:
     }
     wake.notify_all();
     runChunk(0);
-    while (remaining.load(std::memory_order_acquire) != 0)
-      pause();
+    for (int spin = 0; remaining.load(std::memory_order_acquire) != 0;
+         ++spin) {
+      if (spin < kSpins)
+        pause();
+      else
+        std::this_thread::yield();
+    }
   }
 
   int threads() const { return numThreads; }

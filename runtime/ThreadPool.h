@@ -21,9 +21,12 @@ namespace sharc::rt {
 void parallelFor(int64_t n, void (*body)(const void *, int64_t, int64_t),
                  const void *context);
 
-/// Threads parallelFor uses: SHARC_NUM_THREADS, else OMP_NUM_THREADS, else
+/// Threads parallelFor uses: SHARC_NUM_THREADS; else OMP_NUM_THREADS capped
+/// at the CPUs the process may run on; else those CPUs when the launcher
+/// bound the process (mpirun binds each rank to one core by default: launch
+/// with `--bind-to none` or `--map-by slot:PE=T` to give a rank T cores), or
 /// the hardware threads divided by the ranks on this machine (Open MPI's or
-/// Slurm's local size), at least 1.
+/// Slurm's local size).  At least 1.
 int hostThreads();
 
 /// Sets the thread count (before the first parallelFor; 0 keeps the default).

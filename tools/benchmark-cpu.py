@@ -9,7 +9,8 @@ parameters), it
   1. exports the loss-returning module to ONNX and writes random data
      (ROWS = 4 x batch rows of every input) as .npy files;
   2. runs `sharc compile MODEL.onnx --optimizer adamw ...` and then
-     `mpirun -np 1 OUT/train` for WARMUP + STEPS steps under /usr/bin/time -v,
+     `mpirun --bind-to none -np 1 OUT/train` (the rank may use every core, as
+     PyTorch does) for WARMUP + STEPS steps under /usr/bin/time -v,
      with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = T;
   3. runs the same fp32 AdamW step in PyTorch eager on the CPU (forward loss,
      backward, torch.optim.AdamW.step, zero_grad) in a separate Python
@@ -206,7 +207,7 @@ def run_sharc(args, work, onnx_path, input_files):
         sys.exit("benchmark-cpu: mpirun not found")
     timer = "/usr/bin/time"
     use_timer = os.access(timer, os.X_OK)
-    command = [launcher, "--allow-run-as-root", "--oversubscribe", "-np", "1",
+    command = [launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "1",
                "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS",
                "-x", "MKL_NUM_THREADS"]
     if use_timer:
