@@ -198,8 +198,13 @@ FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
   }
   if (!op)
     return failure();
-  auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("sharc.offsets");
   unsigned index = cast<OpResult>(value).getResultNumber();
+  if (auto external =
+          op->getAttrOfType<DenseI64ArrayAttr>("sharc.result_buffers"))
+    if (index < external.size() && external[index] >= 0)
+      return "ctx->buffers[" +
+             str(bufferOf.lookup(step.getArgument(external[index]))) + "]";
+  auto offsets = op->getAttrOfType<DenseI64ArrayAttr>("sharc.offsets");
   if (!offsets || offsets.size() <= index || offsets[index] < 0)
     return op->emitError() << "code generation: result " << index
                            << " has no arena offset (run sharc-plan-memory)";
@@ -252,12 +257,12 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
           .Case([&](ReluOp) {
             return fp ? fn("relu") : "imax(" + a + ", INT64_C(0))";
           })
-          .Case([&](ExpOp) { return fn("exp"); })
+          .Case([&](ExpOp) { return fn("sharc::math::exp"); })
           .Case([&](LogOp) { return fn("log"); })
           .Case([&](SqrtOp) { return fn("sqrt"); })
           .Case([&](RsqrtOp) { return "(1.0 / sqrt(" + a + "))"; })
           .Case([&](ErfOp) { return fn("erf"); })
-          .Case([&](TanhOp) { return fn("tanh"); })
+          .Case([&](TanhOp) { return fn("sharc::math::tanh"); })
           .Case([&](SigmoidOp) { return fn("sigmoid"); })
           .Case([&](SinOp) { return fn("sin"); })
           .Case([&](CosOp) { return fn("cos"); })
@@ -794,7 +799,7 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
                      "; ++c) max = fmax(max, " + load + ");\n" +
                      "    double sum = 0;\n";
   if (log) {
-    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += exp(" + load +
+    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += sharc::math::exp(" + load +
             " - max);\n" + "    const double logSum = log(sum);\n" +
             "    for (int64_t c = 0; c < " + len + "; ++c) " + store + load +
             " - max - logSum);\n";
@@ -802,13 +807,13 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
     // Short rows keep exp(x - max) in registers or the stack: one exp per
     // element.
     body += "    double e[" + len + "];\n" + "    for (int64_t c = 0; c < " +
-            len + "; ++c) { e[c] = exp(" + load +
+            len + "; ++c) { e[c] = sharc::math::exp(" + load +
             " - max); sum += e[c]; }\n" + "    for (int64_t c = 0; c < " +
             len + "; ++c) " + store + "e[c] / sum);\n";
   } else {
-    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += exp(" + load +
+    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += sharc::math::exp(" + load +
             " - max);\n" + "    for (int64_t c = 0; c < " + len + "; ++c) " +
-            store + "exp(" + load + " - max) / sum);\n";
+            store + "sharc::math::exp(" + load + " - max) / sum);\n";
   }
   kernel.body = body;
   kernel.work = 3 * length;
@@ -922,7 +927,7 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
             "));\n"
             "        double sum = 0;\n"
             "        for (int64_t c = 0; c < " +
-            str(classes) + "; ++c) sum += exp(double(" + at +
+            str(classes) + "; ++c) sum += sharc::math::exp(double(" + at +
             ") - max);\n"
             "        logProb = logProb - max - log(sum);\n";
   body += "        w = " + (weight ? "double(" + w + "[t])" : std::string("1.0")) +

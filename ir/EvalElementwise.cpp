@@ -8,6 +8,7 @@
 
 #include "ir/EvalInternal.h"
 #include "ir/SharcOps.h"
+#include "runtime/Math.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -52,7 +53,7 @@ int64_t wrappingNeg(int64_t x) {
 double gelu(double x, GeluApproximation approximation) {
   if (approximation == GeluApproximation::tanh)
     return 0.5 * x *
-           (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+           (1 + sharc::math::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
   return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
 }
 
@@ -247,7 +248,7 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
             [](int64_t x) { return x > 0 ? x : int64_t(0); });
       })
       .Case([&](ExpOp) {
-        return mapFloats(call, [](double x) { return std::exp(x); });
+        return mapFloats(call, [](double x) { return sharc::math::exp(x); });
       })
       .Case([&](LogOp) {
         return mapFloats(call, [](double x) { return std::log(x); });
@@ -262,10 +263,12 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
         return mapFloats(call, [](double x) { return std::erf(x); });
       })
       .Case([&](TanhOp) {
-        return mapFloats(call, [](double x) { return std::tanh(x); });
+        return mapFloats(call, [](double x) { return sharc::math::tanh(x); });
       })
       .Case([&](SigmoidOp) {
-        return mapFloats(call, [](double x) { return 1 / (1 + std::exp(-x)); });
+        return mapFloats(call, [](double x) {
+          return 1 / (1 + sharc::math::exp(-x));
+        });
       })
       .Case([&](SinOp) {
         return mapFloats(call, [](double x) { return std::sin(x); });

@@ -8,6 +8,7 @@
 
 #include "ir/EvalInternal.h"
 #include "ir/SharcOps.h"
+#include "runtime/Math.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -218,11 +219,12 @@ LogicalResult evalSoftmax(const OpCall &call, int64_t axis, bool log) {
         max = std::max(max, x[base + c * inner]);
       double sum = 0;
       for (int64_t c = 0; c < length; ++c)
-        sum += std::exp(x[base + c * inner] - max);
+        sum += sharc::math::exp(x[base + c * inner] - max);
       double logSum = std::log(sum);
       for (int64_t c = 0; c < length; ++c) {
         double shifted = x[base + c * inner] - max;
-        y[base + c * inner] = log ? shifted - logSum : std::exp(shifted) / sum;
+        y[base + c * inner] =
+            log ? shifted - logSum : sharc::math::exp(shifted) / sum;
       }
     }
   roundInPlace(out);
@@ -313,7 +315,7 @@ LogicalResult evalLoss(const OpCall &call, LossReduction reduction,
           max = std::max(max, at(c));
         double sum = 0;
         for (int64_t c = 0; c < classes; ++c)
-          sum += std::exp(at(c) - max);
+          sum += sharc::math::exp(at(c) - max);
         logProb = at(t) - max - std::log(sum);
       }
       double w = weight ? weight->floats()[t] : 1.0;

@@ -18,6 +18,7 @@
 #define SHARC_RUNTIME_KERNELS_H
 
 #include "runtime/Gemm.h"
+#include "runtime/Math.h"
 #include "runtime/Program.h"
 #include "runtime/ThreadPool.h"
 
@@ -58,12 +59,12 @@ SHARC_HD double fminNan(double a, double b) {
   return b < a ? b : a;
 }
 SHARC_HD double relu(double x) { return x > 0 || x != x ? x : 0.0; }
-SHARC_HD double sigmoid(double x) { return 1 / (1 + exp(-x)); }
+SHARC_HD double sigmoid(double x) { return 1 / (1 + math::exp(-x)); }
 SHARC_HD double geluErf(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
 SHARC_HD double geluTanh(double x) {
   return 0.5 * x *
-         (1 + tanh(sqrt(2 / 3.14159265358979323846) *
-                   (x + 0.044715 * x * x * x)));
+         (1 + math::tanh(sqrt(2 / 3.14159265358979323846) *
+                         (x + 0.044715 * x * x * x)));
 }
 
 SHARC_HD int64_t wrapAdd(int64_t a, int64_t b) {
