@@ -137,3 +137,48 @@ LogicalResult sharc::prepareForEmission(ModuleOp module) {
   }
   return success();
 }
+
+void sharc::updateInPlace(ModuleOp module) {
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!step || !step.getBody().hasOneBlock())
+    return;
+  Block &block = step.getBody().front();
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  Builder builder(module.getContext());
+  DenseMap<Operation *, SmallVector<int64_t>> assigned;
+  for (auto [r, value] : llvm::enumerate(ret.getOperands())) {
+    // The argument this result replaces (same sharc.param / sharc.state).
+    std::optional<unsigned> target;
+    for (StringRef name :
+         {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()})
+      if (Attribute attr = step.getResultAttr(r, name))
+        for (BlockArgument arg : block.getArguments())
+          if (step.getArgAttr(arg.getArgNumber(), name) == attr)
+            target = arg.getArgNumber();
+    auto fusion = value.getDefiningOp<FusionOp>();
+    if (!target || !fusion || !value.hasOneUse())
+      continue;
+    BlockArgument old = block.getArgument(*target);
+    if (old.getType() != value.getType())
+      continue;
+    // The fusion must read the old value element for element, and nothing
+    // after it may read the old value.
+    bool readsElementwise = llvm::is_contained(fusion->getOperands(), old);
+    bool laterUse = llvm::any_of(old.getUsers(), [&](Operation *user) {
+      Operation *top = block.findAncestorOpInBlock(*user);
+      return top != fusion.getOperation() && fusion->isBeforeInBlock(top);
+    });
+    if (!readsElementwise || laterUse)
+      continue;
+    SmallVector<int64_t> &buffers = assigned[fusion];
+    if (buffers.empty())
+      buffers.assign(fusion->getNumResults(), -1);
+    unsigned index = cast<OpResult>(value).getResultNumber();
+    if (llvm::is_contained(buffers, static_cast<int64_t>(*target)))
+      continue;
+    buffers[index] = *target;
+  }
+  for (auto &[fusion, buffers] : assigned)
+    fusion->setAttr("sharc.result_buffers",
+                    builder.getDenseI64ArrayAttr(buffers));
+}

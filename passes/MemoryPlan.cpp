@@ -103,7 +103,13 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
                      index[block.findAncestorOpInBlock(*user)]);
       continue;
     }
+    // Results an op writes into a function argument's memory (the code
+    // generator's in-place updates) take no arena space.
+    auto external = op.getAttrOfType<DenseI64ArrayAttr>("sharc.result_buffers");
     for (Value result : op.getResults()) {
+      unsigned number = cast<OpResult>(result).getResultNumber();
+      if (external && number < external.size() && external[number] >= 0)
+        continue;
       auto type = dyn_cast<RankedTensorType>(result.getType());
       if (!type)
         continue;

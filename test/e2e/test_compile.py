@@ -138,6 +138,10 @@ def test_manifest_lists_every_state_tensor(sharc, case):
     assert len(states) == 2 * len(params)  # exp_avg and exp_avg_sq
     assert manifest["optimizer_state_bytes"] == sum(b["bytes"] for b in roles["state"])
     assert not (out / "train").exists()
+    # The optimizer writes parameters and moments in place: the only copies
+    # into persistent buffers left are the loss and the learning rate.
+    source = (out / "program.cpp").read_text()
+    assert len(re.findall(r"sharc::kern::copy\(ctx, ctx->buffers\[", source)) == 2
 
 
 # --------------------------------------------------------------------------
