@@ -796,7 +796,8 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   std::string body = "    const int64_t base = " + at + ";\n" +
                      "    double max = -HUGE_VAL;\n" +
                      "    for (int64_t c = 0; c < " + len +
-                     "; ++c) max = fmax(max, " + load + ");\n" +
+                     "; ++c) { const double v = " + load +
+                     "; max = max < v ? v : max; }\n" +
                      "    double sum = 0;\n";
   if (log) {
     body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += sharc::math::exp(" + load +
@@ -923,8 +924,8 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
   if (fromLogits)
     body += "        double max = -HUGE_VAL;\n"
             "        for (int64_t c = 0; c < " +
-            str(classes) + "; ++c) max = fmax(max, double(" + at +
-            "));\n"
+            str(classes) + "; ++c) { const double v = double(" + at +
+            "); max = max < v ? v : max; }\n"
             "        double sum = 0;\n"
             "        for (int64_t c = 0; c < " +
             str(classes) + "; ++c) sum += sharc::math::exp(double(" + at +
