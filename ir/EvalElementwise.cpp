@@ -45,18 +45,6 @@ LogicalResult mapNumeric(const OpCall &call, FloatFn floatFn, IntFn intFn) {
   return success();
 }
 
-/// -x with two's complement wrap-around.
-int64_t wrappingNeg(int64_t x) {
-  return static_cast<int64_t>(0 - static_cast<uint64_t>(x));
-}
-
-double gelu(double x, GeluApproximation approximation) {
-  if (approximation == GeluApproximation::tanh)
-    return 0.5 * x *
-           (1 + sharc::math::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-  return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-}
-
 //===----------------------------------------------------------------------===//
 // Binary
 //===----------------------------------------------------------------------===//
@@ -99,63 +87,10 @@ LogicalResult binaryNumeric(const OpCall &call, FloatFn floatFn, IntFn intFn,
   return success();
 }
 
-int64_t wrappingAdd(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) +
-                              static_cast<uint64_t>(b));
-}
-int64_t wrappingSub(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) -
-                              static_cast<uint64_t>(b));
-}
-int64_t wrappingMul(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) *
-                              static_cast<uint64_t>(b));
-}
-
-/// Integer division truncating toward zero; INT64_MIN / -1 wraps.
-int64_t truncatingDiv(int64_t a, int64_t b, bool &bad) {
-  if (b == 0) {
-    bad = true;
-    return 0;
-  }
-  if (b == -1)
-    return wrappingNeg(a);
-  return a / b;
-}
-
-/// Integer power by repeated multiplication (wrapping).  A negative exponent
-/// gives the truncated value of 1 / a^-e.
-int64_t integerPow(int64_t base, int64_t exponent, bool &bad) {
-  if (exponent < 0) {
-    if (base == 0) {
-      bad = true;
-      return 0;
-    }
-    if (base == 1)
-      return 1;
-    if (base == -1)
-      return exponent % 2 ? -1 : 1;
-    return 0;
-  }
-  int64_t result = 1;
-  for (uint64_t e = exponent; e; e >>= 1) {
-    if (e & 1)
-      result = wrappingMul(result, base);
-    base = wrappingMul(base, base);
-  }
-  return result;
-}
-
-double floatMax(double a, double b) {
-  if (std::isnan(a) || std::isnan(b))
-    return std::nan("");
-  return a < b ? b : a;
-}
-double floatMin(double a, double b) {
-  if (std::isnan(a) || std::isnan(b))
-    return std::nan("");
-  return b < a ? b : a;
-}
+using sharc::math::wrapAdd;
+using sharc::math::wrapMul;
+using sharc::math::wrapNeg;
+using sharc::math::wrapSub;
 
 LogicalResult evalBool(const OpCall &call, bool isAnd) {
   const Tensor &lhs = call.operand(0), &rhs = call.operand(1);
@@ -235,16 +170,16 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
       // Unary.
       .Case([&](NegOp) {
         return mapNumeric(
-            call, [](double x) { return -x; }, wrappingNeg);
+            call, [](double x) { return -x; }, wrapNeg);
       })
       .Case([&](AbsOp) {
         return mapNumeric(
             call, [](double x) { return std::fabs(x); },
-            [](int64_t x) { return x < 0 ? wrappingNeg(x) : x; });
+            [](int64_t x) { return x < 0 ? wrapNeg(x) : x; });
       })
       .Case([&](ReluOp) {
         return mapNumeric(
-            call, [](double x) { return x > 0 || std::isnan(x) ? x : 0.0; },
+            call, sharc::math::relu,
             [](int64_t x) { return x > 0 ? x : int64_t(0); });
       })
       .Case([&](ExpOp) {
@@ -266,9 +201,7 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
         return mapFloats(call, [](double x) { return sharc::math::tanh(x); });
       })
       .Case([&](SigmoidOp) {
-        return mapFloats(call, [](double x) {
-          return 1 / (1 + sharc::math::exp(-x));
-        });
+        return mapFloats(call, sharc::math::sigmoid);
       })
       .Case([&](SinOp) {
         return mapFloats(call, [](double x) { return std::sin(x); });
@@ -280,9 +213,9 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
         return mapFloats(call, [](double x) { return std::floor(x); });
       })
       .Case([&](GeluOp op) {
-        GeluApproximation approximation = op.getApproximation();
-        return mapFloats(call,
-                         [&](double x) { return gelu(x, approximation); });
+        return op.getApproximation() == GeluApproximation::tanh
+                   ? mapFloats(call, sharc::math::geluTanh)
+                   : mapFloats(call, sharc::math::geluErf);
       })
       .Case([&](NotOp) {
         ArrayRef<int64_t> in = call.operand(0).ints();
@@ -299,35 +232,39 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
       .Case([&](AddOp) {
         return binaryNumeric(
             call, [](double a, double b) { return a + b; },
-            [](int64_t a, int64_t b, bool &) { return wrappingAdd(a, b); });
+            [](int64_t a, int64_t b, bool &) { return wrapAdd(a, b); });
       })
       .Case([&](SubOp) {
         return binaryNumeric(
             call, [](double a, double b) { return a - b; },
-            [](int64_t a, int64_t b, bool &) { return wrappingSub(a, b); });
+            [](int64_t a, int64_t b, bool &) { return wrapSub(a, b); });
       })
       .Case([&](MulOp) {
         return binaryNumeric(
             call, [](double a, double b) { return a * b; },
-            [](int64_t a, int64_t b, bool &) { return wrappingMul(a, b); });
+            [](int64_t a, int64_t b, bool &) { return wrapMul(a, b); });
       })
       .Case([&](DivOp) {
         return binaryNumeric(
-            call, [](double a, double b) { return a / b; }, truncatingDiv,
+            call, [](double a, double b) { return a / b; },
+            sharc::math::truncDiv,
             "integer division by zero");
       })
       .Case([&](PowOp) {
         return binaryNumeric(
-            call, [](double a, double b) { return std::pow(a, b); }, integerPow,
+            call, [](double a, double b) { return std::pow(a, b); },
+            sharc::math::ipow,
             "integer zero raised to a negative power");
       })
       .Case([&](MaxOp) {
-        return binaryNumeric(call, floatMax, [](int64_t a, int64_t b, bool &) {
+        return binaryNumeric(call, sharc::math::maxNan,
+                             [](int64_t a, int64_t b, bool &) {
           return std::max(a, b);
         });
       })
       .Case([&](MinOp) {
-        return binaryNumeric(call, floatMin, [](int64_t a, int64_t b, bool &) {
+        return binaryNumeric(call, sharc::math::minNan,
+                             [](int64_t a, int64_t b, bool &) {
           return std::min(a, b);
         });
       })

@@ -10,24 +10,6 @@ namespace sharc::rt {
 
 namespace {
 
-const char *typeName(NpyType type) {
-  switch (type) {
-  case NpyType::f64:
-    return "f64";
-  case NpyType::f32:
-    return "f32";
-  case NpyType::f16:
-    return "f16";
-  case NpyType::i64:
-    return "i64";
-  case NpyType::i32:
-    return "i32";
-  case NpyType::b1:
-    return "bool";
-  }
-  return "?";
-}
-
 std::string shapeString(const std::vector<int64_t> &shape) {
   std::ostringstream os;
   os << '[';
@@ -72,9 +54,9 @@ DataLoader::load(const std::vector<DataInput> &inputs,
       std::string expected = "[rows";
       for (int64_t dim : input.rowShape)
         expected += ", " + std::to_string(dim);
-      error = describe(input) + ": expected a " + typeName(input.type) +
+      error = describe(input) + ": expected a " + npyTypeName(input.type) +
               " array of shape " + expected + "], got a " +
-              typeName(array.type) + " array of shape " +
+              npyTypeName(array.type) + " array of shape " +
               shapeString(array.shape);
       return nullptr;
     }

@@ -48,38 +48,19 @@ template <typename T> SHARC_HD double round(double x) {
 }
 template <> SHARC_HD double round<double>(double x) { return x; }
 
-SHARC_HD double fmaxNan(double a, double b) {
-  if (a != a || b != b)
-    return std::numeric_limits<double>::quiet_NaN();
-  return a < b ? b : a;
-}
-SHARC_HD double fminNan(double a, double b) {
-  if (a != a || b != b)
-    return std::numeric_limits<double>::quiet_NaN();
-  return b < a ? b : a;
-}
-SHARC_HD double relu(double x) { return x > 0 || x != x ? x : 0.0; }
-SHARC_HD double sigmoid(double x) { return 1 / (1 + math::exp(-x)); }
-SHARC_HD double geluErf(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
-SHARC_HD double geluTanh(double x) {
-  return 0.5 * x *
-         (1 + math::tanh(sqrt(2 / 3.14159265358979323846) *
-                         (x + 0.044715 * x * x * x)));
-}
+using math::geluErf;
+using math::geluTanh;
+using math::ipow;
+using math::relu;
+using math::sigmoid;
+using math::truncDiv;
+using math::wrapAdd;
+using math::wrapMul;
+using math::wrapNeg;
+using math::wrapSub;
+SHARC_HD double fmaxNan(double a, double b) { return math::maxNan(a, b); }
+SHARC_HD double fminNan(double a, double b) { return math::minNan(a, b); }
 
-SHARC_HD int64_t wrapAdd(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) +
-                              static_cast<uint64_t>(b));
-}
-SHARC_HD int64_t wrapSub(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) -
-                              static_cast<uint64_t>(b));
-}
-SHARC_HD int64_t wrapMul(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) *
-                              static_cast<uint64_t>(b));
-}
-SHARC_HD int64_t wrapNeg(int64_t a) { return wrapSub(0, a); }
 /// Float to integer: truncation toward zero, NaN to 0, saturating at the
 /// int64 range (the evaluator's conversion).
 SHARC_HD int64_t ftoi(double x) {
@@ -115,31 +96,19 @@ SHARC_HD void raise(int code) {
 #endif
 }
 
+/// Integer division and power that report their run-time error as `code`.
 SHARC_HD int64_t truncDiv(int64_t a, int64_t b, int code) {
-  if (b == 0) {
+  bool bad = false;
+  int64_t result = math::truncDiv(a, b, bad);
+  if (bad)
     raise(code);
-    return 0;
-  }
-  return b == -1 ? wrapNeg(a) : a / b;
+  return result;
 }
 SHARC_HD int64_t ipow(int64_t base, int64_t exponent, int code) {
-  if (exponent < 0) {
-    if (base == 0) {
-      raise(code);
-      return 0;
-    }
-    if (base == 1)
-      return 1;
-    if (base == -1)
-      return exponent % 2 ? -1 : 1;
-    return 0;
-  }
-  int64_t result = 1;
-  for (uint64_t e = exponent; e; e >>= 1) {
-    if (e & 1)
-      result = wrapMul(result, base);
-    base = wrapMul(base, base);
-  }
+  bool bad = false;
+  int64_t result = math::ipow(base, exponent, bad);
+  if (bad)
+    raise(code);
   return result;
 }
 

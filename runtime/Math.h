@@ -1,7 +1,8 @@
-//===- Math.h - exp and tanh shared by the evaluator and kernels -*- C++ -*-===//
+//===- Math.h - Scalar semantics shared by evaluator and kernels -*- C++ -*-===//
 //
 // The reference evaluator (ir/Eval*.cpp) and every generated kernel (host and
-// CUDA) compute exp and tanh with these functions, so a compiled program
+// CUDA) compute the scalar functions of sharc ops with these definitions.
+// exp and tanh are our own, so a compiled program
 // reproduces the evaluator bit for bit while its loops still vectorize: the
 // code is branch-free straight-line double arithmetic that GCC if-converts
 // and vectorizes, where libm's scalar calls would stop it.
@@ -120,6 +121,80 @@ SHARC_MATH_HD double tanh(double x) {
   double r = a < 0.5 ? small : large;
   r = x != x ? x : r;
   return x < 0 ? -r : (x == 0 ? x : r);
+}
+
+//===----------------------------------------------------------------------===//
+// The other scalar semantics of sharc ops (docs/ir.md), one definition each
+//===----------------------------------------------------------------------===//
+
+SHARC_MATH_HD double relu(double x) { return x > 0 || x != x ? x : 0.0; }
+SHARC_MATH_HD double sigmoid(double x) { return 1 / (1 + math::exp(-x)); }
+SHARC_MATH_HD double geluErf(double x) {
+  return 0.5 * x * (1 + ::erf(x / ::sqrt(2.0)));
+}
+SHARC_MATH_HD double geluTanh(double x) {
+  return 0.5 * x *
+         (1 + math::tanh(::sqrt(2 / 3.14159265358979323846) *
+                         (x + 0.044715 * x * x * x)));
+}
+/// Maximum and minimum propagating NaN.
+SHARC_MATH_HD double maxNan(double a, double b) {
+  if (a != a || b != b)
+    return a + b;
+  return a < b ? b : a;
+}
+SHARC_MATH_HD double minNan(double a, double b) {
+  if (a != a || b != b)
+    return a + b;
+  return b < a ? b : a;
+}
+
+/// Two's complement arithmetic on int64 (no undefined overflow).
+SHARC_MATH_HD int64_t wrapAdd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) +
+                              static_cast<uint64_t>(b));
+}
+SHARC_MATH_HD int64_t wrapSub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) -
+                              static_cast<uint64_t>(b));
+}
+SHARC_MATH_HD int64_t wrapMul(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) *
+                              static_cast<uint64_t>(b));
+}
+SHARC_MATH_HD int64_t wrapNeg(int64_t a) { return wrapSub(0, a); }
+
+/// Division truncating toward zero; INT64_MIN / -1 wraps; sets `bad` on
+/// division by zero.
+SHARC_MATH_HD int64_t truncDiv(int64_t a, int64_t b, bool &bad) {
+  if (b == 0) {
+    bad = true;
+    return 0;
+  }
+  return b == -1 ? wrapNeg(a) : a / b;
+}
+
+/// base^exponent by repeated multiplication (wrapping); a negative exponent
+/// gives the truncated value of 1 / base^-exponent; sets `bad` for 0^negative.
+SHARC_MATH_HD int64_t ipow(int64_t base, int64_t exponent, bool &bad) {
+  if (exponent < 0) {
+    if (base == 0) {
+      bad = true;
+      return 0;
+    }
+    if (base == 1)
+      return 1;
+    if (base == -1)
+      return exponent % 2 ? -1 : 1;
+    return 0;
+  }
+  int64_t result = 1;
+  for (uint64_t e = exponent; e; e >>= 1) {
+    if (e & 1)
+      result = wrapMul(result, base);
+    base = wrapMul(base, base);
+  }
+  return result;
 }
 
 } // namespace sharc::math

@@ -21,6 +21,9 @@ enum class NpyType { f64, f32, f16, i64, i32, b1 };
 /// Bytes per element of `type`.
 size_t npyTypeBytes(NpyType type);
 
+/// "f64", "f32", "f16", "i64", "i32" or "bool", for messages.
+const char *npyTypeName(NpyType type);
+
 /// A .npy array: element type, shape and raw little-endian C-order bytes.
 struct NpyArray {
   NpyType type = NpyType::f32;

@@ -82,23 +82,6 @@ const char *bufferTypeName(BufferType type) {
   return "?";
 }
 
-const char *npyTypeName(NpyType type) {
-  switch (type) {
-  case NpyType::f64:
-    return "f64";
-  case NpyType::f32:
-    return "f32";
-  case NpyType::f16:
-    return "f16";
-  case NpyType::i64:
-    return "i64";
-  case NpyType::i32:
-    return "i32";
-  case NpyType::b1:
-    return "bool";
-  }
-  return "?";
-}
 
 const char *roleName(BufferRole role) {
   switch (role) {
