@@ -228,10 +228,10 @@ FailureOr<std::string> ProgramEmitter::typedPointer(Value value) {
 //===----------------------------------------------------------------------===//
 
 bool isElementwiseOp(Operation *op) {
-  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp,
-             TanhOp, SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp,
-             AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
-             CompareOp, SelectOp>(op);
+  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
+             SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp, AddOp,
+             SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp, CompareOp,
+             SelectOp>(op);
 }
 
 FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
@@ -281,9 +281,15 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
               return "int64_t(" + a + " != 0.0)";
             return fp ? fn("ftoi") : a;
           })
-          .Case([&](AddOp) { return fp ? "(" + a + " + " + b + ")" : fn2("wrapAdd"); })
-          .Case([&](SubOp) { return fp ? "(" + a + " - " + b + ")" : fn2("wrapSub"); })
-          .Case([&](MulOp) { return fp ? "(" + a + " * " + b + ")" : fn2("wrapMul"); })
+          .Case([&](AddOp) {
+            return fp ? "(" + a + " + " + b + ")" : fn2("wrapAdd");
+          })
+          .Case([&](SubOp) {
+            return fp ? "(" + a + " - " + b + ")" : fn2("wrapSub");
+          })
+          .Case([&](MulOp) {
+            return fp ? "(" + a + " * " + b + ")" : fn2("wrapMul");
+          })
           .Case([&](DivOp) -> std::string {
             if (fp)
               return "(" + a + " / " + b + ")";
@@ -304,12 +310,24 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
           .Case([&](CompareOp c) {
             StringRef symbol;
             switch (c.getPredicate()) {
-            case ComparePredicate::eq: symbol = "=="; break;
-            case ComparePredicate::ne: symbol = "!="; break;
-            case ComparePredicate::lt: symbol = "<"; break;
-            case ComparePredicate::le: symbol = "<="; break;
-            case ComparePredicate::gt: symbol = ">"; break;
-            case ComparePredicate::ge: symbol = ">="; break;
+            case ComparePredicate::eq:
+              symbol = "==";
+              break;
+            case ComparePredicate::ne:
+              symbol = "!=";
+              break;
+            case ComparePredicate::lt:
+              symbol = "<";
+              break;
+            case ComparePredicate::le:
+              symbol = "<=";
+              break;
+            case ComparePredicate::gt:
+              symbol = ">";
+              break;
+            case ComparePredicate::ge:
+              symbol = ">=";
+              break;
             }
             return "int64_t(" + a + " " + symbol.str() + " " + b + ")";
           })
@@ -340,8 +358,7 @@ FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
     auto attr = dyn_cast<DenseElementsAttr>(constant.getValue());
     if (attr && attr.isSplat()) {
       if (isFloatType(element))
-        return doubleLiteral(
-            attr.getSplatValue<APFloat>().convertToDouble());
+        return doubleLiteral(attr.getSplatValue<APFloat>().convertToDouble());
       if (element.isInteger(1))
         return std::string(attr.getSplatValue<bool>() ? "INT64_C(1)"
                                                       : "INT64_C(0)");
@@ -369,10 +386,10 @@ LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
   int next = 0;
   auto define = [&](Value value, const std::string &expr) {
     std::string name = "v" + str(next++);
-    kernel.body += "    const " +
-                   std::string(isFloatType(elementOf(value)) ? "double"
-                                                             : "int64_t") +
-                   " " + name + " = " + expr + ";\n";
+    kernel.body +=
+        "    const " +
+        std::string(isFloatType(elementOf(value)) ? "double" : "int64_t") +
+        " " + name + " = " + expr + ";\n";
     scalars[value] = name;
   };
   SmallVector<Value> outputs;
@@ -437,12 +454,12 @@ LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
     if (scalar.empty())
       return op->emitError() << "code generation: a fusion yields a value it "
                                 "does not compute";
-    kernel.body += "    " + member + "[i] = " +
-                   (element.isInteger(1)
-                        ? "(" + scalar + ") != 0"
-                        : "static_cast<" + storageType(element) + ">(" +
-                              scalar + ")") +
-                   ";\n";
+    kernel.body +=
+        "    " + member + "[i] = " +
+        (element.isInteger(1)
+             ? "(" + scalar + ") != 0"
+             : "static_cast<" + storageType(element) + ">(" + scalar + ")") +
+        ";\n";
   }
   if (!kernel.body.empty() && kernel.body.find("[i] = ") != std::string::npos)
     launch(kernel, product(iteration));
@@ -538,9 +555,9 @@ LogicalResult ProgramEmitter::emitInsertSlice(InsertSliceOp op) {
   std::string type = storageType(outType.getElementType());
   std::string src = kernel.pointer(type, true, *in);
   std::string dst = kernel.pointer(type, false, *out);
-  kernel.body = affineOffset(tensorType(op.getSource()).getShape(), strides,
-                             base) +
-                "    " + dst + "[offset] = " + src + "[i];\n";
+  kernel.body =
+      affineOffset(tensorType(op.getSource()).getShape(), strides, base) +
+      "    " + dst + "[offset] = " + src + "[i];\n";
   launch(kernel, tensorType(op.getSource()).getNumElements());
   return success();
 }
@@ -559,23 +576,23 @@ LogicalResult ProgramEmitter::emitGather(GatherOp op) {
   std::string location;
   llvm::raw_string_ostream os(location);
   op.getLoc().print(os);
-  int code = errorCode("gather index out of range for dimension " +
-                       str(axis) + " of size " + str(size) + " in " + location);
+  int code = errorCode("gather index out of range for dimension " + str(axis) +
+                       " of size " + str(size) + " in " + location);
   KernelText kernel;
   std::string type = storageType(dataType.getElementType());
   std::string src = kernel.pointer(type, true, *data);
   std::string idx =
       kernel.pointer(storageType(elementOf(op.getIndices())), true, *indices);
   std::string dst = kernel.pointer(type, false, *out);
-  kernel.body =
-      "    const int64_t k = i % " + str(inner) + ", j = (i / " + str(inner) +
-      ") % " + str(count) + ", o = i / " + str(inner * count) + ";\n" +
-      "    int64_t index = int64_t(" + idx + "[j]);\n" +
-      "    if (index < -" + str(size) + " || index >= " + str(size) +
-      ") { raise(" + str(code) + "); " + dst + "[i] = 0; return; }\n" +
-      "    if (index < 0) index += " + str(size) + ";\n" + "    " + dst +
-      "[i] = " + src + "[(o * " + str(size) + " + index) * " + str(inner) +
-      " + k];\n";
+  kernel.body = "    const int64_t k = i % " + str(inner) + ", j = (i / " +
+                str(inner) + ") % " + str(count) + ", o = i / " +
+                str(inner * count) + ";\n" + "    int64_t index = int64_t(" +
+                idx + "[j]);\n" + "    if (index < -" + str(size) +
+                " || index >= " + str(size) + ") { raise(" + str(code) + "); " +
+                dst + "[i] = 0; return; }\n" +
+                "    if (index < 0) index += " + str(size) + ";\n" + "    " +
+                dst + "[i] = " + src + "[(o * " + str(size) + " + index) * " +
+                str(inner) + " + k];\n";
   launch(kernel, tensorType(op.getResult()).getNumElements());
   return success();
 }
@@ -612,19 +629,18 @@ LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
   std::string s = str(size), n = str(inner), c = str(count);
   kernel.body =
       "    const int64_t r = i % " + s + ", o = i / " + s + ";\n" +
-      "    for (int64_t k0 = 0; k0 < " + n + "; k0 += " + str(block) +
-      ") {\n" + "      const int64_t width = " + n + " - k0 < " + str(block) +
-      " ? " + n + " - k0 : " + str(block) + ";\n" + "      double acc[" +
-      str(block) + "];\n" +
-      "      for (int64_t k = 0; k < width; ++k) acc[k] = " + base +
+      "    for (int64_t k0 = 0; k0 < " + n + "; k0 += " + str(block) + ") {\n" +
+      "      const int64_t width = " + n + " - k0 < " + str(block) + " ? " + n +
+      " - k0 : " + str(block) + ";\n" + "      double acc[" + str(block) +
+      "];\n" + "      for (int64_t k = 0; k < width; ++k) acc[k] = " + base +
       "[i * " + n + " + k0 + k];\n" + "      for (int64_t j = 0; j < " + c +
       "; ++j) {\n" + "        int64_t index = int64_t(" + idx + "[j]);\n" +
       "        if (index < -" + s + " || index >= " + s + ") { raise(" +
-      str(code) + "); continue; }\n" + "        if (index < 0) index += " +
-      s + ";\n" + "        if (index != r) continue;\n" +
-      "        const " + type + " *from = " + upd + " + (o * " + c +
-      " + j) * " + n + " + k0;\n" +
-      "        for (int64_t k = 0; k < width; ++k) acc[k] += double(from[k]);\n" +
+      str(code) + "); continue; }\n" + "        if (index < 0) index += " + s +
+      ";\n" + "        if (index != r) continue;\n" + "        const " + type +
+      " *from = " + upd + " + (o * " + c + " + j) * " + n + " + k0;\n" +
+      "        for (int64_t k = 0; k < width; ++k) acc[k] += "
+      "double(from[k]);\n" +
       "      }\n" + "      for (int64_t k = 0; k < width; ++k) " + dst +
       "[i * " + n + " + k0 + k] = static_cast<" + type + ">(acc[k]);\n" +
       "    }\n";
@@ -646,7 +662,8 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
                           << " is not supported yet";
   int64_t m = out.getDimSize(out.getRank() - 2), n = out.getShape().back();
   bool transA = op.getTransposeLhs(), transB = op.getTransposeRhs();
-  int64_t k = transA ? lhs.getDimSize(lhs.getRank() - 2) : lhs.getShape().back();
+  int64_t k =
+      transA ? lhs.getDimSize(lhs.getRank() - 2) : lhs.getShape().back();
   ArrayRef<int64_t> batch = out.getShape().drop_back(2);
   ArrayRef<int64_t> lhsBatch = lhs.getShape().drop_back(2);
   ArrayRef<int64_t> rhsBatch = rhs.getShape().drop_back(2);
@@ -667,8 +684,8 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
   };
   std::optional<int64_t> strideA = stride(lhsBatch, m * k);
   std::optional<int64_t> strideB = stride(rhsBatch, k * n);
-  auto args = [&](StringRef aExpr, StringRef bExpr, StringRef cExpr,
-                  int64_t sa, int64_t sb, int64_t count) {
+  auto args = [&](StringRef aExpr, StringRef bExpr, StringRef cExpr, int64_t sa,
+                  int64_t sb, int64_t count) {
     return "    sharc::rt::GemmArgs args;\n"
            "    args.type = sharc::rt::DType::" +
            type + ";\n    args.transA = " + (transA ? "true" : "false") +
@@ -680,12 +697,13 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
            "; args.ldb = " + str(std::max<int64_t>(1, rhs.getShape().back())) +
            "; args.strideB = " + str(sb) + ";\n    args.c = " + cExpr.str() +
            "; args.ldc = " + str(std::max<int64_t>(1, n)) +
-           "; args.strideC = " + str(m * n) + ";\n    args.batch = " +
-           str(count) + ";\n    sharc::kern::gemm(ctx, args);\n";
+           "; args.strideC = " + str(m * n) +
+           ";\n    args.batch = " + str(count) +
+           ";\n    sharc::kern::gemm(ctx, args);\n";
   };
   if (strideA && strideB) {
-    stepBody += "  {\n" + args(*a, *b, *c, *strideA, *strideB, batchCount) +
-                "  }\n";
+    stepBody +=
+        "  {\n" + args(*a, *b, *c, *strideA, *strideB, batchCount) + "  }\n";
   } else {
     // Mixed broadcasting: one GEMM per output matrix.
     stepBody += "  for (int64_t batch = 0; batch < " + str(batchCount) +
@@ -742,9 +760,10 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
     }
   }
   std::string acc = fp ? "double" : "int64_t";
-  std::string init = kind == ReduceKind::max
-                         ? (fp ? "-HUGE_VAL" : "(-INT64_C(9223372036854775807) - 1)")
-                         : (fp ? "0.0" : "INT64_C(0)");
+  std::string init =
+      kind == ReduceKind::max
+          ? (fp ? "-HUGE_VAL" : "(-INT64_C(9223372036854775807) - 1)")
+          : (fp ? "0.0" : "INT64_C(0)");
   code += "    " + acc + " acc = " + init + ";\n";
   std::string offset = "base";
   std::string indent = "    ";
@@ -763,7 +782,8 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
             (fp ? "if (x != x || x > acc) acc = x; }\n"
                 : "if (x > acc) acc = x; }\n");
   else
-    code += indent + (fp ? "acc += " + x + ";\n" : "acc = wrapAdd(acc, " + x + ");\n");
+    code += indent +
+            (fp ? "acc += " + x + ";\n" : "acc = wrapAdd(acc, " + x + ");\n");
   if (kind == ReduceKind::mean)
     code += "    acc /= " + str(count) + ".0;\n";
   code += "    " + dst + "[i] = static_cast<" + type + ">(acc);\n";
@@ -791,17 +811,17 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
                    " + i % " + str(inner);
   std::string step = str(inner), len = str(length);
   std::string load = "double(" + x + "[base + c * " + step + "])";
-  std::string store = y + "[base + c * " + step + "] = static_cast<" + type +
-                      ">(";
+  std::string store =
+      y + "[base + c * " + step + "] = static_cast<" + type + ">(";
   std::string body = "    const int64_t base = " + at + ";\n" +
                      "    double max = -HUGE_VAL;\n" +
                      "    for (int64_t c = 0; c < " + len +
                      "; ++c) { const double v = " + load +
-                     "; max = max < v ? v : max; }\n" +
-                     "    double sum = 0;\n";
+                     "; max = max < v ? v : max; }\n" + "    double sum = 0;\n";
   if (log) {
-    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += sharc::math::exp(" + load +
-            " - max);\n" + "    const double logSum = log(sum);\n" +
+    body += "    for (int64_t c = 0; c < " + len +
+            "; ++c) sum += sharc::math::exp(" + load + " - max);\n" +
+            "    const double logSum = log(sum);\n" +
             "    for (int64_t c = 0; c < " + len + "; ++c) " + store + load +
             " - max - logSum);\n";
   } else if (length <= 256) {
@@ -809,12 +829,13 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
     // element.
     body += "    double e[" + len + "];\n" + "    for (int64_t c = 0; c < " +
             len + "; ++c) { e[c] = sharc::math::exp(" + load +
-            " - max); sum += e[c]; }\n" + "    for (int64_t c = 0; c < " +
-            len + "; ++c) " + store + "e[c] / sum);\n";
+            " - max); sum += e[c]; }\n" + "    for (int64_t c = 0; c < " + len +
+            "; ++c) " + store + "e[c] / sum);\n";
   } else {
-    body += "    for (int64_t c = 0; c < " + len + "; ++c) sum += sharc::math::exp(" + load +
-            " - max);\n" + "    for (int64_t c = 0; c < " + len + "; ++c) " +
-            store + "sharc::math::exp(" + load + " - max) / sum);\n";
+    body += "    for (int64_t c = 0; c < " + len +
+            "; ++c) sum += sharc::math::exp(" + load + " - max);\n" +
+            "    for (int64_t c = 0; c < " + len + "; ++c) " + store +
+            "sharc::math::exp(" + load + " - max) / sum);\n";
   }
   kernel.body = body;
   kernel.work = 3 * length;
@@ -842,7 +863,9 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
   std::string x = kernel.pointer(type, true, *in);
   std::string s = kernel.pointer(type, true, *scale);
   std::string scaleAt =
-      s + "[" + broadcastIndex(tensorType(op.getScale()).getShape(), normalized, "j") + "]";
+      s + "[" +
+      broadcastIndex(tensorType(op.getScale()).getShape(), normalized, "j") +
+      "]";
   std::string biasAt = "0.0";
   if (Value bias = op.getBias()) {
     FailureOr<std::string> b = typedPointer(bias);
@@ -850,7 +873,8 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
       return failure();
     std::string member = kernel.pointer(type, true, *b);
     biasAt = "double(" + member + "[" +
-             broadcastIndex(tensorType(bias).getShape(), normalized, "j") + "])";
+             broadcastIndex(tensorType(bias).getShape(), normalized, "j") +
+             "])";
   }
   std::string out = kernel.pointer(type, false, *y);
   std::string meanOut = kernel.pointer(type, false, *mean);
@@ -861,22 +885,22 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
       "    double sum = 0;\n" + "    for (int64_t j = 0; j < " + n +
       "; ++j) sum += double(row[j]);\n" + "    const double mean = sum / " + n +
       ".0;\n" + "    double squares = 0;\n" + "    for (int64_t j = 0; j < " +
-      n + "; ++j) { const double d = double(row[j]) - mean; squares += d * d; }\n" +
+      n +
+      "; ++j) { const double d = double(row[j]) - mean; squares += d * d; }\n" +
       "    const double invStd = 1 / sqrt(squares / " + n + ".0 + " +
       doubleLiteral(epsilon) + ");\n" + "    for (int64_t j = 0; j < " + n +
-      "; ++j)\n" + "      " + out + "[i * " + n +
-      " + j] = static_cast<" + type + ">((double(row[j]) - mean) * invStd * double(" +
-      scaleAt + ") + " + biasAt + ");\n" + "    " + meanOut +
-      "[i] = static_cast<" + type + ">(mean);\n" + "    " + invOut +
-      "[i] = static_cast<" + type + ">(invStd);\n";
+      "; ++j)\n" + "      " + out + "[i * " + n + " + j] = static_cast<" +
+      type + ">((double(row[j]) - mean) * invStd * double(" + scaleAt + ") + " +
+      biasAt + ");\n" + "    " + meanOut + "[i] = static_cast<" + type +
+      ">(mean);\n" + "    " + invOut + "[i] = static_cast<" + type +
+      ">(invStd);\n";
   kernel.work = 3 * size;
   launch(kernel, rows);
   return success();
 }
 
-LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
-                                       Value target, Value weight,
-                                       LossReduction reduction,
+LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
+                                       Value weight, LossReduction reduction,
                                        std::optional<uint64_t> ignoreIndex,
                                        bool fromLogits) {
   ArrayRef<int64_t> shape = tensorType(input).getShape();
@@ -906,20 +930,20 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
   }
   std::string y = kernel.pointer(type, false, *out);
   // One position: its loss and weight (0 when ignored).
-  std::string position =
-      "      const int64_t n = position / " + str(spatial) + ", d = position % " +
-      str(spatial) + ";\n" + "      const int64_t t = int64_t(" + t +
-      "[position]);\n" + "      double loss = 0, w = 0;\n";
+  std::string position = "      const int64_t n = position / " + str(spatial) +
+                         ", d = position % " + str(spatial) + ";\n" +
+                         "      const int64_t t = int64_t(" + t +
+                         "[position]);\n" + "      double loss = 0, w = 0;\n";
   std::string body = "      {\n";
   if (ignoreIndex)
     body = "      if (t != " + intLiteral(static_cast<int64_t>(*ignoreIndex)) +
            ") {\n";
   body += "        if (t < 0 || t >= " + str(classes) + ") { raise(" +
           str(code) + "); } else {\n";
-  std::string at = x + "[(n * " + str(classes) + " + c) * " + str(spatial) +
-                   " + d]";
-  std::string atTarget = x + "[(n * " + str(classes) + " + t) * " +
-                         str(spatial) + " + d]";
+  std::string at =
+      x + "[(n * " + str(classes) + " + c) * " + str(spatial) + " + d]";
+  std::string atTarget =
+      x + "[(n * " + str(classes) + " + t) * " + str(spatial) + " + d]";
   body += "        double logProb = double(" + atTarget + ");\n";
   if (fromLogits)
     body += "        double max = -HUGE_VAL;\n"
@@ -931,8 +955,9 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
             str(classes) + "; ++c) sum += sharc::math::exp(double(" + at +
             ") - max);\n"
             "        logProb = logProb - max - log(sum);\n";
-  body += "        w = " + (weight ? "double(" + w + "[t])" : std::string("1.0")) +
-          ";\n        loss = -logProb * w;\n        }\n      }\n";
+  body +=
+      "        w = " + (weight ? "double(" + w + "[t])" : std::string("1.0")) +
+      ";\n        loss = -logProb * w;\n        }\n      }\n";
   if (reduction == LossReduction::none) {
     kernel.body = "      const int64_t position = i;\n" + position + body +
                   "      " + y + "[i] = static_cast<" + type + ">(loss);\n";
@@ -942,14 +967,14 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input,
   }
   // sum / mean: one sequential pass (deterministic); the loss is small next
   // to the logits' softmax.
-  kernel.body = "    double total = 0, weightSum = 0;\n"
-                "    for (int64_t position = 0; position < " +
-                str(batch * spatial) + "; ++position) {\n" + position + body +
-                "      total += loss; weightSum += w;\n    }\n" + "    " + y +
-                "[0] = static_cast<" + type + ">(" +
-                (reduction == LossReduction::mean ? "total / weightSum"
-                                                  : "total") +
-                ");\n";
+  kernel.body =
+      "    double total = 0, weightSum = 0;\n"
+      "    for (int64_t position = 0; position < " +
+      str(batch * spatial) + "; ++position) {\n" + position + body +
+      "      total += loss; weightSum += w;\n    }\n" + "    " + y +
+      "[0] = static_cast<" + type + ">(" +
+      (reduction == LossReduction::mean ? "total / weightSum" : "total") +
+      ");\n";
   launch(kernel, 1);
   return success();
 }
@@ -970,15 +995,15 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
     return failure();
   Type element = elementOf(op.getResult());
   int64_t count = tensorType(op.getResult()).getNumElements();
-  std::string dtype = element.isF32()   ? "f32"
-                      : element.isF64() ? "f64"
+  std::string dtype = element.isF32()         ? "f32"
+                      : element.isF64()       ? "f64"
                       : element.isInteger(32) ? "i32"
                                               : "i64";
   // Started here, waited for just before the first op that reads the
   // result: what runs in between (the rest of backward, once the collectives
   // are scheduled early) overlaps the communication.
-  std::string ticket = "ticket" + str(pendingCollectives.size() +
-                                      completedCollectives);
+  std::string ticket =
+      "ticket" + str(pendingCollectives.size() + completedCollectives);
   stepBody += "  const uint64_t " + ticket + " = ctx->comm->startAllReduce(" +
               *pointer + ", " + str(count) + ", sharc::rt::DType::" + dtype +
               ", sharc::rt::ReduceOp::" +
@@ -1011,9 +1036,8 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       .Case([&](MatmulOp op) { return emitMatmul(op); })
       .Case([&](ReduceOp op) { return emitReduce(op); })
       .Case([&](SoftmaxOp op) { return emitSoftmax(op, op.getAxis(), false); })
-      .Case([&](LogSoftmaxOp op) {
-        return emitSoftmax(op, op.getAxis(), true);
-      })
+      .Case(
+          [&](LogSoftmaxOp op) { return emitSoftmax(op, op.getAxis(), true); })
       .Case([&](LayerNormOp op) { return emitLayerNorm(op); })
       .Case([&](NllLossOp op) {
         return emitLoss(op, op.getInput(), op.getTarget(), op.getWeight(),
@@ -1065,7 +1089,8 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
         KernelText kernel;
         std::string storage = storageType(type.getElementType());
         std::string dst = kernel.pointer(storage, false, *out);
-        kernel.body = "    " + dst + "[i] = static_cast<" + storage + ">((i / " +
+        kernel.body = "    " + dst + "[i] = static_cast<" + storage +
+                      ">((i / " +
                       str(product(type.getShape().drop_front(dim + 1))) +
                       ") % " + str(type.getDimSize(dim)) + ");\n";
         launch(kernel, type.getNumElements());
@@ -1196,10 +1221,10 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
   os << "\nconst sharc::rt::BufferSpec buffers[] = {\n";
   for (auto [i, buffer] : llvm::enumerate(buffers)) {
     os << "  {" << cppStringLiteral(buffer.name) << ", "
-       << cppStringLiteral(buffer.source) << ", sharc::rt::BufferRole::"
-       << buffer.role << ", sharc::rt::BufferType::"
-       << bufferTypeName(buffer.element) << ", " << buffer.shape.size()
-       << ", {";
+       << cppStringLiteral(buffer.source)
+       << ", sharc::rt::BufferRole::" << buffer.role
+       << ", sharc::rt::BufferType::" << bufferTypeName(buffer.element) << ", "
+       << buffer.shape.size() << ", {";
     for (auto [d, size] : llvm::enumerate(buffer.shape))
       os << (d ? ", " : "") << size;
     int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
@@ -1213,11 +1238,10 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
   os << "  nullptr};\n\n";
   os << "const sharc::rt::ProgramInfo info = {\n"
      << "  sharc::rt::kProgramAbiVersion, " << cppStringLiteral(options.model)
-     << ", " << cppStringLiteral(options.target) << ",\n  "
-     << options.worldSize << ", " << options.microBatch << ", "
-     << options.gradientAccumulation << ", " << report.arenaBytes << ",\n  "
-     << buffers.size() << ", buffers, " << lossBuffer << ", " << lrBuffer
-     << ", " << stepBuffer << ",\n  {";
+     << ", " << cppStringLiteral(options.target) << ",\n  " << options.worldSize
+     << ", " << options.microBatch << ", " << options.gradientAccumulation
+     << ", " << report.arenaBytes << ",\n  " << buffers.size() << ", buffers, "
+     << lossBuffer << ", " << lrBuffer << ", " << stepBuffer << ",\n  {";
   for (size_t k = 0; k < 4; ++k)
     os << (k ? ", " : "") << report.collectiveCalls[k] << "u";
   os << "},\n  {";
@@ -1240,7 +1264,6 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
 } // namespace sharc::codegen
 
 LogicalResult sharc::emitProgram(func::FuncOp step, const EmitOptions &options,
-                                 llvm::raw_ostream &os,
-                                 ProgramReport &report) {
+                                 llvm::raw_ostream &os, ProgramReport &report) {
   return codegen::ProgramEmitter(step, options, report).run(os);
 }

@@ -108,7 +108,7 @@ inline int64_t product(ArrayRef<int64_t> dims) {
 /// The offset into a tensor of shape `from` (numpy-broadcast to `to`) of the
 /// element at flat index `index` of `to`.
 inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
-                           StringRef index = "i") {
+                                  StringRef index = "i") {
   if (from == to)
     return index.str();
   if (product(from) == 1)
@@ -137,7 +137,7 @@ inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
 /// Statements that decompose flat index `index` of `shape` into coordinate
 /// variables `<prefix>0`, `<prefix>1`, ...
 inline std::string coordinates(ArrayRef<int64_t> shape, StringRef index,
-                        StringRef prefix) {
+                               StringRef prefix) {
   std::string code;
   SmallVector<int64_t> strides = stridesOf(shape);
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -237,8 +237,8 @@ private:
   LogicalResult emitReduce(ReduceOp op);
   LogicalResult emitSoftmax(Operation *op, int64_t axis, bool log);
   LogicalResult emitLayerNorm(LayerNormOp op);
-  LogicalResult emitLoss(Operation *op, Value input, Value target,
-                         Value weight, LossReduction reduction,
+  LogicalResult emitLoss(Operation *op, Value input, Value target, Value weight,
+                         LossReduction reduction,
                          std::optional<uint64_t> ignoreIndex, bool fromLogits);
   LogicalResult emitIndexMap(Operation *op, Value source,
                              const std::string &offsetCode);

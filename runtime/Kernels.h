@@ -172,9 +172,9 @@ void launch(const rt::StepContext *context, int64_t n, int64_t work,
         // A local copy: stores through the kernel's pointers cannot alias it,
         // so its members stay in registers.
         const F kernel = *static_cast<const F *>(functor);
-        // Iterations write disjoint elements and never read what another
-        // writes (the memory plan keeps a kernel's inputs and outputs apart),
-        // so the loop may be vectorized without alias checks.
+    // Iterations write disjoint elements and never read what another
+    // writes (the memory plan keeps a kernel's inputs and outputs apart),
+    // so the loop may be vectorized without alias checks.
 #pragma GCC ivdep
         for (int64_t i = begin; i < end; ++i)
           kernel(i);

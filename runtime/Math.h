@@ -1,4 +1,4 @@
-//===- Math.h - Scalar semantics shared by evaluator and kernels -*- C++ -*-===//
+//===- Math.h - Scalar semantics of the evaluator and kernels -*- C++ -*-===//
 //
 // The reference evaluator (ir/Eval*.cpp) and every generated kernel (host and
 // CUDA) compute the scalar functions of sharc ops with these definitions.

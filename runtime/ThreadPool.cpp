@@ -95,8 +95,7 @@ public:
     }
     wake.notify_all();
     runChunk(0);
-    for (int spin = 0; remaining.load(std::memory_order_acquire) != 0;
-         ++spin) {
+    for (int spin = 0; remaining.load(std::memory_order_acquire) != 0; ++spin) {
       if (spin < kSpins)
         pause();
       else

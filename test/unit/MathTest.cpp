@@ -41,8 +41,8 @@ TEST(Math, ExpWithinOneUlpOfLibm) {
     double expected = std::exp(x);
     if (expected < std::numeric_limits<double>::min())
       continue; // Subnormal results: checked below.
-    worst = std::max(worst, std::fabs(sharc::math::exp(x) - expected) /
-                                expected);
+    worst =
+        std::max(worst, std::fabs(sharc::math::exp(x) - expected) / expected);
   }
   EXPECT_LE(worst, 1.5 * kEpsilon);
 }
@@ -81,8 +81,8 @@ TEST(Math, SpecialValues) {
   double inf = std::numeric_limits<double>::infinity();
   double nan = std::numeric_limits<double>::quiet_NaN();
   // Exact: zeros, infinities, overflow, underflow to 0, saturation.
-  for (double x : {0.0, -0.0, 709.79, -745.2, -746.0, 1e-310, 1e308, -1e308,
-                   inf, -inf}) {
+  for (double x :
+       {0.0, -0.0, 709.79, -745.2, -746.0, 1e-310, 1e308, -1e308, inf, -inf}) {
     EXPECT_EQ(sharc::math::exp(x), std::exp(x)) << "exp(" << x << ")";
     EXPECT_EQ(sharc::math::tanh(x), std::tanh(x)) << "tanh(" << x << ")";
   }

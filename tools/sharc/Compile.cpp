@@ -77,8 +77,8 @@ LogicalResult runTool(ArrayRef<std::string> argv, StringRef what) {
   SmallVector<StringRef> args(argv.begin(), argv.end());
   std::string error;
   llvm::errs() << "sharc: " << what << "\n";
-  int status = llvm::sys::ExecuteAndWait(argv[0], args, std::nullopt, {}, 0, 0,
-                                         &error);
+  int status =
+      llvm::sys::ExecuteAndWait(argv[0], args, std::nullopt, {}, 0, 0, &error);
   if (status != 0) {
     fail(what + " failed (" +
          (error.empty() ? "exit status " + std::to_string(status) : error) +
@@ -109,10 +109,7 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
   SmallVector<std::string> argv;
   if (cuda) {
     std::string digits = arch.drop_front(3).str(); // sm_90 -> 90
-    argv = {SHARC_NVCC,
-            "-O3",
-            "-std=c++20",
-            "--expt-relaxed-constexpr",
+    argv = {SHARC_NVCC, "-O3", "-std=c++20", "--expt-relaxed-constexpr",
             // No fused multiply-adds: every op rounds as on the CPU.
             "--fmad=false",
             "-gencode=arch=compute_" + digits + ",code=sm_" + digits,
@@ -134,7 +131,8 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
   // trapping math the compiler may evaluate both sides of a select, which is
   // what lets kernel loops (runtime/Math.h's exp and tanh included) vectorize;
   // it changes no result.
-  argv = {SHARC_HOST_CXX,      "-O3", "-std=c++17", "-march=native",
+  argv = {SHARC_HOST_CXX,      "-O3",
+          "-std=c++17",        "-march=native",
           "-ffp-contract=off", "-fno-trapping-math"};
   argv.push_back("-I" SHARC_SOURCE_DIR);
   for (const std::string &dir : splitList(SHARC_MPI_INCLUDES))
@@ -154,9 +152,11 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
 /// model, zeros for optimizer state and the step counter.
 FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
                                const LoadedModel &model) {
-  static const std::map<std::string, DType> types = {
-      {"f32", DType::f32}, {"f64", DType::f64}, {"i64", DType::i64},
-      {"i32", DType::i32}, {"i1", DType::i1}};
+  static const std::map<std::string, DType> types = {{"f32", DType::f32},
+                                                     {"f64", DType::f64},
+                                                     {"i64", DType::i64},
+                                                     {"i32", DType::i32},
+                                                     {"i1", DType::i1}};
   auto type = types.find(buffer.type);
   if (type == types.end()) {
     fail("'" + buffer.name + "' has unsupported type " + buffer.type);
@@ -200,8 +200,8 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
   os << "report: collective bytes per rank per step " << total;
   for (size_t k = 0; k < 4; ++k)
     if (report.collectiveCalls[k])
-      os << " (" << names[k] << ": " << report.collectiveCalls[k]
-         << " calls, " << report.collectiveBytes[k] << " bytes)";
+      os << " (" << names[k] << ": " << report.collectiveCalls[k] << " calls, "
+         << report.collectiveBytes[k] << " bytes)";
   os << "\n";
 }
 
@@ -232,9 +232,9 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                 "sharc was built without (NCCL was not found; install it and "
                 "reconfigure), or --emit-only");
   unsigned capability = 0;
-  if (cuda && (StringRef(flags->cudaArch).drop_front(3).getAsInteger(
-                   10, capability) ||
-               capability < 80))
+  if (cuda &&
+      (StringRef(flags->cudaArch).drop_front(3).getAsInteger(10, capability) ||
+       capability < 80))
     return fail("--cuda-arch " + flags->cudaArch +
                 " is not supported: the CUDA runtime is built for sm_80 and "
                 "later (sm_80, sm_86, sm_89, sm_90, ...)");
@@ -297,9 +297,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   emit.gradientAccumulation = options->gradAccum;
   for (BlockArgument arg : step.getArguments())
     if (step.getArgAttr(arg.getArgNumber(), SharcDialect::getInputAttrName())) {
-      emit.microBatch =
-          cast<RankedTensorType>(arg.getType()).getDimSize(0) /
-          options->gradAccum;
+      emit.microBatch = cast<RankedTensorType>(arg.getType()).getDimSize(0) /
+                        options->gradAccum;
       break;
     }
   std::string source;
@@ -317,14 +316,16 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     removeTree(staging);
     return status;
   };
-  if (std::error_code ec = llvm::sys::fs::create_directories(staging + "/weights"))
+  if (std::error_code ec =
+          llvm::sys::fs::create_directories(staging + "/weights"))
     return fail("cannot create '" + staging + "': " + ec.message());
   std::string sourcePath = staging + (cuda ? "/program.cu" : "/program.cpp");
   {
     std::error_code ec;
     llvm::raw_fd_ostream os(sourcePath, ec);
     if (ec)
-      return abandon(fail("cannot write '" + sourcePath + "': " + ec.message()));
+      return abandon(
+          fail("cannot write '" + sourcePath + "': " + ec.message()));
     os << source;
   }
 
@@ -384,8 +385,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
 
   if (!flags->emitOnly) {
     TimingScope build = timing.nest("build-binary");
-    SmallVector<std::string> argv = buildCommand(
-        sourcePath, staging + "/train", cuda, flags->cudaArch);
+    SmallVector<std::string> argv =
+        buildCommand(sourcePath, staging + "/train", cuda, flags->cudaArch);
     std::string what = ("building " + outDir + "/train with " +
                         llvm::sys::path::filename(argv[0]))
                            .str();
