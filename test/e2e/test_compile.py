@@ -16,6 +16,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import onnx
@@ -242,3 +243,44 @@ def test_compile_errors(sharc, tmp_path):
     run = mpirun(1, out / "train", "--steps", 1, timeout=60)
     assert run.returncode != 0
     assert "compiled for 2 ranks" in run.stderr + run.stdout
+
+
+def test_a_rank_that_dies_ends_every_rank(sharc, tmp_path):
+    """Killing one rank of a running 2-rank job (SIGKILL, no chance to clean
+    up) ends the whole job with a non-zero status within a bounded time."""
+    case = models.make_training_case("mlp")
+    path = tmp_path / "mlp.onnx"
+    models.export(case, path)
+    data = models.make_inputs("mlp", 64, torch.Generator().manual_seed(3))
+    inputs = []
+    for name, tensor in data.items():
+        np.save(tmp_path / f"{name}.npy", tensor.numpy())
+        inputs += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    out = tmp_path / "out"
+    assert sharc("compile", path, "--world-size", 2, "-o", out).returncode == 0
+    launcher = shutil.which("mpirun")
+    job = subprocess.Popen(
+        [launcher, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+         str(out / "train"), *inputs, "--steps", "100000000", "--log-every",
+         "1000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        binary = str(out / "train")
+        victims = []
+        for _ in range(200):  # wait until both ranks run
+            listing = subprocess.run(["pgrep", "-f", binary], capture_output=True,
+                                     text=True).stdout.split()
+            victims = [int(pid) for pid in listing if int(pid) != job.pid]
+            if len(victims) >= 2:
+                break
+            time.sleep(0.1)
+        assert len(victims) >= 2, "the ranks did not start"
+        os.kill(victims[-1], 9)
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode != 0
+    # mpirun reports the rank that died and why.
+    assert "signal 9" in stderr or "Killed" in stderr, stderr
