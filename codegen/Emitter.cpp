@@ -746,6 +746,32 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
   std::string type = storageType(inType.getElementType());
   std::string src = kernel.pointer(type, true, *in);
   std::string dst = kernel.pointer(type, false, *out);
+  // Reducing the leading axes of a float tensor (bias gradients: a sum over
+  // batch and sequence) is a column sum: one call per block of 16 adjacent
+  // outputs walks the rows once, adding each row's 16 values in a loop that
+  // vectorizes.  Each output still adds its inputs in row order, as below.
+  int64_t leading = static_cast<int64_t>(reduced.size());
+  bool leadingOnly =
+      fp && kind != ReduceKind::max && leading > 0 &&
+      leading < static_cast<int64_t>(shape.size()) &&
+      llvm::all_of(reduced, [&](int64_t axis) { return axis < leading; });
+  if (leadingOnly) {
+    int64_t columns = product(shape.drop_front(leading));
+    constexpr int64_t block = 16;
+    std::string n = str(columns), b = str(block);
+    kernel.body =
+        "    const int64_t j0 = i * " + b + ", width = " + n + " - j0 < " + b +
+        " ? " + n + " - j0 : " + b + ";\n" + "    double acc[" + b +
+        "] = {};\n" + "    for (int64_t r = 0; r < " + str(count) + "; ++r)\n" +
+        "      for (int64_t k = 0; k < width; ++k) acc[k] += " + "double(" +
+        src + "[r * " + n + " + j0 + k]);\n" +
+        "    for (int64_t k = 0; k < width; ++k) " + dst +
+        "[j0 + k] = " + "static_cast<" + type + ">(acc[k]" +
+        (kind == ReduceKind::mean ? " / " + str(count) + ".0" : "") + ");\n";
+    kernel.work = count * block;
+    launch(kernel, (columns + block - 1) / block);
+    return success();
+  }
   // Kept coordinates of output element i (innermost kept dim varies fastest).
   std::string code;
   if (reduced.size() == shape.size()) {
@@ -824,7 +850,7 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
             "    const double logSum = log(sum);\n" +
             "    for (int64_t c = 0; c < " + len + "; ++c) " + store + load +
             " - max - logSum);\n";
-  } else if (length <= 256) {
+  } else if (length <= 1024) {
     // Short rows keep exp(x - max) in registers or the stack: one exp per
     // element.
     body += "    double e[" + len + "];\n" + "    for (int64_t c = 0; c < " +
