@@ -284,3 +284,21 @@ def test_a_rank_that_dies_ends_every_rank(sharc, tmp_path):
     assert job.returncode != 0
     # mpirun reports the rank that died and why.
     assert "signal 9" in stderr or "Killed" in stderr, stderr
+
+
+def test_mlir_flags_apply_to_the_compile_pipeline(sharc, tmp_path):
+    case = models.make_training_case("mlp")
+    path = tmp_path / "mlp.onnx"
+    models.export(case, path)
+    result = sharc("compile", path, "--emit-only", "-o", tmp_path / "a",
+                   "--mlir-print-ir-after-all")
+    assert result.returncode == 0, result.stderr
+    for name in ["sharc-autodiff", "sharc-optimizer", "sharc-fuse",
+                 "sharc-plan-memory"]:
+        assert f"IR Dump After" in result.stderr and f"({name})" in result.stderr, name
+    result = sharc("compile", path, "--emit-only", "-o", tmp_path / "b",
+                   "--mlir-timing")
+    assert result.returncode == 0, result.stderr
+    assert "Execution time report" in result.stderr
+    for phase in ["prepare-for-emission", "update-in-place", "emit-program"]:
+        assert phase in result.stderr, phase
