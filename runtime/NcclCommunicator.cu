@@ -94,15 +94,79 @@ NcclCommunicator::NcclCommunicator() {
   checkNccl(ncclCommInitRank(&created, numRanks, id, rankId),
             "ncclCommInitRank");
   comm = created;
+  cudaStream_t communication = nullptr;
+  checkCuda(cudaStreamCreateWithFlags(&communication, cudaStreamNonBlocking),
+            "cudaStreamCreateWithFlags");
+  commStream = communication;
+}
+
+uint64_t NcclCommunicator::doStartAllReduce(void *buffer, size_t count,
+                                            DType type, ReduceOp op) {
+  auto compute = static_cast<cudaStream_t>(stream);
+  auto communication = static_cast<cudaStream_t>(commStream);
+  auto takeEvent = [&] {
+    if (!spareEvents.empty()) {
+      void *event = spareEvents.back();
+      spareEvents.pop_back();
+      return static_cast<cudaEvent_t>(event);
+    }
+    cudaEvent_t event = nullptr;
+    checkCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+              "cudaEventCreateWithFlags");
+    return event;
+  };
+  // The communication stream starts once the gradients are computed...
+  cudaEvent_t ready = takeEvent();
+  checkCuda(cudaEventRecord(ready, compute), "cudaEventRecord");
+  checkCuda(cudaStreamWaitEvent(communication, ready, 0),
+            "cudaStreamWaitEvent");
+  spareEvents.push_back(ready); // Reusable once recorded and waited on.
+  if (count > 0)
+    checkNccl(ncclAllReduce(buffer, buffer, count, ncclType(type), ncclOp(op),
+                            comm, communication),
+              "ncclAllReduce");
+  // ...and signals when the reduced bucket is there.
+  cudaEvent_t done = takeEvent();
+  checkCuda(cudaEventRecord(done, communication), "cudaEventRecord");
+  inFlight.emplace_back(++started, done);
+  return started;
+}
+
+void NcclCommunicator::doWait(uint64_t ticket) {
+  auto compute = static_cast<cudaStream_t>(stream);
+  // Collectives complete in order on the communication stream: waiting for
+  // the last event up to `ticket` waits for all of them.
+  size_t waited = 0;
+  void *last = nullptr;
+  for (auto &[number, event] : inFlight) {
+    if (number > ticket)
+      break;
+    last = event;
+    ++waited;
+  }
+  if (!last)
+    return;
+  checkCuda(cudaStreamWaitEvent(compute, static_cast<cudaEvent_t>(last), 0),
+            "cudaStreamWaitEvent");
+  for (size_t i = 0; i < waited; ++i)
+    spareEvents.push_back(inFlight[i].second);
+  inFlight.erase(inFlight.begin(), inFlight.begin() + waited);
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  waitAll();
+  checkCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+            "cudaStreamSynchronize");
+  for (void *event : spareEvents)
+    cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  cudaStreamDestroy(static_cast<cudaStream_t>(commStream));
   // Finalize flushes the operations still queued on the communicator.
   checkNccl(ncclCommFinalize(comm), "ncclCommFinalize");
   checkNccl(ncclCommDestroy(comm), "ncclCommDestroy");
 }
 
 void NcclCommunicator::barrier() {
+  waitAll();
   checkCuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
             "cudaStreamSynchronize");
   ncclResult_t asyncError = ncclSuccess;

@@ -11,6 +11,9 @@
 
 #include "runtime/Communicator.h"
 
+#include <utility>
+#include <vector>
+
 // nccl.h's ncclComm_t is `struct ncclComm *`; declared here so that including
 // this header does not need the NCCL headers.
 struct ncclComm;
@@ -63,13 +66,25 @@ protected:
   void doAllGather(const void *send, void *recv, size_t sliceCount,
                    DType type) override;
   void doBroadcast(void *buffer, size_t count, DType type, int root) override;
+  /// Started all-reduces run on a second stream (the communication stream)
+  /// after the work enqueued so far on the device stream; wait() makes the
+  /// device stream wait for them without blocking the host, so kernels
+  /// enqueued in between overlap the communication.
+  uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
+                            ReduceOp op) override;
+  void doWait(uint64_t ticket) override;
 
 private:
   int rankId = 0;
   int numRanks = 1;
   ncclComm *comm = nullptr;
-  /// The device stream, a cudaStream_t.
+  /// The device stream and the communication stream, cudaStream_t.
   void *stream = nullptr;
+  void *commStream = nullptr;
+  /// Completion events (cudaEvent_t) of started collectives not waited for
+  /// yet, by ticket, and reusable ones.
+  std::vector<std::pair<uint64_t, void *>> inFlight;
+  std::vector<void *> spareEvents;
 };
 
 } // namespace sharc::rt
