@@ -1,8 +1,8 @@
 """`sharc compile --target cuda` builds OUTDIR/train (compile and link only:
 CI has no GPU, so nothing here runs a CUDA binary; tools/gpu-check.sh does).
 
-For every model of models.py the binary is built for --cuda-arch sm_90, and
-for the MLP also for sm_80.  Each binary must hold machine code (an ELF
+For every model of models.py the binary is built for --cuda-arch sm_80 and
+for sm_90.  Each binary must hold machine code (an ELF
 cubin) for the requested architecture and PTX, as `cuobjdump --list-elf` and
 `cuobjdump --list-ptx` list them, and must define sharcCreateCommunicator (the
 NCCL communicator hook TrainMain.cpp calls).  The runtime library it links
@@ -42,8 +42,8 @@ CUOBJDUMP = find_tool("cuobjdump", "SHARC_CUOBJDUMP")
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc (CUDA toolkit)")
 
-# (model, --cuda-arch): every model for sm_90, the MLP also for sm_80.
-BUILDS = [(name, "sm_90") for name in models.MODEL_NAMES] + [("mlp", "sm_80")]
+# (model, --cuda-arch): every model for sm_80 (A100) and sm_90 (H100/H200).
+BUILDS = [(name, arch) for name in models.MODEL_NAMES for arch in ("sm_80", "sm_90")]
 UNSUPPORTED = "is not supported by the code generator yet"
 
 
