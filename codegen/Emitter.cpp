@@ -58,6 +58,8 @@ void ProgramEmitter::launch(const KernelText &kernel, int64_t count) {
   std::string text = " {\n";
   for (const std::string &member : kernel.members)
     text += "  " + member + ";\n";
+  for (const std::string &helper : kernel.helpers)
+    text += helper;
   text += "  SHARC_HD void operator()(int64_t i) const {\n" + kernel.body +
           "  }\n};\n";
   auto [it, inserted] =
@@ -379,48 +381,90 @@ FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
 
 /// Emits one kernel for an elementwise op or a `sharc.fusion` group: every
 /// result has the iteration shape; operands broadcast into it.
+LogicalResult ProgramEmitter::emitFusionBody(Operation *fusion,
+                                             KernelText &kernel,
+                                             std::string &code,
+                                             DenseMap<Value, std::string> &scalars,
+                                             StringRef prefix) {
+  ArrayRef<int64_t> iteration = tensorType(fusion->getResult(0)).getShape();
+  int next = 0;
+  auto define = [&](Value value, const std::string &expr) {
+    std::string name = prefix.str() + str(next++);
+    code += "    const " +
+            std::string(isFloatType(elementOf(value)) ? "double" : "int64_t") +
+            " " + name + " = " + expr + ";\n";
+    scalars[value] = name;
+  };
+  Block &body = fusion->getRegion(0).front();
+  for (auto [arg, operand] :
+       llvm::zip(body.getArguments(), fusion->getOperands())) {
+    FailureOr<std::string> load = loadScalar(kernel, operand, iteration);
+    if (failed(load))
+      return failure();
+    define(arg, *load);
+  }
+  for (Operation &inner : body.without_terminator()) {
+    if (isa<ConstantOp>(inner)) {
+      FailureOr<std::string> literal =
+          loadScalar(kernel, inner.getResult(0), iteration);
+      if (failed(literal))
+        return failure();
+      scalars[inner.getResult(0)] = *literal;
+      continue;
+    }
+    SmallVector<std::string> args;
+    for (Value operand : inner.getOperands())
+      args.push_back(scalars.lookup(operand));
+    FailureOr<std::string> expr = scalarExpr(&inner, args);
+    if (failed(expr))
+      return failure();
+    define(inner.getResult(0), *expr);
+  }
+  return success();
+}
+
+FailureOr<ProgramEmitter::Loader>
+ProgramEmitter::rowInput(KernelText &kernel, Value input) {
+  auto fusion = input.getDefiningOp<FusionOp>();
+  if (fusion && fusion->hasAttr("sharc.fuse_into")) {
+    // The producer's body becomes a member function: each element the row
+    // kernel reads is computed where it is read, never stored.
+    std::string code;
+    DenseMap<Value, std::string> scalars;
+    if (failed(emitFusionBody(fusion, kernel, code, scalars, "u")))
+      return failure();
+    Value yielded =
+        fusion.getBody().front().getTerminator()->getOperand(0);
+    std::string name = "in" + str(kernel.helpers.size());
+    kernel.helpers.push_back("  SHARC_HD double " + name +
+                             "(int64_t i) const {\n" + code + "    return " +
+                             scalars.lookup(yielded) + ";\n  }\n");
+    return Loader([name](StringRef index) {
+      return name + "(" + index.str() + ")";
+    });
+  }
+  FailureOr<std::string> pointer = typedPointer(input);
+  if (failed(pointer))
+    return failure();
+  std::string member =
+      kernel.pointer(storageType(elementOf(input)), true, *pointer);
+  return Loader([member](StringRef index) {
+    return "double(" + member + "[" + index.str() + "])";
+  });
+}
+
 LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
+  if (op->hasAttr("sharc.fuse_into"))
+    return success(); // Computed inside the row kernel that reads it.
   ArrayRef<int64_t> iteration = tensorType(op->getResult(0)).getShape();
   KernelText kernel;
   DenseMap<Value, std::string> scalars;
-  int next = 0;
-  auto define = [&](Value value, const std::string &expr) {
-    std::string name = "v" + str(next++);
-    kernel.body +=
-        "    const " +
-        std::string(isFloatType(elementOf(value)) ? "double" : "int64_t") +
-        " " + name + " = " + expr + ";\n";
-    scalars[value] = name;
-  };
   SmallVector<Value> outputs;
   SmallVector<Value> stored;
   if (op->getName().getStringRef() == "sharc.fusion") {
-    Block &body = op->getRegion(0).front();
-    for (auto [arg, operand] :
-         llvm::zip(body.getArguments(), op->getOperands())) {
-      FailureOr<std::string> load = loadScalar(kernel, operand, iteration);
-      if (failed(load))
-        return failure();
-      define(arg, *load);
-    }
-    for (Operation &inner : body.without_terminator()) {
-      if (isa<ConstantOp>(inner)) {
-        FailureOr<std::string> literal =
-            loadScalar(kernel, inner.getResult(0), iteration);
-        if (failed(literal))
-          return failure();
-        scalars[inner.getResult(0)] = *literal;
-        continue;
-      }
-      SmallVector<std::string> args;
-      for (Value operand : inner.getOperands())
-        args.push_back(scalars.lookup(operand));
-      FailureOr<std::string> expr = scalarExpr(&inner, args);
-      if (failed(expr))
-        return failure();
-      define(inner.getResult(0), *expr);
-    }
-    Operation *yield = body.getTerminator();
+    if (failed(emitFusionBody(op, kernel, kernel.body, scalars, "v")))
+      return failure();
+    Operation *yield = op->getRegion(0).front().getTerminator();
     for (auto [result, value] :
          llvm::zip(op->getResults(), yield->getOperands())) {
       outputs.push_back(result);
@@ -437,7 +481,12 @@ LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
     FailureOr<std::string> expr = scalarExpr(op, args);
     if (failed(expr))
       return failure();
-    define(op->getResult(0), *expr);
+    kernel.body += "    const " +
+                   std::string(isFloatType(elementOf(op->getResult(0)))
+                                   ? "double"
+                                   : "int64_t") +
+                   " v0 = " + *expr + ";\n";
+    scalars[op->getResult(0)] = "v0";
     outputs.push_back(op->getResult(0));
     stored.push_back(op->getResult(0));
   }
@@ -738,13 +787,28 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
   if (kind == ReduceKind::max && count == 0 &&
       tensorType(op.getResult()).getNumElements() > 0)
     return op.emitError() << "max reduction over an empty dimension";
-  FailureOr<std::string> in = typedPointer(op.getOperand()),
-                         out = typedPointer(op.getResult());
-  if (failed(in) || failed(out))
+  FailureOr<std::string> out = typedPointer(op.getResult());
+  if (failed(out))
     return failure();
   KernelText kernel;
   std::string type = storageType(inType.getElementType());
-  std::string src = kernel.pointer(type, true, *in);
+  // Float inputs may be computed in the kernel (a fused producer); integer
+  // ones are loaded as they are.
+  Loader load;
+  if (fp) {
+    FailureOr<Loader> loader = rowInput(kernel, op.getOperand());
+    if (failed(loader))
+      return failure();
+    load = *loader;
+  } else {
+    FailureOr<std::string> in = typedPointer(op.getOperand());
+    if (failed(in))
+      return failure();
+    std::string src = kernel.pointer(type, true, *in);
+    load = [src](StringRef index) {
+      return "int64_t(" + src + "[" + index.str() + "])";
+    };
+  }
   std::string dst = kernel.pointer(type, false, *out);
   // Reducing the leading axes of a float tensor (bias gradients: a sum over
   // batch and sequence) is a column sum: one call per block of 16 adjacent
@@ -763,8 +827,8 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
         "    const int64_t j0 = i * " + b + ", width = " + n + " - j0 < " + b +
         " ? " + n + " - j0 : " + b + ";\n" + "    double acc[" + b +
         "] = {};\n" + "    for (int64_t r = 0; r < " + str(count) + "; ++r)\n" +
-        "      for (int64_t k = 0; k < width; ++k) acc[k] += " + "double(" +
-        src + "[r * " + n + " + j0 + k]);\n" +
+        "      for (int64_t k = 0; k < width; ++k) acc[k] += " +
+        load("r * " + n + " + j0 + k") + ";\n" +
         "    for (int64_t k = 0; k < width; ++k) " + dst +
         "[j0 + k] = " + "static_cast<" + type + ">(acc[k]" +
         (kind == ReduceKind::mean ? " / " + str(count) + ".0" : "") + ");\n";
@@ -802,7 +866,7 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
     indent += "  ";
     offset += " + " + r + " * " + str(strides[axis]);
   }
-  std::string x = acc + "(" + src + "[" + offset + "])";
+  std::string x = load(offset);
   if (kind == ReduceKind::max)
     code += indent + "{ const " + acc + " x = " + x + "; " +
             (fp ? "if (x != x || x > acc) acc = x; }\n"
@@ -826,17 +890,19 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   int64_t length = shape[axis];
   int64_t inner = product(shape.drop_front(axis + 1));
   int64_t rows = product(shape) / std::max<int64_t>(1, length);
-  FailureOr<std::string> in = typedPointer(input), out = typedPointer(result);
-  if (failed(in) || failed(out))
+  FailureOr<std::string> out = typedPointer(result);
+  if (failed(out))
     return failure();
   KernelText kernel;
   std::string type = storageType(elementOf(result));
-  std::string x = kernel.pointer(type, true, *in);
+  FailureOr<Loader> x = rowInput(kernel, input);
+  if (failed(x))
+    return failure();
   std::string y = kernel.pointer(type, false, *out);
   std::string at = "(i / " + str(inner) + ") * " + str(length * inner) +
                    " + i % " + str(inner);
   std::string step = str(inner), len = str(length);
-  std::string load = "double(" + x + "[base + c * " + step + "])";
+  std::string load = (*x)("base + c * " + step);
   std::string store =
       y + "[base + c * " + step + "] = static_cast<" + type + ">(";
   std::string body = "    const int64_t base = " + at + ";\n" +
@@ -876,17 +942,17 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
   int64_t size = product(normalized);
   int64_t rows = product(shape.take_front(axis));
   double epsilon = op.getEpsilon().convertToDouble();
-  FailureOr<std::string> in = typedPointer(op.getOperand()),
-                         scale = typedPointer(op.getScale()),
+  FailureOr<std::string> scale = typedPointer(op.getScale()),
                          y = typedPointer(op.getResult()),
                          mean = typedPointer(op.getMean()),
                          invStd = typedPointer(op.getInvStd());
-  if (failed(in) || failed(scale) || failed(y) || failed(mean) ||
-      failed(invStd))
+  if (failed(scale) || failed(y) || failed(mean) || failed(invStd))
     return failure();
   KernelText kernel;
   std::string type = storageType(elementOf(op.getResult()));
-  std::string x = kernel.pointer(type, true, *in);
+  FailureOr<Loader> x = rowInput(kernel, op.getOperand());
+  if (failed(x))
+    return failure();
   std::string s = kernel.pointer(type, true, *scale);
   std::string scaleAt =
       s + "[" +
@@ -906,17 +972,17 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
   std::string meanOut = kernel.pointer(type, false, *mean);
   std::string invOut = kernel.pointer(type, false, *invStd);
   std::string n = str(size);
+  std::string at = (*x)("i * " + n + " + j");
   kernel.body =
-      "    const " + type + " *row = " + x + " + i * " + n + ";\n" +
-      "    double sum = 0;\n" + "    for (int64_t j = 0; j < " + n +
-      "; ++j) sum += double(row[j]);\n" + "    const double mean = sum / " + n +
+      std::string("    double sum = 0;\n") + "    for (int64_t j = 0; j < " + n +
+      "; ++j) sum += " + at + ";\n" + "    const double mean = sum / " + n +
       ".0;\n" + "    double squares = 0;\n" + "    for (int64_t j = 0; j < " +
-      n +
-      "; ++j) { const double d = double(row[j]) - mean; squares += d * d; }\n" +
+      n + "; ++j) { const double d = " + at +
+      " - mean; squares += d * d; }\n" +
       "    const double invStd = 1 / sqrt(squares / " + n + ".0 + " +
       doubleLiteral(epsilon) + ");\n" + "    for (int64_t j = 0; j < " + n +
       "; ++j)\n" + "      " + out + "[i * " + n + " + j] = static_cast<" +
-      type + ">((double(row[j]) - mean) * invStd * double(" + scaleAt + ") + " +
+      type + ">((" + at + " - mean) * invStd * double(" + scaleAt + ") + " +
       biasAt + ");\n" + "    " + meanOut + "[i] = static_cast<" + type +
       ">(mean);\n" + "    " + invOut + "[i] = static_cast<" + type +
       ">(invStd);\n";
@@ -1046,8 +1112,12 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
 // Ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult ProgramEmitter::emitOp(Operation *op) {
+void ProgramEmitter::waitForOperands(Operation *op) {
   for (Value operand : op->getOperands()) {
+    // A producer computed inside this op's kernel reads its operands here.
+    if (auto fusion = operand.getDefiningOp<FusionOp>())
+      if (fusion->hasAttr("sharc.fuse_into"))
+        waitForOperands(fusion);
     auto pending = pendingCollectives.find(operand);
     if (pending == pendingCollectives.end())
       continue;
@@ -1055,6 +1125,11 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
     pendingCollectives.erase(pending);
     ++completedCollectives;
   }
+}
+
+LogicalResult ProgramEmitter::emitOp(Operation *op) {
+  if (!op->hasAttr("sharc.fuse_into"))
+    waitForOperands(op);
   if (isElementwiseOp(op) || op->getName().getStringRef() == "sharc.fusion")
     return emitElementwise(op);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)

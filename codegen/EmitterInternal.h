@@ -17,6 +17,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -161,6 +162,8 @@ inline std::string coordinates(ArrayRef<int64_t> shape, StringRef index,
 struct KernelText {
   std::vector<std::string> members;
   std::vector<std::string> arguments;
+  /// Member functions (row kernels' fused producers).
+  std::vector<std::string> helpers;
   std::string body;
   /// Elements one call of the body reads or writes, roughly (how the host
   /// decides whether a launch is worth spreading over threads).
@@ -228,6 +231,21 @@ private:
 
   // Elementwise groups.
   LogicalResult emitElementwise(Operation *op);
+  /// Appends to `code` the scalar computation of `fusion`'s body at index `i`
+  /// (loads of its operands into `kernel`'s members), naming values
+  /// `<prefix>N`; `scalars` maps body values to their names.
+  LogicalResult emitFusionBody(Operation *fusion, KernelText &kernel,
+                               std::string &code,
+                               llvm::DenseMap<Value, std::string> &scalars,
+                               llvm::StringRef prefix);
+  /// Reads element INDEX of a row kernel's input: a load, or a call of a
+  /// member function computing a producer fused into the kernel
+  /// (`sharc.fuse_into`).
+  using Loader = std::function<std::string(llvm::StringRef index)>;
+  FailureOr<Loader> rowInput(KernelText &kernel, Value input);
+  /// Waits for the started collectives `op` (or a producer fused into it)
+  /// reads.
+  void waitForOperands(Operation *op);
   FailureOr<std::string> scalarExpr(Operation *op, ArrayRef<std::string> args);
   FailureOr<std::string> loadScalar(KernelText &kernel, Value value,
                                     ArrayRef<int64_t> iteration);

@@ -321,14 +321,48 @@ LogicalResult Fuser::run() {
   return success();
 }
 
-LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons) {
+/// Marks fusions that feed a row reduction as its prologue: a fusion with one
+/// result, read only by a softmax, log_softmax, layer_norm or float reduce,
+/// whose body is short (at most kMaxPrologueOps ops, since the row kernel
+/// recomputes an element each time it reads it).  The code generator computes
+/// it inside the row kernel, never storing it.
+static void markRowPrologues(Block &block) {
+  constexpr int64_t kMaxPrologueOps = 8;
+  for (Operation &op : block) {
+    auto fusion = dyn_cast<FusionOp>(op);
+    if (!fusion || fusion->getNumResults() != 1 ||
+        !fusion->getResult(0).hasOneUse())
+      continue;
+    Operation *user = *fusion->getResult(0).getUsers().begin();
+    bool rowOp =
+        isa<SoftmaxOp, LogSoftmaxOp, LayerNormOp>(user) ||
+        (isa<ReduceOp>(user) &&
+         isa<FloatType>(cast<RankedTensorType>(fusion->getResult(0).getType())
+                            .getElementType()));
+    if (!rowOp || user->getOperand(0) != fusion->getResult(0) ||
+        user->getBlock() != &block)
+      continue;
+    int64_t ops = 0;
+    for (Operation &inner : fusion.getBody().front().without_terminator())
+      ops += !isa<ConstantOp>(inner);
+    if (ops <= kMaxPrologueOps)
+      fusion->setAttr("sharc.fuse_into", UnitAttr::get(op.getContext()));
+  }
+}
+
+LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons,
+                                        bool rowPrologues) {
   if (func.isExternal())
     return success();
   if (!func.getBody().hasOneBlock())
     return func.emitError() << "sharc-fuse: function '@" << func.getSymName()
                             << "' has " << func.getBody().getBlocks().size()
                             << " blocks; fusion needs a single block";
-  return Fuser(func.getBody().front(), singletons).run();
+  if (failed(Fuser(func.getBody().front(), singletons).run()))
+    return failure();
+  if (rowPrologues)
+    markRowPrologues(func.getBody().front());
+  return success();
 }
 
 namespace {
@@ -337,14 +371,16 @@ struct FusePass : sharc::impl::FuseBase<FusePass> {
 
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (failed(fuseElementwiseOps(func, singletons)))
+      if (failed(fuseElementwiseOps(func, singletons, rowPrologues)))
         return signalPassFailure();
   }
 };
 } // namespace
 
-std::unique_ptr<Pass> sharc::createFusePass(bool singletons) {
+std::unique_ptr<Pass> sharc::createFusePass(bool singletons,
+                                            bool rowPrologues) {
   FuseOptions options;
   options.singletons = singletons;
+  options.rowPrologues = rowPrologues;
   return createFuse(options);
 }

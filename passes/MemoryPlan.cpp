@@ -88,6 +88,15 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       value = reshape.getOperand();
     return value;
   };
+  // A fusion marked sharc.fuse_into is computed inside its only user's
+  // kernel: it has no memory, and its operands are read where that user is.
+  auto useIndex = [&](Operation *user) {
+    Operation *top = block.findAncestorOpInBlock(*user);
+    if (top->hasAttr("sharc.fuse_into") && top->getNumResults() == 1 &&
+        top->getResult(0).hasOneUse())
+      top = block.findAncestorOpInBlock(**top->getResult(0).getUsers().begin());
+    return index[top];
+  };
   SmallVector<Buffer> buffers;
   DenseMap<Value, size_t> bufferOf;
   for (Operation &op : block) {
@@ -99,10 +108,11 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
         continue;
       for (Operation *user : reshape.getResult().getUsers())
         buffers[root->second].last =
-            std::max(buffers[root->second].last,
-                     index[block.findAncestorOpInBlock(*user)]);
+            std::max(buffers[root->second].last, useIndex(user));
       continue;
     }
+    if (op.hasAttr("sharc.fuse_into"))
+      continue;
     // Results an op writes into a function argument's memory (the code
     // generator's in-place updates) take no arena space.
     auto external = op.getAttrOfType<DenseI64ArrayAttr>("sharc.result_buffers");
@@ -120,8 +130,7 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       Buffer buffer{result, alignUp(bytes, alignment), bytes, index[&op],
                     index[&op]};
       for (Operation *user : result.getUsers())
-        buffer.last =
-            std::max(buffer.last, index[block.findAncestorOpInBlock(*user)]);
+        buffer.last = std::max(buffer.last, useIndex(user));
       bufferOf[result] = buffers.size();
       buffers.push_back(buffer);
     }

@@ -134,13 +134,17 @@ void registerSharcPipelines();
 
 /// Groups the elementwise ops of `func` (a single block) into `sharc.fusion`
 /// ops as sharc-fuse does (docs/passes.md); with `singletons`, an elementwise
-/// op that joins no group becomes a fusion of its own.  Fails, after
-/// reporting an error, on a function of more than one block.
+/// op that joins no group becomes a fusion of its own; with `rowPrologues`,
+/// a short fusion read only by a row reduction gets `sharc.fuse_into` (the
+/// code generator computes it inside that kernel).  Fails, after reporting an
+/// error, on a function of more than one block.
 mlir::LogicalResult fuseElementwiseOps(mlir::func::FuncOp func,
-                                       bool singletons = true);
+                                       bool singletons = true,
+                                       bool rowPrologues = true);
 
 /// The sharc-fuse pass.
-std::unique_ptr<mlir::Pass> createFusePass(bool singletons = true);
+std::unique_ptr<mlir::Pass> createFusePass(bool singletons = true,
+                                           bool rowPrologues = true);
 
 } // namespace sharc
 

@@ -77,6 +77,10 @@ def Fuse : Pass<"sharc-fuse", "mlir::ModuleOp"> {
     Option<"singletons", "singletons", "bool", "true",
            "Wrap an elementwise op that joins no group in a fusion of its "
            "own, so that all elementwise work is in sharc.fusion ops">,
+    Option<"rowPrologues", "row-prologues", "bool", "true",
+           "Mark a short single-result fusion read only by a softmax, "
+           "log_softmax, layer_norm or float reduce with sharc.fuse_into: "
+           "the code generator computes it inside that row kernel">,
   ];
   let dependentDialects = ["sharc::SharcDialect"];
 }

@@ -108,6 +108,29 @@ func.func @views(%x: tensor<64xf32>) -> (tensor<8x8xf32>, tensor<8x8xf32>) {
 
 // -----
 
+// A fusion computed inside its user's kernel (sharc.fuse_into) takes no
+// memory, and its operands are read where the user is: a [0, 2] (the fusion
+// at op 1 reads it at the softmax, op 2), p [2, 3] (returned).  a -> 0, p is
+// live with a -> 256; the fusion -1.
+
+// CHECK-LABEL: func.func @prologue(
+// CHECK-SAME: attributes {sharc.arena_bytes = 512 : i64}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.fusion %{{.*}} {sharc.fuse_into, sharc.offsets = array<i64: -1>}
+// CHECK: sharc.softmax %{{.*}} {axis = 1 : i64, sharc.offsets = array<i64: 256>}
+func.func @prologue(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %a = sharc.exp %x : tensor<8x8xf32>
+  %f = sharc.fusion %a {sharc.fuse_into} : (tensor<8x8xf32>) -> tensor<8x8xf32> {
+  ^bb0(%v: tensor<8x8xf32>):
+    %n = sharc.neg %v : tensor<8x8xf32>
+    sharc.yield %n : tensor<8x8xf32>
+  }
+  %p = sharc.softmax %f {axis = 1 : i64} : tensor<8x8xf32>
+  return %p : tensor<8x8xf32>
+}
+
+// -----
+
 // Planning needs a single block.
 
 // expected-error @below {{sharc-plan-memory: function '@branches' has 2 blocks; memory planning needs a single block}}
