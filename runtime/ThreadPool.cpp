@@ -49,10 +49,10 @@ int defaultThreads() {
   return std::max(1, hardware / std::max(1, local));
 }
 
-/// Spin iterations before a worker sleeps (about a millisecond): long enough
+/// Spin iterations before a worker sleeps (a fraction of a millisecond): enough
 /// to bridge the serial work between two parallel launches of one step, so
 /// launches rarely pay for a wake-up.
-constexpr int kSpins = 1 << 17;
+constexpr int kSpins = 1 << 14;
 
 inline void pause() {
 #if defined(__x86_64__) || defined(__i386__)
