@@ -63,21 +63,6 @@ struct ProgramReport {
   std::vector<ReportBuffer> buffers;
 };
 
-/// Rewrites the module for emission: inlines every call into `@train_step`,
-/// erases the other functions and turns splat constants that feed
-/// non-elementwise ops into broadcasts of a one-element constant.
-mlir::LogicalResult prepareForEmission(mlir::ModuleOp module);
-
-/// Lets each elementwise kernel (sharc.fusion) that computes the new value of
-/// a parameter or state tensor write it straight into that tensor's
-/// persistent buffer, instead of the arena plus a copy at the end of the
-/// step: the fusion gets `sharc.result_buffers = array<i64: ...>` (per result,
-/// the @train_step argument whose memory it writes, or -1), which
-/// sharc-plan-memory and the emitter honour.  Safe when the result is only
-/// returned, the fusion reads the old value element for element (same shape)
-/// and nothing after the fusion reads the old value.
-void updateInPlace(mlir::ModuleOp module);
-
 /// Emits `step` (prepared, fused and memory-planned: every op result carries
 /// `sharc.offsets` and the function `sharc.arena_bytes`) as C++ to `os`.
 mlir::LogicalResult emitProgram(mlir::func::FuncOp step,

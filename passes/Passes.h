@@ -146,6 +146,25 @@ mlir::LogicalResult fuseElementwiseOps(mlir::func::FuncOp func,
 std::unique_ptr<mlir::Pass> createFusePass(bool singletons = true,
                                            bool rowPrologues = true);
 
+//===----------------------------------------------------------------------===//
+// Preparing @train_step for code generation (PrepareEmission.cpp)
+//===----------------------------------------------------------------------===//
+
+/// sharc-prepare-emission: inlines every call into `@train_step`, erases the
+/// other functions, schedules each all-reduce (and the reshapes/concats that
+/// pack its bucket) right after the gradients it reads, and turns splat
+/// constants that feed non-elementwise ops into broadcasts of a one-element
+/// constant.
+mlir::LogicalResult prepareForEmission(mlir::ModuleOp module);
+
+/// sharc-update-in-place: lets each sharc.fusion that computes the new value
+/// of a parameter or state tensor of `@train_step` write it into that
+/// argument's memory (`sharc.result_buffers = array<i64: ...>`: per result the
+/// argument number, or -1), which sharc-plan-memory and the code generator
+/// honour.  Only when the result is only returned, the fusion reads the old
+/// value element for element and nothing after it reads the old value.
+void updateInPlace(mlir::ModuleOp module);
+
 } // namespace sharc
 
 #endif // SHARC_PASSES_PASSES_H

@@ -85,4 +85,32 @@ def Fuse : Pass<"sharc-fuse", "mlir::ModuleOp"> {
   let dependentDialects = ["sharc::SharcDialect"];
 }
 
+def PrepareEmission : Pass<"sharc-prepare-emission", "mlir::ModuleOp"> {
+  let summary = "Shapes @train_step into the one function the code generator "
+                "emits";
+  let description = [{
+    Inlines every `func.call` into `@train_step` (so one memory plan covers
+    the whole step) and erases the other functions; moves each `all_reduce`
+    and the reshapes/concats that pack its bucket up to just after the
+    gradients they read, so that the reduction of a bucket starts while the
+    rest of backward runs; turns a splat constant that feeds an op other than
+    an elementwise one into a `sharc.broadcast` of a one-element constant
+    (docs/codegen.md).
+  }];
+  let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
+def UpdateInPlace : Pass<"sharc-update-in-place", "mlir::ModuleOp"> {
+  let summary = "Lets optimizer updates write parameters and state in place";
+  let description = [{
+    A `sharc.fusion` result that is the new value of a `@train_step`
+    parameter or optimizer-state argument gets that argument's memory:
+    `sharc.result_buffers = array<i64: ...>` holds, per result, the argument
+    number or -1.  Only when the result is only returned, the fusion reads the
+    old value with the same shape, and nothing after the fusion (counting a
+    fused producer at its user) reads the old value.
+  }];
+  let dependentDialects = ["sharc::SharcDialect"];
+}
+
 #endif // SHARC_PASSES_TD

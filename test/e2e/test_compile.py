@@ -293,12 +293,12 @@ def test_mlir_flags_apply_to_the_compile_pipeline(sharc, tmp_path):
     result = sharc("compile", path, "--emit-only", "-o", tmp_path / "a",
                    "--mlir-print-ir-after-all")
     assert result.returncode == 0, result.stderr
-    for name in ["sharc-autodiff", "sharc-optimizer", "sharc-fuse",
-                 "sharc-plan-memory"]:
+    for name in ["sharc-autodiff", "sharc-optimizer", "sharc-prepare-emission",
+                 "sharc-fuse", "sharc-update-in-place", "sharc-plan-memory"]:
         assert f"IR Dump After" in result.stderr and f"({name})" in result.stderr, name
     result = sharc("compile", path, "--emit-only", "-o", tmp_path / "b",
                    "--mlir-timing")
     assert result.returncode == 0, result.stderr
     assert "Execution time report" in result.stderr
-    for phase in ["prepare-for-emission", "update-in-place", "emit-program"]:
+    for phase in ["PrepareEmission", "UpdateInPlace", "emit-program"]:
         assert phase in result.stderr, phase

@@ -251,43 +251,22 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   DefaultTimingManager timingManager;
   applyDefaultTimingManagerCLOptions(timingManager);
   TimingScope timing = timingManager.getRootScope();
-  {
-    PassManager pm(&context);
-    if (failed(applyPassManagerCLOptions(pm)))
-      return 1;
-    pm.enableTiming(timing);
-    buildTrainPipeline(pm, *options);
-    if (failed(pm.run(*model.module)))
-      return 1;
-  }
-  {
-    TimingScope prepare = timing.nest("prepare-for-emission");
-    if (failed(prepareForEmission(*model.module)))
-      return 1;
-  }
-  {
-    PassManager pm(&context);
-    if (failed(applyPassManagerCLOptions(pm)))
-      return 1;
-    pm.enableTiming(timing);
-    if (flags->fuse)
-      pm.addPass(createFusePass(/*singletons=*/true));
-    if (failed(pm.run(*model.module)))
-      return 1;
-  }
-  {
-    TimingScope inPlace = timing.nest("update-in-place");
-    updateInPlace(*model.module);
-  }
-  {
-    PassManager pm(&context);
-    if (failed(applyPassManagerCLOptions(pm)))
-      return 1;
-    pm.enableTiming(timing);
-    pm.addPass(createPlanMemory());
-    if (failed(pm.run(*model.module)))
-      return 1;
-  }
+  // One pass manager for the whole pipeline, so that the MLIR flags
+  // (--mlir-print-ir-*, --mlir-timing) see every pass once.  It lives until
+  // the end: its timers are keyed by the passes' addresses, which later timers
+  // must not reuse.
+  PassManager pm(&context);
+  if (failed(applyPassManagerCLOptions(pm)))
+    return 1;
+  pm.enableTiming(timing);
+  buildTrainPipeline(pm, *options);
+  pm.addPass(createPrepareEmission());
+  if (flags->fuse)
+    pm.addPass(createFusePass(/*singletons=*/true));
+  pm.addPass(createUpdateInPlace());
+  pm.addPass(createPlanMemory());
+  if (failed(pm.run(*model.module)))
+    return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
 
   EmitOptions emit;

@@ -1,4 +1,4 @@
-//===- Prepare.cpp - Shape @train_step for emission -----------------------===//
+//===- PrepareEmission.cpp - Shape @train_step for code generation --------===//
 //
 // The code generator emits one function with one arena.  This inlines the
 // gradient function into `@train_step` (the memory plan then covers the whole
@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "codegen/Emitter.h"
+#include "passes/Passes.h"
 
 #include "ir/SharcOps.h"
 
@@ -16,6 +16,12 @@
 #include "mlir/IR/IRMapping.h"
 
 #include <functional>
+
+namespace sharc {
+#define GEN_PASS_DEF_PREPAREEMISSION
+#define GEN_PASS_DEF_UPDATEINPLACE
+#include "passes/Passes.h.inc"
+} // namespace sharc
 
 using namespace mlir;
 using namespace sharc;
@@ -186,3 +192,17 @@ void sharc::updateInPlace(ModuleOp module) {
     fusion->setAttr("sharc.result_buffers",
                     builder.getDenseI64ArrayAttr(buffers));
 }
+
+namespace {
+struct PrepareEmissionPass
+    : sharc::impl::PrepareEmissionBase<PrepareEmissionPass> {
+  void runOnOperation() override {
+    if (failed(prepareForEmission(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct UpdateInPlacePass : sharc::impl::UpdateInPlaceBase<UpdateInPlacePass> {
+  void runOnOperation() override { updateInPlace(getOperation()); }
+};
+} // namespace
