@@ -372,6 +372,9 @@ int main(int argc, char **argv) {
   registry.insert<SharcDialect, func::FuncDialect>();
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // Errors name the ONNX file and node; a dump of the whole IR function an
+  // error is attached to would bury that (sharc-opt still prints it).
+  context.printOpOnDiagnostic(false);
   CliDiagnosticHandler diagnostics(&context);
 
   if (importCommand)
