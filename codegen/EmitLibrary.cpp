@@ -67,30 +67,14 @@ LogicalResult ProgramEmitter::emitLibraryReturn(func::ReturnOp ret) {
 LogicalResult ProgramEmitter::runLibrary(llvm::raw_ostream &os, StringRef space,
                                          StringRef symbol) {
   library = true;
-  if (!step.getBody().hasOneBlock())
-    return step.emitError() << "code generation needs a single-block function";
-  if (failed(collectLibraryBuffers()))
+  FailureOr<int64_t> arenaBytes = emitFunction();
+  if (failed(arenaBytes))
     return failure();
-  auto arena = step->getAttrOfType<IntegerAttr>("sharc.arena_bytes");
-  if (!arena)
-    return step.emitError()
-           << "code generation: no memory plan (run sharc-plan-memory)";
-  for (Operation &op : step.getBody().front())
-    if (failed(emitOp(&op)))
-      return failure();
 
-  os << "namespace " << space << " {\nusing namespace sharc::kern;\n\n"
-     << kernelDefinitions;
-  for (auto [i, buffer] : llvm::enumerate(buffers))
-    if (buffer.role == "constant")
-      os << "const " << storageType(buffer.element) << " constant" << i
-         << "[] = {" << buffer.constantData << "};\n";
-  os << "const char *const messages[] = {\n";
-  for (const std::string &message : messages)
-    os << "  " << cppStringLiteral(message) << ",\n";
-  os << "  nullptr};\n\n";
+  os << "namespace " << space << " {\nusing namespace sharc::kern;\n\n";
+  writeKernelsAndTables(os);
   os << "extern \"C\" int64_t " << symbol << "_arena_bytes() {\n  return "
-     << arena.getInt() << ";\n}\n\n";
+     << *arenaBytes << ";\n}\n\n";
   // Constants get buffer slots after the arguments and results, so the op
   // code (which reads ctx->buffers) is the same as in a program.
   os << "extern \"C\" void " << symbol

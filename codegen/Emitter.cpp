@@ -1276,10 +1276,10 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
 // The translation unit
 //===----------------------------------------------------------------------===//
 
-LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
+FailureOr<int64_t> ProgramEmitter::emitFunction() {
   if (!step.getBody().hasOneBlock())
-    return step.emitError() << "code generation needs a single-block step";
-  if (failed(collectBuffers()))
+    return step.emitError() << "code generation needs a single-block function";
+  if (failed(library ? collectLibraryBuffers() : collectBuffers()))
     return failure();
   auto arena = step->getAttrOfType<IntegerAttr>("sharc.arena_bytes");
   if (!arena)
@@ -1288,9 +1288,28 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
   for (Operation &op : step.getBody().front())
     if (failed(emitOp(&op)))
       return failure();
+  return arena.getInt();
+}
+
+void ProgramEmitter::writeKernelsAndTables(llvm::raw_ostream &os) const {
+  os << kernelDefinitions;
+  for (auto [i, buffer] : llvm::enumerate(buffers))
+    if (buffer.role == "constant")
+      os << "const " << storageType(buffer.element) << " constant" << i
+         << "[] = {" << buffer.constantData << "};\n";
+  os << "\nconst char *const messages[] = {\n";
+  for (const std::string &message : messages)
+    os << "  " << cppStringLiteral(message) << ",\n";
+  os << "  nullptr};\n\n";
+}
+
+LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
+  FailureOr<int64_t> arenaBytes = emitFunction();
+  if (failed(arenaBytes))
+    return failure();
 
   report.numKernels = static_cast<int>(kernelNames.size());
-  report.arenaBytes = arena.getInt();
+  report.arenaBytes = *arenaBytes;
   for (const Buffer &buffer : buffers) {
     ReportBuffer entry;
     entry.name = buffer.name;
@@ -1313,13 +1332,9 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << "). Do not edit.\n"
      << "#include \"runtime/Errors.h\"\n"
      << "#include \"runtime/Kernels.h\"\n\n"
-     << "namespace {\nusing namespace sharc::kern;\n\n"
-     << kernelDefinitions;
-  for (auto [i, buffer] : llvm::enumerate(buffers))
-    if (buffer.role == "constant")
-      os << "const " << storageType(buffer.element) << " constant" << i
-         << "[] = {" << buffer.constantData << "};\n";
-  os << "\nconst sharc::rt::BufferSpec buffers[] = {\n";
+     << "namespace {\nusing namespace sharc::kern;\n\n";
+  writeKernelsAndTables(os);
+  os << "const sharc::rt::BufferSpec buffers[] = {\n";
   for (auto [i, buffer] : llvm::enumerate(buffers)) {
     os << "  {" << cppStringLiteral(buffer.name) << ", "
        << cppStringLiteral(buffer.source)
@@ -1333,10 +1348,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
        << (buffer.role == "constant" ? "constant" + str(i) : "nullptr")
        << "},\n";
   }
-  os << "};\n\nconst char *const messages[] = {\n";
-  for (const std::string &message : messages)
-    os << "  " << cppStringLiteral(message) << ",\n";
-  os << "  nullptr};\n\n";
+  os << "};\n\n";
   os << "const sharc::rt::ProgramInfo info = {\n"
      << "  sharc::rt::kProgramAbiVersion, " << cppStringLiteral(options.model)
      << ", " << cppStringLiteral(options.target) << ",\n  " << options.worldSize

@@ -211,6 +211,11 @@ private:
   };
 
   LogicalResult collectBuffers();
+  /// Collects the buffers and emits every op of the planned function into
+  /// the step body; returns the planned arena bytes.
+  FailureOr<int64_t> emitFunction();
+  /// The kernel structs, constant arrays and the run-time error messages.
+  void writeKernelsAndTables(llvm::raw_ostream &os) const;
   /// Library mode: every argument is an input buffer, every result an
   /// output buffer (EmitLibrary.cpp).
   LogicalResult collectLibraryBuffers();
