@@ -1057,16 +1057,39 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
     launch(kernel, batch * spatial);
     return success();
   }
-  // sum / mean: one sequential pass (deterministic); the loss is small next
-  // to the logits' softmax.
+  std::string result =
+      reduction == LossReduction::mean ? "total / weightSum" : "total";
+  if (auto scratch = op->getAttrOfType<IntegerAttr>("sharc.scratch_offset")) {
+    // sum / mean with scratch space: every position's loss and weight in
+    // parallel, then one in-order sum (the evaluator's order, so the same
+    // double sums).
+    std::string at = "(ctx->arena + " + str(scratch.getInt()) + ")";
+    std::string parts = kernel.pointer(
+        "double", false, "reinterpret_cast<double *>" + at);
+    kernel.body = "      const int64_t position = i;\n" + position + body +
+                  "      " + parts + "[2 * i] = loss;\n      " + parts +
+                  "[2 * i + 1] = w;\n";
+    kernel.work = 3 * classes;
+    launch(kernel, batch * spatial);
+    KernelText sum;
+    std::string in = sum.pointer("double", true,
+                                 "reinterpret_cast<const double *>" + at);
+    std::string out = sum.pointer(type, false, *typedPointer(op->getResult(0)));
+    sum.body = "    double total = 0, weightSum = 0;\n"
+               "    for (int64_t p = 0; p < " +
+               str(batch * spatial) + "; ++p) { total += " + in +
+               "[2 * p]; weightSum += " + in + "[2 * p + 1]; }\n" + "    " +
+               out + "[0] = static_cast<" + type + ">(" + result + ");\n";
+    launch(sum, 1);
+    return success();
+  }
+  // sum / mean without scratch space: one sequential pass.
   kernel.body =
       "    double total = 0, weightSum = 0;\n"
       "    for (int64_t position = 0; position < " +
       str(batch * spatial) + "; ++position) {\n" + position + body +
       "      total += loss; weightSum += w;\n    }\n" + "    " + y +
-      "[0] = static_cast<" + type + ">(" +
-      (reduction == LossReduction::mean ? "total / weightSum" : "total") +
-      ");\n";
+      "[0] = static_cast<" + type + ">(" + result + ");\n";
   launch(kernel, 1);
   return success();
 }

@@ -27,7 +27,9 @@ namespace {
 
 /// One tensor that needs arena memory: op results [first, last] of the block.
 struct Buffer {
+  /// The tensor, or null for an op's scratch space (`scratchOf`).
   Value value;
+  Operation *scratchOf = nullptr;
   /// Bytes reserved (a multiple of the alignment) and bytes used.
   int64_t size;
   int64_t bytes;
@@ -113,6 +115,13 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     }
     if (op.hasAttr("sharc.fuse_into"))
       continue;
+    // Scratch space a kernel needs while it runs: live at the op only.
+    if (auto scratch = op.getAttrOfType<IntegerAttr>("sharc.scratch_bytes")) {
+      int64_t bytes = scratch.getInt();
+      Buffer buffer{Value(), &op, alignUp(bytes, alignment), bytes, index[&op],
+                    index[&op]};
+      buffers.push_back(buffer);
+    }
     // Results an op writes into a function argument's memory (the code
     // generator's in-place updates) take no arena space.
     auto external = op.getAttrOfType<DenseI64ArrayAttr>("sharc.result_buffers");
@@ -127,8 +136,8 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
         return op.emitError() << "sharc-plan-memory: cannot size " << type;
       int64_t elementBytes = (type.getElementTypeBitWidth() + 7) / 8;
       int64_t bytes = type.getNumElements() * elementBytes;
-      Buffer buffer{result, alignUp(bytes, alignment), bytes, index[&op],
-                    index[&op]};
+      Buffer buffer{result, nullptr, alignUp(bytes, alignment), bytes,
+                    index[&op], index[&op]};
       for (Operation *user : result.getUsers())
         buffer.last = std::max(buffer.last, useIndex(user));
       bufferOf[result] = buffers.size();
@@ -159,14 +168,19 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
                   "live values";
 
   DenseMap<Value, int64_t> offsets;
-  for (const Buffer &buffer : buffers)
-    offsets[buffer.value] = buffer.offset;
+  Builder builder(func.getContext());
+  for (const Buffer &buffer : buffers) {
+    if (buffer.scratchOf)
+      buffer.scratchOf->setAttr("sharc.scratch_offset",
+                                builder.getI64IntegerAttr(buffer.offset));
+    else
+      offsets[buffer.value] = buffer.offset;
+  }
   block.walk([&](ReshapeOp reshape) {
     auto root = offsets.find(aliasRoot(reshape.getResult()));
     if (root != offsets.end())
       offsets[reshape.getResult()] = root->second;
   });
-  Builder builder(func.getContext());
   for (Operation &op : block) {
     if (op.getNumResults() == 0)
       continue;

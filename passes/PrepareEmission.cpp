@@ -120,6 +120,30 @@ LogicalResult sharc::prepareForEmission(ModuleOp module) {
       func.erase();
   scheduleCollectivesEarly(step);
 
+  // A summed or averaged loss is computed per position in parallel into
+  // scratch space (a double loss and weight each), then summed in order.
+  step.walk([&](Operation *op) {
+    Value input;
+    LossReduction reduction;
+    if (auto loss = dyn_cast<CrossEntropyOp>(op)) {
+      input = loss.getLogits();
+      reduction = loss.getReduction();
+    } else if (auto loss = dyn_cast<NllLossOp>(op)) {
+      input = loss.getInput();
+      reduction = loss.getReduction();
+    } else {
+      return;
+    }
+    if (reduction == LossReduction::none)
+      return;
+    auto shape = cast<RankedTensorType>(input.getType()).getShape();
+    int64_t positions = shape[0];
+    for (int64_t d : shape.drop_front(2))
+      positions *= d;
+    op->setAttr("sharc.scratch_bytes",
+                Builder(op->getContext()).getI64IntegerAttr(16 * positions));
+  });
+
   SmallVector<ConstantOp> constants;
   step.walk([&](ConstantOp op) { constants.push_back(op); });
   for (ConstantOp constant : constants) {

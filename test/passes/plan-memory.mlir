@@ -131,6 +131,26 @@ func.func @prologue(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 
 // -----
 
+// Scratch space (sharc.scratch_bytes) is live at its op only: 100 bytes (256
+// reserved) at op 1, counted before the op's result in definition order.
+// Live ranges: a [0, 2], scratch [1, 1], r [1, 2], s [2, 3].  All 256 bytes,
+// so definition order: a -> 0, scratch -> 256, r -> 512, s (live with a and
+// r; the scratch is dead) -> 256.
+
+// CHECK-LABEL: func.func @scratch(
+// CHECK-SAME: attributes {sharc.arena_bytes = 768 : i64}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 512>, sharc.scratch_bytes = 100 : i64, sharc.scratch_offset = 256 : i64}
+// CHECK-NEXT: sharc.add %{{.*}} {sharc.offsets = array<i64: 256>}
+func.func @scratch(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %a = sharc.exp %x : tensor<64xf32>
+  %r = sharc.exp %a {sharc.scratch_bytes = 100 : i64} : tensor<64xf32>
+  %s = sharc.add %a, %r : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+  return %s : tensor<64xf32>
+}
+
+// -----
+
 // Planning needs a single block.
 
 // expected-error @below {{sharc-plan-memory: function '@branches' has 2 blocks; memory planning needs a single block}}

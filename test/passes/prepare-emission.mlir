@@ -33,6 +33,21 @@ func.func @train_step(%x: tensor<4xf32>, %y: tensor<4xf32>, %i: tensor<2xi64>, %
 
 // -----
 
+// A summed or averaged loss gets scratch space for a double loss and weight
+// per position (2 x 3 positions x 16 bytes); a per-position loss needs none.
+// CHECK-LABEL: func.func @train_step(
+// CHECK: sharc.cross_entropy {{.*}}sharc.scratch_bytes = 96 : i64
+// CHECK: sharc.nll_loss
+// CHECK-NOT: scratch_bytes
+// CHECK-SAME: tensor<2x3xf32>
+func.func @train_step(%l: tensor<2x5x3xf32>, %t: tensor<2x3xi64>) -> (tensor<f32>, tensor<2x3xf32>) {
+  %m = sharc.cross_entropy %l, %t {reduction = #sharc.loss_reduction<mean>} : (tensor<2x5x3xf32>, tensor<2x3xi64>) -> tensor<f32>
+  %n = sharc.nll_loss %l, %t {reduction = #sharc.loss_reduction<none>} : (tensor<2x5x3xf32>, tensor<2x3xi64>) -> tensor<2x3xf32>
+  return %m, %n : tensor<f32>, tensor<2x3xf32>
+}
+
+// -----
+
 // expected-error @below {{code generation needs '@train_step'}}
 module {
   func.func @main(%x: tensor<f32>) -> tensor<f32> {
