@@ -1,16 +1,17 @@
 //===- Kernels.h - What generated programs are written against --*- C++ -*-===//
 //
-// Every program `sharc compile` emits includes this header and nothing else
+// Every program `sharc compile` emits includes this header (and Errors.h)
 // from the runtime.  A generated kernel is a functor whose call operator
 // computes one element (or one row) of its output; `launch` runs it over an
 // index range: a CUDA grid when the translation unit is compiled by nvcc, a
 // host loop (spread over runtime/ThreadPool.h's threads when large)
-// otherwise.  The same functor text is
-// therefore the device kernel and its host twin.
+// otherwise.  The same functor text is therefore the device kernel and its
+// host twin.
 //
 // Scalar semantics follow the reference evaluator (ir/Eval*.cpp): floats are
 // computed in double and every op's result is rounded to its element type
-// (`round<T>`), integers wrap in 64 bits, sums accumulate in double.
+// (`round<T>`), integers wrap in 64 bits, sums accumulate in double; the
+// scalar functions themselves are runtime/Math.h's, shared with it.
 //
 //===----------------------------------------------------------------------===//
 
