@@ -302,3 +302,23 @@ def test_mlir_flags_apply_to_the_compile_pipeline(sharc, tmp_path):
     assert "Execution time report" in result.stderr
     for phase in ["PrepareEmission", "UpdateInPlace", "emit-program"]:
         assert phase in result.stderr, phase
+
+
+def test_accumulation_clipping_and_sgd_in_the_binary(sharc, case):
+    """Gradient accumulation inside the binary (GAS = 2 micro-batches per rank
+    per step), global-norm clipping after the all-reduce and SGD with
+    momentum, on 2 ranks, against the evaluator on the same global batch."""
+    name, path, inputs, directory = case
+    recipe = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+              "--clip", "0.5"]
+    out = directory / "out-gas"
+    result = sharc("compile", path, *recipe, "--grad-accum", 2,
+                   "--world-size", 2, "-o", out)
+    assert result.returncode == 0, result.stderr
+    run = mpirun(2, out / "train", *inputs, "--steps", 8)
+    assert run.returncode == 0, run.stderr
+    reference = sharc("eval", path, "--train", "--steps", 8, *recipe,
+                      "--grad-accum", 4, *inputs)
+    assert reference.returncode == 0, reference.stderr
+    np.testing.assert_allclose(parse_steps(run.stdout)[0],
+                               parse_steps(reference.stdout)[0], rtol=1e-5)
