@@ -322,3 +322,29 @@ def test_accumulation_clipping_and_sgd_in_the_binary(sharc, case):
     assert reference.returncode == 0, reference.stderr
     np.testing.assert_allclose(parse_steps(run.stdout)[0],
                                parse_steps(reference.stdout)[0], rtol=1e-5)
+
+
+def test_bad_data_values_stop_every_rank_with_the_node(sharc, tmp_path):
+    """A class label outside the classes and a token id outside the embedding
+    table are caught inside the kernels; the step stops every rank with the
+    ONNX node named."""
+    for name, bad_input, bad_value, message in (
+            ("mlp", "labels", 42, "a loss target is not a class index in [0, 10)"),
+            ("gpt", "tokens", 1000, "gather index out of range")):
+        case = models.make_training_case(name)
+        path = tmp_path / f"{name}.onnx"
+        models.export(case, path)
+        data = models.make_inputs(name, 8, torch.Generator().manual_seed(5))
+        inputs = []
+        for input_name, tensor in data.items():
+            array = tensor.numpy().copy()
+            if input_name == bad_input:
+                array.reshape(-1)[3] = bad_value
+            np.save(tmp_path / f"{name}-{input_name}.npy", array)
+            inputs += ["--input", f"{input_name}={tmp_path / f'{name}-{input_name}.npy'}"]
+        out = tmp_path / f"out-{name}"
+        assert sharc("compile", path, "--world-size", 2, "-o", out).returncode == 0
+        run = mpirun(2, out / "train", *inputs, "--steps", 2, timeout=60)
+        assert run.returncode != 0
+        assert message in run.stderr and "step failed" in run.stderr, run.stderr
+        assert f'{path.name}"' in run.stderr  # the location names the model
