@@ -26,15 +26,6 @@ using namespace sharc::test;
 
 namespace {
 
-struct GeneratedValue {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::string element;
-
-  std::string type() const { return tensorType(shape, element); }
-  bool isFloat() const { return element[0] == 'f'; }
-};
-
 /// Generates random elementwise functions.  Every value's shape broadcasts
 /// to one base shape, so any two values broadcast together.
 class DagGenerator {

@@ -20,14 +20,6 @@ using namespace sharc::test;
 
 namespace {
 
-struct GeneratedValue {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::string element;
-
-  std::string type() const { return tensorType(shape, element); }
-};
-
 /// A random function of exp, add, mul, broadcast, cast and constants, each
 /// op reading random earlier values.
 std::string randomFunction(std::mt19937 &rng) {

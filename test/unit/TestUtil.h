@@ -48,6 +48,17 @@ protected:
 /// The MLIR spelling of a tensor type, e.g. "tensor<2x3xf32>".
 std::string tensorType(llvm::ArrayRef<int64_t> shape, llvm::StringRef element);
 
+/// A value of a randomly generated test function: its SSA name, shape and
+/// element type ("f32", "i1", ...).
+struct GeneratedValue {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string element;
+
+  std::string type() const { return tensorType(shape, element); }
+  bool isFloat() const { return element[0] == 'f'; }
+};
+
 /// `text` with each "$i" replaced by `args[i]` (i < 10).
 std::string substitute(llvm::StringRef text, llvm::ArrayRef<std::string> args);
 
