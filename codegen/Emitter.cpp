@@ -246,6 +246,11 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
   auto fn2 = [&](StringRef name) {
     return name.str() + "(" + a + ", " + b + ")";
   };
+  // Functions that are not exactly rounded in f32 take their argument as a
+  // double, as the evaluator computes them, whatever the operand's type.
+  auto dfn = [&](StringRef name) {
+    return name.str() + "(double(" + a + "))";
+  };
   auto location = [&] {
     std::string text;
     llvm::raw_string_ostream os(text);
@@ -255,25 +260,28 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
   std::optional<std::string> expr =
       llvm::TypeSwitch<Operation *, std::optional<std::string>>(op)
           .Case([&](NegOp) { return fp ? "(-" + a + ")" : fn("wrapNeg"); })
-          .Case([&](AbsOp) { return fp ? fn("fabs") : fn("iabs"); })
+          .Case([&](AbsOp) { return fp ? dfn("fabs") : fn("iabs"); })
           .Case([&](ReluOp) {
             return fp ? fn("relu") : "imax(" + a + ", INT64_C(0))";
           })
-          .Case([&](ExpOp) { return fn("sharc::math::exp"); })
-          .Case([&](LogOp) { return fn("log"); })
-          .Case([&](SqrtOp) { return fn("sqrt"); })
-          .Case([&](RsqrtOp) { return "(1.0 / sqrt(" + a + "))"; })
-          .Case([&](ErfOp) { return fn("erf"); })
-          .Case([&](TanhOp) { return fn("sharc::math::tanh"); })
-          .Case([&](SigmoidOp) { return fn("sigmoid"); })
-          .Case([&](SinOp) { return fn("sin"); })
-          .Case([&](CosOp) { return fn("cos"); })
-          .Case([&](FloorOp) { return fn("floor"); })
+          .Case([&](ExpOp) { return dfn("sharc::math::exp"); })
+          .Case([&](LogOp) { return dfn("log"); })
+          .Case([&](SqrtOp) {
+            // sqrt is exactly rounded, so f32 may stay in float.
+            return operand.isF32() ? fn("sqrtf") : dfn("sqrt");
+          })
+          .Case([&](RsqrtOp) { return "(1.0 / sqrt(double(" + a + ")))"; })
+          .Case([&](ErfOp) { return dfn("erf"); })
+          .Case([&](TanhOp) { return dfn("sharc::math::tanh"); })
+          .Case([&](SigmoidOp) { return dfn("sigmoid"); })
+          .Case([&](SinOp) { return dfn("sin"); })
+          .Case([&](CosOp) { return dfn("cos"); })
+          .Case([&](FloorOp) { return dfn("floor"); })
           .Case([&](NotOp) { return "int64_t(!" + a + ")"; })
           .Case([&](GeluOp g) {
             return g.getApproximation() == GeluApproximation::tanh
-                       ? fn("geluTanh")
-                       : fn("geluErf");
+                       ? dfn("geluTanh")
+                       : dfn("geluErf");
           })
           .Case([&](CastOp) -> std::string {
             if (isFloatType(result))
@@ -281,7 +289,7 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
             // Float to bool is `x != 0` (NaN is true), as the evaluator.
             if (fp && result.isInteger(1))
               return "int64_t(" + a + " != 0.0)";
-            return fp ? fn("ftoi") : a;
+            return fp ? dfn("ftoi") : a;
           })
           .Case([&](AddOp) {
             return fp ? "(" + a + " + " + b + ")" : fn2("wrapAdd");
@@ -300,7 +308,7 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
           })
           .Case([&](PowOp) -> std::string {
             if (fp)
-              return fn2("pow");
+              return "pow(double(" + a + "), double(" + b + "))";
             int code = errorCode("integer zero raised to a negative power in " +
                                  location());
             return "ipow(" + a + ", " + b + ", " + str(code) + ")";
@@ -340,8 +348,14 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
   if (!expr)
     return op->emitError() << "code generation: not an elementwise op";
   // Round (floats) or wrap (integers) to the result type, as the evaluator.
+  // f32 values are computed in float: +, -, *, / (and the ops that only
+  // compare, select or negate) rounded once to f32 give the same bits as in
+  // double rounded to f32 (double has more than 2 x 24 + 2 bits), so only the
+  // functions above go through double.
   if (result.isF32())
-    return "round<float>(" + *expr + ")";
+    return "float(" + *expr + ")";
+  if (result.isF64())
+    return "double(" + *expr + ")";
   if (result.isInteger(32))
     return "int64_t(int32_t(uint32_t(" + *expr + ")))";
   if (result.isInteger(1) && !isa<CompareOp, NotOp, AndOp, OrOp>(op))
@@ -359,8 +373,10 @@ FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
   if (auto constant = value.getDefiningOp<ConstantOp>()) {
     auto attr = dyn_cast<DenseElementsAttr>(constant.getValue());
     if (attr && attr.isSplat()) {
-      if (isFloatType(element))
-        return doubleLiteral(attr.getSplatValue<APFloat>().convertToDouble());
+      if (isFloatType(element)) {
+        double v = attr.getSplatValue<APFloat>().convertToDouble();
+        return element.isF32() ? floatLiteral(v) : doubleLiteral(v);
+      }
       if (element.isInteger(1))
         return std::string(attr.getSplatValue<bool>() ? "INT64_C(1)"
                                                       : "INT64_C(0)");
@@ -375,8 +391,7 @@ FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
   std::string load = member + "[" +
                      broadcastIndex(tensorType(value).getShape(), iteration) +
                      "]";
-  return std::string(isFloatType(element) ? "double(" : "int64_t(") + load +
-         ")";
+  return scalarType(element) + "(" + load + ")";
 }
 
 /// Emits one kernel for an elementwise op or a `sharc.fusion` group: every
@@ -390,9 +405,8 @@ LogicalResult ProgramEmitter::emitFusionBody(Operation *fusion,
   int next = 0;
   auto define = [&](Value value, const std::string &expr) {
     std::string name = prefix.str() + str(next++);
-    code += "    const " +
-            std::string(isFloatType(elementOf(value)) ? "double" : "int64_t") +
-            " " + name + " = " + expr + ";\n";
+    code += "    const " + scalarType(elementOf(value)) + " " + name + " = " +
+            expr + ";\n";
     scalars[value] = name;
   };
   Block &body = fusion->getRegion(0).front();
@@ -481,10 +495,7 @@ LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
     FailureOr<std::string> expr = scalarExpr(op, args);
     if (failed(expr))
       return failure();
-    kernel.body += "    const " +
-                   std::string(isFloatType(elementOf(op->getResult(0)))
-                                   ? "double"
-                                   : "int64_t") +
+    kernel.body += "    const " + scalarType(elementOf(op->getResult(0))) +
                    " v0 = " + *expr + ";\n";
     scalars[op->getResult(0)] = "v0";
     outputs.push_back(op->getResult(0));
@@ -883,6 +894,24 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
   return success();
 }
 
+/// Rows up to this length are kept in a stack array by the softmax kernels.
+constexpr int64_t kRowBuffer = 1024;
+
+/// Code adding exp(argument(c)) for c in [0, length) to `sum`, in order: the
+/// exps of a chunk are computed in a loop of their own (which vectorizes),
+/// then added one by one.
+static std::string
+expSumChunks(const std::string &length,
+             llvm::function_ref<std::string(StringRef)> argument) {
+  return "    for (int64_t c0 = 0; c0 < " + length + "; c0 += 256) {\n" +
+         "      const int64_t count = " + length + " - c0 < 256 ? " + length +
+         " - c0 : 256;\n" + "      double e[256];\n" +
+         "      for (int64_t k = 0; k < count; ++k) { const int64_t c = c0 + "
+         "k; e[k] = sharc::math::exp(" +
+         argument("c") + "); }\n" +
+         "      for (int64_t k = 0; k < count; ++k) sum += e[k];\n    }\n";
+}
+
 LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
                                           bool log) {
   Value input = op->getOperand(0), result = op->getResult(0);
@@ -905,29 +934,37 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   std::string load = (*x)("base + c * " + step);
   std::string store =
       y + "[base + c * " + step + "] = static_cast<" + type + ">(";
-  std::string body = "    const int64_t base = " + at + ";\n" +
-                     "    double max = -HUGE_VAL;\n" +
-                     "    for (int64_t c = 0; c < " + len +
-                     "; ++c) { const double v = " + load +
-                     "; max = max < v ? v : max; }\n" + "    double sum = 0;\n";
-  if (log) {
-    body += "    for (int64_t c = 0; c < " + len +
-            "; ++c) sum += sharc::math::exp(" + load + " - max);\n" +
-            "    const double logSum = log(sum);\n" +
-            "    for (int64_t c = 0; c < " + len + "; ++c) " + store + load +
-            " - max - logSum);\n";
-  } else if (length <= 1024) {
-    // Short rows keep exp(x - max) in registers or the stack: one exp per
-    // element.
-    body += "    double e[" + len + "];\n" + "    for (int64_t c = 0; c < " +
-            len + "; ++c) { e[c] = sharc::math::exp(" + load +
-            " - max); sum += e[c]; }\n" + "    for (int64_t c = 0; c < " + len +
-            "; ++c) " + store + "e[c] / sum);\n";
+  // The sums of exp(x - max) run in the evaluator's order; every exp is
+  // computed in a loop of its own, which vectorizes (an in-order sum does not).
+  std::string body = "    const int64_t base = " + at + ";\n";
+  auto loop = [&](StringRef count, StringRef statement) {
+    return "    for (int64_t c = 0; c < " + count.str() + "; ++c) " +
+           statement.str() + "\n";
+  };
+  if (length <= kRowBuffer) {
+    // The row is read once into x[] (its prologue computed once per element).
+    body += "    double x[" + len + "], e[" + len + "];\n" +
+            loop(len, "x[c] = " + load + ";") + "    double max = -HUGE_VAL;\n" +
+            loop(len, "max = max < x[c] ? x[c] : max;") +
+            loop(len, "e[c] = sharc::math::exp(x[c] - max);") +
+            "    double sum = 0;\n" + loop(len, "sum += e[c];");
+    if (log)
+      body += "    const double logSum = log(sum);\n" +
+              loop(len, store + "x[c] - max - logSum);");
+    else
+      body += loop(len, store + "e[c] / sum);");
   } else {
-    body += "    for (int64_t c = 0; c < " + len +
-            "; ++c) sum += sharc::math::exp(" + load + " - max);\n" +
-            "    for (int64_t c = 0; c < " + len + "; ++c) " + store +
-            "sharc::math::exp(" + load + " - max) / sum);\n";
+    body += "    double max = -HUGE_VAL;\n" +
+            loop(len, "{ const double v = " + load +
+                          "; max = max < v ? v : max; }") +
+            "    double sum = 0;\n" + expSumChunks(len, [&](StringRef c) {
+              return (*x)("base + " + c.str() + " * " + step) + " - max";
+            });
+    if (log)
+      body += "    const double logSum = log(sum);\n" +
+              loop(len, store + load + " - max - logSum);");
+    else
+      body += loop(len, store + "sharc::math::exp(" + load + " - max) / sum);");
   }
   kernel.body = body;
   kernel.work = 3 * length;
@@ -1042,10 +1079,13 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
             "        for (int64_t c = 0; c < " +
             str(classes) + "; ++c) { const double v = double(" + at +
             "); max = max < v ? v : max; }\n"
-            "        double sum = 0;\n"
-            "        for (int64_t c = 0; c < " +
-            str(classes) + "; ++c) sum += sharc::math::exp(double(" + at +
-            ") - max);\n"
+            "        double sum = 0;\n" +
+            expSumChunks(str(classes),
+                         [&](StringRef c) {
+                           return "double(" + x + "[(n * " + str(classes) +
+                                  " + " + c.str() + ") * " + str(spatial) +
+                                  " + d]) - max";
+                         }) +
             "        logProb = logProb - max - log(sum);\n";
   body +=
       "        w = " + (weight ? "double(" + w + "[t])" : std::string("1.0")) +

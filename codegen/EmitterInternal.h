@@ -43,6 +43,18 @@ inline std::string doubleLiteral(double value) {
   return text;
 }
 
+/// An f32 value (given as a double) as a C++ expression of type float.
+inline std::string floatLiteral(double value) {
+  if (std::isnan(value) || std::isinf(value))
+    return "static_cast<float>(" + doubleLiteral(value) + ")";
+  char buffer[40];
+  std::snprintf(buffer, sizeof(buffer), "%.9g", value);
+  std::string text = buffer;
+  if (text.find_first_of(".eE") == std::string::npos)
+    text += ".0";
+  return text + "f";
+}
+
 inline std::string intLiteral(int64_t value) {
   if (value == std::numeric_limits<int64_t>::min())
     return "(-INT64_C(9223372036854775807) - 1)";
@@ -50,6 +62,15 @@ inline std::string intLiteral(int64_t value) {
 }
 
 inline bool isFloatType(Type t) { return isa<FloatType>(t); }
+
+/// The C++ type elementwise kernels compute an element type in: f32 in float
+/// (see ProgramEmitter::scalarExpr), f64 in double, integers and booleans in
+/// int64_t.
+inline std::string scalarType(Type t) {
+  if (t.isF32())
+    return "float";
+  return isFloatType(t) ? "double" : "int64_t";
+}
 
 /// The C++ storage type of an element type, or "" when unsupported.
 inline std::string storageType(Type t) {

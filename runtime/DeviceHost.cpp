@@ -10,11 +10,17 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 
 namespace sharc::rt {
 
 namespace {
 constexpr size_t kAlignment = 256;
+/// Allocations of at least this size are aligned to it and asked to be backed
+/// by transparent huge pages: the arena and the larger parameters and moments
+/// are swept every step, and with 4 KiB pages most of those sweeps miss the
+/// TLB.
+constexpr size_t kHugePage = size_t(2) << 20;
 } // namespace
 
 void deviceInit(int localRank) { (void)localRank; }
@@ -31,10 +37,19 @@ void *deviceAlloc(size_t bytes) {
     fatal("deviceAlloc: " + std::to_string(bytes) + " bytes is too large");
   if (rounded == 0)
     rounded = kAlignment;
-  void *pointer = std::aligned_alloc(kAlignment, rounded);
+  bool huge = rounded >= kHugePage;
+  if (huge)
+    rounded = (rounded + kHugePage - 1) / kHugePage * kHugePage;
+  void *pointer = std::aligned_alloc(huge ? kHugePage : kAlignment, rounded);
   if (!pointer)
     fatal("deviceAlloc: out of host memory allocating " +
           std::to_string(bytes) + " bytes");
+#ifdef MADV_HUGEPAGE
+  // Advice only: without transparent huge pages this fails and changes
+  // nothing.
+  if (huge)
+    (void)madvise(pointer, rounded, MADV_HUGEPAGE);
+#endif
   return pointer;
 }
 

@@ -8,10 +8,11 @@
 // otherwise.  The same functor text is therefore the device kernel and its
 // host twin.
 //
-// Scalar semantics follow the reference evaluator (ir/Eval*.cpp): floats are
-// computed in double and every op's result is rounded to its element type
-// (`round<T>`), integers wrap in 64 bits, sums accumulate in double; the
-// scalar functions themselves are runtime/Math.h's, shared with it.
+// Scalar semantics follow the reference evaluator (ir/Eval*.cpp): every float
+// op's result is rounded to its element type (f32 arithmetic is done in float,
+// which gives the evaluator's double-then-round bits; exp, tanh, ... are
+// computed in double), integers wrap in 64 bits, sums accumulate in double;
+// the scalar functions themselves are runtime/Math.h's, shared with it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,12 +44,6 @@ namespace sharc::kern {
 // Scalars
 //===----------------------------------------------------------------------===//
 
-/// Rounds a double to the precision of T (f32: to nearest even).
-template <typename T> SHARC_HD double round(double x) {
-  return static_cast<double>(static_cast<T>(x));
-}
-template <> SHARC_HD double round<double>(double x) { return x; }
-
 using math::geluErf;
 using math::geluTanh;
 using math::ipow;
@@ -61,6 +56,14 @@ using math::wrapNeg;
 using math::wrapSub;
 SHARC_HD double fmaxNan(double a, double b) { return math::maxNan(a, b); }
 SHARC_HD double fminNan(double a, double b) { return math::minNan(a, b); }
+// f32 twins of the exactly rounded ones (the same bits as in double).
+SHARC_HD float relu(float x) { return x > 0 || x != x ? x : 0.0f; }
+SHARC_HD float fmaxNan(float a, float b) {
+  return a != a || b != b ? a + b : (a < b ? b : a);
+}
+SHARC_HD float fminNan(float a, float b) {
+  return a != a || b != b ? a + b : (b < a ? b : a);
+}
 
 /// Float to integer: truncation toward zero, NaN to 0, saturating at the
 /// int64 range (the evaluator's conversion).

@@ -62,44 +62,27 @@ SHARC_MATH_HD double expm1Reduced(double r) {
   return p * r;
 }
 
-/// e^y - 1 for |y| <= 1 (Taylor, degree 19; remainder < 1e-17).
-SHARC_MATH_HD double expm1Small(double y) {
-  double p = 1.0 / 121645100408832000.0;
-  p = p * y + 1.0 / 6402373705728000.0;
-  p = p * y + 1.0 / 355687428096000.0;
-  p = p * y + 1.0 / 20922789888000.0;
-  p = p * y + 1.0 / 1307674368000.0;
-  p = p * y + 1.0 / 87178291200.0;
-  p = p * y + 1.0 / 6227020800.0;
-  p = p * y + 1.0 / 479001600.0;
-  p = p * y + 1.0 / 39916800.0;
-  p = p * y + 1.0 / 3628800.0;
-  p = p * y + 1.0 / 362880.0;
-  p = p * y + 1.0 / 40320.0;
-  p = p * y + 1.0 / 5040.0;
-  p = p * y + 1.0 / 720.0;
-  p = p * y + 1.0 / 120.0;
-  p = p * y + 1.0 / 24.0;
-  p = p * y + 1.0 / 6.0;
-  p = p * y + 0.5;
-  p = p * y + 1.0;
-  return p * y;
+/// Splits y (|y| < 2^11) into k ln 2 + r, k an integer (returned in `k`) and
+/// |r| <= ln(2) / 2.
+SHARC_MATH_HD double reduce(double y, double &k) {
+  constexpr double log2e = 1.4426950408889634;
+  // ln 2 split so that k * ln2Hi is exact for |k| < 2^11.
+  constexpr double ln2Hi = 6.93147180369123816490e-01;
+  constexpr double ln2Lo = 1.90821492927058770002e-10;
+  constexpr double shifter = 6755399441055744.0; // 1.5 * 2^52
+  k = (y * log2e + shifter) - shifter;            // round to nearest
+  return (y - k * ln2Hi) - k * ln2Lo;
 }
 
 } // namespace detail
 
 /// e^x.
 SHARC_MATH_HD double exp(double x) {
-  constexpr double log2e = 1.4426950408889634;
-  // ln 2 split so that k * ln2Hi is exact for |k| < 2^11.
-  constexpr double ln2Hi = 6.93147180369123816490e-01;
-  constexpr double ln2Lo = 1.90821492927058770002e-10;
-  constexpr double shifter = 6755399441055744.0; // 1.5 * 2^52
   // Clamping keeps k in range; the ends produce 0 and +inf below.
   double clamped = x < -746.0 ? -746.0 : (x > 710.0 ? 710.0 : x);
   clamped = x != x ? 0.0 : clamped;
-  double k = (clamped * log2e + shifter) - shifter; // round to nearest
-  double r = (clamped - k * ln2Hi) - k * ln2Lo;
+  double k;
+  double r = detail::reduce(clamped, k);
   double er = detail::expm1Reduced(r) + 1.0;
   // 2^k as two factors, so that subnormal results and k = 1024 work.
   int64_t ki = static_cast<int64_t>(k);
@@ -109,18 +92,21 @@ SHARC_MATH_HD double exp(double x) {
   return x != x ? x : result;
 }
 
-/// tanh(x).
+/// tanh(x) = expm1(2|x|) / (expm1(2|x|) + 2), signed; expm1(y) =
+/// 2^k expm1(r) + (2^k - 1) from the reduction of y, exact for k = 0 (small
+/// |x|: no cancellation) and within a few ulp beyond.  From |x| = 22 on, tanh
+/// is 1 in double.
 SHARC_MATH_HD double tanh(double x) {
   double a = x < 0 ? -x : x;
-  double y = 2.0 * a;
-  // Small |x|: e^{2a} - 1 from its series, no cancellation.
-  double em1 = detail::expm1Small(y < 1.0 ? y : 1.0);
-  double small = em1 / (em1 + 2.0);
-  // Otherwise 1 - 2 / (e^{2a} + 1) (at most a bit lost to cancellation).
-  double large = 1.0 - 2.0 / (math::exp(y) + 1.0);
-  double r = a < 0.5 ? small : large;
-  r = x != x ? x : r;
-  return x < 0 ? -r : (x == 0 ? x : r);
+  double y = 2.0 * (a < 22.0 ? a : 22.0);
+  y = x != x ? 0.0 : y;
+  double k;
+  double r = detail::reduce(y, k);
+  double scale = detail::pow2(static_cast<int64_t>(k));
+  double em1 = scale * detail::expm1Reduced(r) + (scale - 1.0);
+  double t = em1 / (em1 + 2.0);
+  t = x != x ? x : t;
+  return x < 0 ? -t : (x == 0 ? x : t);
 }
 
 //===----------------------------------------------------------------------===//

@@ -855,7 +855,7 @@ TEST_F(KernelTest, GeneratedKernelsMatchTheEvaluator) {
   // sharc compile does); the runtime's GEMM and thread pool and a fatal()
   // that aborts, in C++20 as the runtime.
   std::string cxx = std::string(SHARC_TEST_CXX) +
-                    " -O1 -fPIC -ffp-contract=off -fno-trapping-math -I" + SHARC_SOURCE_DIR + " ";
+                    " -O1 -fPIC -ffp-contract=off -fno-trapping-math -fno-math-errno -I" + SHARC_SOURCE_DIR + " ";
   std::string folder = dir.str().str();
   std::string command =
       cxx + "-std=c++17 -c " + cpp + " -o " + cpp + ".o && " + cxx +
