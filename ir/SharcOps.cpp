@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -471,6 +472,76 @@ OpFoldResult ReshapeOp::fold(FoldAdaptor adaptor) {
   if (auto dense = dyn_cast_or_null<DenseElementsAttr>(adaptor.getOperand()))
     return dense.reshape(getType());
   return {};
+}
+
+namespace {
+
+/// True when `permutation` swaps the last two dimensions and keeps the others
+/// (the transpose a matmul can read through its transpose flags).
+bool swapsMatrixDims(ArrayRef<int64_t> permutation) {
+  int64_t rank = permutation.size();
+  if (rank < 2)
+    return false;
+  for (int64_t d = 0; d + 2 < rank; ++d)
+    if (permutation[d] != d)
+      return false;
+  return permutation[rank - 2] == rank - 1 && permutation[rank - 1] == rank - 2;
+}
+
+/// matmul(transpose(x), y) -> matmul(x, y) with transpose_lhs flipped; the
+/// same for the rhs.
+struct FoldTransposedOperands : OpRewritePattern<MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(MatmulOp op,
+                                PatternRewriter &rewriter) const override {
+    Value lhs = op.getLhs(), rhs = op.getRhs();
+    bool transposeLhs = op.getTransposeLhs(),
+         transposeRhs = op.getTransposeRhs();
+    auto fold = [](Value &operand, bool &flag) {
+      auto transpose = operand.getDefiningOp<TransposeOp>();
+      if (!transpose || !swapsMatrixDims(transpose.getPermutation()))
+        return false;
+      operand = transpose.getOperand();
+      flag = !flag;
+      return true;
+    };
+    bool changed = fold(lhs, transposeLhs);
+    changed |= fold(rhs, transposeRhs);
+    if (!changed)
+      return failure();
+    rewriter.replaceOpWithNewOp<MatmulOp>(op, op.getType(), lhs, rhs,
+                                          transposeLhs, transposeRhs);
+    return success();
+  }
+};
+
+/// transpose(matmul(a, b)) over the matrix dimensions, the matmul used only
+/// there -> matmul(b, a) with each operand's transpose flag flipped.
+struct TransposeOfMatmul : OpRewritePattern<TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(TransposeOp op,
+                                PatternRewriter &rewriter) const override {
+    auto matmul = op.getOperand().getDefiningOp<MatmulOp>();
+    if (!matmul || !matmul->hasOneUse() ||
+        !swapsMatrixDims(op.getPermutation()))
+      return failure();
+    rewriter.replaceOpWithNewOp<MatmulOp>(
+        op, op.getType(), matmul.getRhs(), matmul.getLhs(),
+        !matmul.getTransposeRhs(), !matmul.getTransposeLhs());
+    return success();
+  }
+};
+
+} // namespace
+
+void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                           MLIRContext *context) {
+  patterns.add<FoldTransposedOperands>(context);
+}
+
+void TransposeOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                              MLIRContext *context) {
+  patterns.add<TransposeOfMatmul>(context);
 }
 
 LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,

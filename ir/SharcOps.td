@@ -238,6 +238,9 @@ def Sharc_MatmulOp : Sharc_Op<"matmul", [Pure, InferTypeOpAdaptor]> {
   let results = (outs Sharc_NumericTensor:$result);
   let assemblyFormat =
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  // matmul(transpose(x), y) takes x with transpose_lhs flipped (and the same
+  // for the rhs): the GEMM reads the matrix transposed, no copy is made.
+  let hasCanonicalizer = 1;
 }
 
 def Sharc_ReduceOp : Sharc_Op<"reduce", [Pure, InferTypeOpAdaptor]> {
@@ -307,6 +310,9 @@ def Sharc_TransposeOp : Sharc_Op<"transpose", [Pure, InferTypeOpAdaptor]> {
   let arguments = (ins Sharc_Tensor:$operand, DenseI64ArrayAttr:$permutation);
   let results = (outs Sharc_Tensor:$result);
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  // Swapping the matrix dimensions of a matmul used once is the matmul of the
+  // swapped operands: (A B)^T = B^T A^T.
+  let hasCanonicalizer = 1;
 }
 
 def Sharc_BroadcastOp : Sharc_Op<"broadcast", [Pure]> {
