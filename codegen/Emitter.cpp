@@ -744,6 +744,14 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
   };
   std::optional<int64_t> strideA = stride(lhsBatch, m * k);
   std::optional<int64_t> strideB = stride(rhsBatch, k * n);
+  // A batch of row-major lhs matrices times one rhs is one taller GEMM: the
+  // lhs and result matrices are stacked rows, and the rhs is packed once.
+  if (strideA && strideB && *strideA == m * k && *strideB == 0 && !transA &&
+      batchCount > 1) {
+    m *= batchCount;
+    batchCount = 1;
+    strideA = 0;
+  }
   auto args = [&](StringRef aExpr, StringRef bExpr, StringRef cExpr, int64_t sa,
                   int64_t sb, int64_t count) {
     return "    sharc::rt::GemmArgs args;\n"

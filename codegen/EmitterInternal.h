@@ -128,7 +128,8 @@ inline int64_t product(ArrayRef<int64_t> dims) {
 }
 
 /// The offset into a tensor of shape `from` (numpy-broadcast to `to`) of the
-/// element at flat index `index` of `to`.
+/// element at flat index `index` of `to`.  Runs of adjacent dimensions that
+/// are not broadcast are one coordinate (one division and one remainder).
 inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
                                   StringRef index = "i") {
   if (from == to)
@@ -139,18 +140,28 @@ inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
   SmallVector<int64_t> fromStrides = stridesOf(from);
   size_t lead = to.size() - from.size();
   std::string expr;
-  for (size_t d = lead; d < to.size(); ++d) {
-    int64_t size = from[d - lead];
-    if (size == 1)
+  for (size_t d = lead; d < to.size();) {
+    if (from[d - lead] == 1) {
+      ++d;
       continue;
+    }
+    // [first, d) is a run of dimensions `from` keeps (size-1 ones included).
+    size_t first = d;
+    int64_t extent = 1;
+    size_t last = d;
+    for (; d < to.size() && (from[d - lead] != 1 || to[d] == 1); ++d) {
+      extent *= to[d];
+      if (to[d] != 1)
+        last = d;
+    }
     std::string coord = "(" + index.str();
-    if (toStrides[d] != 1)
-      coord += " / " + str(toStrides[d]);
-    if (d != 0)
-      coord += " % " + str(to[d]);
+    if (toStrides[last] != 1)
+      coord += " / " + str(toStrides[last]);
+    if (first != 0)
+      coord += " % " + str(extent);
     coord += ")";
-    if (fromStrides[d - lead] != 1)
-      coord += " * " + str(fromStrides[d - lead]);
+    if (fromStrides[last - lead] != 1)
+      coord += " * " + str(fromStrides[last - lead]);
     expr += (expr.empty() ? "" : " + ") + coord;
   }
   return expr.empty() ? "0" : expr;
