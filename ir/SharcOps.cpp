@@ -532,7 +532,122 @@ struct TransposeOfMatmul : OpRewritePattern<TransposeOp> {
   }
 };
 
+/// A tensor of zeros: a splat +0 constant, or the broadcast of one.
+bool isZeros(Value value) {
+  if (auto broadcast = value.getDefiningOp<BroadcastOp>())
+    value = broadcast.getOperand();
+  auto constant = value.getDefiningOp<ConstantOp>();
+  auto attr =
+      constant ? dyn_cast<DenseElementsAttr>(constant.getValue()) : nullptr;
+  if (!attr || !attr.isSplat())
+    return false;
+  if (isa<FloatType>(attr.getElementType())) {
+    APFloat zero = attr.getSplatValue<APFloat>();
+    return zero.isZero() && !zero.isNegative();
+  }
+  return attr.getSplatValue<APInt>().isZero();
+}
+
+/// A box written by a unit-stride insert_slice.
+struct Piece {
+  Value source;
+  SmallVector<int64_t> start;
+  ArrayRef<int64_t> shape;
+};
+
+/// The pieces of `value` when it is a chain of unit-stride insert_slices,
+/// each used once, into zeros (returned in `zeros`).
+LogicalResult collectPieces(Value value, SmallVectorImpl<Piece> &pieces,
+                            Value &zeros) {
+  while (auto insert = value.getDefiningOp<InsertSliceOp>()) {
+    if (!insert->hasOneUse() ||
+        llvm::any_of(insert.getStride(), [](int64_t s) { return s != 1; }))
+      return failure();
+    pieces.push_back({insert.getSource(),
+                      SmallVector<int64_t>(insert.getStart()),
+                      cast<RankedTensorType>(insert.getSource().getType())
+                          .getShape()});
+    value = insert.getDest();
+  }
+  if (!isZeros(value))
+    return failure();
+  zeros = value;
+  return success();
+}
+
+bool overlap(const Piece &a, const Piece &b) {
+  for (size_t d = 0; d < a.start.size(); ++d)
+    if (a.start[d] + a.shape[d] <= b.start[d] ||
+        b.start[d] + b.shape[d] <= a.start[d])
+      return false;
+  return true;
+}
+
+/// The axis along which disjoint `pieces` tile a tensor of `shape` (each
+/// spanning every other dimension), if there is one.
+std::optional<int64_t> tilingAxis(ArrayRef<Piece> pieces,
+                                  ArrayRef<int64_t> shape) {
+  for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size()); ++axis) {
+    int64_t covered = 0;
+    bool spans = true;
+    for (const Piece &piece : pieces) {
+      for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+        if (d != axis && (piece.start[d] != 0 || piece.shape[d] != shape[d]))
+          spans = false;
+      covered += piece.shape[axis];
+    }
+    if (spans && covered == shape[axis])
+      return axis;
+  }
+  return std::nullopt;
+}
+
+/// add(insert_slice(a into 0), insert_slice(b into 0)) with disjoint slices
+/// -> insert_slice(b into insert_slice(a into 0)), or concat(a, b) when the
+/// slices tile the result.  (A -0 in a slice stays -0, where 0 + -0 is +0.)
+struct AddDisjointSlices : OpRewritePattern<AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(AddOp op,
+                                PatternRewriter &rewriter) const override {
+    if (op.getLhs().getType() != op.getType() ||
+        op.getRhs().getType() != op.getType())
+      return failure();
+    SmallVector<Piece> pieces;
+    Value zeros, otherZeros;
+    if (failed(collectPieces(op.getLhs(), pieces, zeros)) ||
+        failed(collectPieces(op.getRhs(), pieces, otherZeros)))
+      return failure();
+    for (size_t i = 0; i < pieces.size(); ++i)
+      for (size_t j = i + 1; j < pieces.size(); ++j)
+        if (overlap(pieces[i], pieces[j]))
+          return failure();
+    ArrayRef<int64_t> shape = op.getType().getShape();
+    if (std::optional<int64_t> axis = tilingAxis(pieces, shape)) {
+      llvm::sort(pieces, [&](const Piece &a, const Piece &b) {
+        return a.start[*axis] < b.start[*axis];
+      });
+      SmallVector<Value> sources;
+      for (const Piece &piece : pieces)
+        sources.push_back(piece.source);
+      rewriter.replaceOpWithNewOp<ConcatOp>(op, op.getType(), sources, *axis);
+      return success();
+    }
+    Value result = zeros;
+    SmallVector<int64_t> ones(shape.size(), 1);
+    for (const Piece &piece : pieces)
+      result = InsertSliceOp::create(rewriter, op.getLoc(), op.getType(),
+                                     piece.source, result, piece.start, ones);
+    rewriter.replaceOp(op, result);
+    return success();
+  }
+};
+
 } // namespace
+
+void AddOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                        MLIRContext *context) {
+  patterns.add<AddDisjointSlices>(context);
+}
 
 void MatmulOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
                                            MLIRContext *context) {

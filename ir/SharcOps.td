@@ -135,6 +135,10 @@ class Sharc_BinaryOp<string mnemonic, Type operandType, list<Trait> traits = []>
 
 def Sharc_AddOp : Sharc_BinaryOp<"add", Sharc_NumericTensor, [Commutative]> {
   let summary = "lhs + rhs (broadcasting)";
+  // The sum of disjoint slices inserted into zeros (the gradient of a value
+  // split into slices) is one chain of insertions, or a concat when the
+  // slices tile the tensor.
+  let hasCanonicalizer = 1;
 }
 def Sharc_SubOp : Sharc_BinaryOp<"sub", Sharc_NumericTensor> {
   let summary = "lhs - rhs (broadcasting)";

@@ -70,3 +70,57 @@ func.func @shared_matmul_stays(%x: tensor<5x4xf32>, %dy: tensor<5x3xf32>) -> (te
   %gt = sharc.transpose %g {permutation = array<i64: 1, 0>} : (tensor<4x3xf32>) -> tensor<3x4xf32>
   return %gt, %g : tensor<3x4xf32>, tensor<4x3xf32>
 }
+
+// -----
+
+// The gradient of a value split into slices: the sum of the slices inserted
+// into zeros is their concat when they tile the tensor.
+
+// CHECK-LABEL: func.func @split_gradient_is_concat
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x4xf32>, %[[K:.*]]: tensor<2x4xf32>, %[[V:.*]]: tensor<2x4xf32>)
+// CHECK-NOT: sharc.add
+// CHECK: %[[R:.*]] = sharc.concat %[[Q]], %[[K]], %[[V]] {axis = 1 : i64}
+// CHECK: return %[[R]]
+func.func @split_gradient_is_concat(%q: tensor<2x4xf32>, %k: tensor<2x4xf32>, %v: tensor<2x4xf32>) -> tensor<2x12xf32> {
+  %zero = sharc.constant dense<0.0> : tensor<f32>
+  %z = sharc.broadcast %zero : tensor<f32> to tensor<2x12xf32>
+  %dv = sharc.insert_slice %v into %z {start = array<i64: 0, 8>, stride = array<i64: 1, 1>} : tensor<2x4xf32> into tensor<2x12xf32>
+  %dq = sharc.insert_slice %q into %z {start = array<i64: 0, 0>, stride = array<i64: 1, 1>} : tensor<2x4xf32> into tensor<2x12xf32>
+  %dk = sharc.insert_slice %k into %z {start = array<i64: 0, 4>, stride = array<i64: 1, 1>} : tensor<2x4xf32> into tensor<2x12xf32>
+  %s = sharc.add %dv, %dq : (tensor<2x12xf32>, tensor<2x12xf32>) -> tensor<2x12xf32>
+  %t = sharc.add %s, %dk : (tensor<2x12xf32>, tensor<2x12xf32>) -> tensor<2x12xf32>
+  return %t : tensor<2x12xf32>
+}
+
+// -----
+
+// Disjoint slices that leave a gap: one chain of insertions into the zeros.
+
+// CHECK-LABEL: func.func @disjoint_slices_chain
+// CHECK-SAME: (%[[A:.*]]: tensor<2x3xf32>, %[[B:.*]]: tensor<2x3xf32>)
+// CHECK-NOT: sharc.add
+// CHECK: %[[Z:.*]] = sharc.constant dense<0.000000e+00> : tensor<2x8xf32>
+// CHECK: %[[I:.*]] = sharc.insert_slice %[[A]] into %[[Z]] {start = array<i64: 0, 0>
+// CHECK: %[[J:.*]] = sharc.insert_slice %[[B]] into %[[I]] {start = array<i64: 0, 5>
+// CHECK: return %[[J]]
+func.func @disjoint_slices_chain(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x8xf32> {
+  %z = sharc.constant dense<0.0> : tensor<2x8xf32>
+  %x = sharc.insert_slice %a into %z {start = array<i64: 0, 0>, stride = array<i64: 1, 1>} : tensor<2x3xf32> into tensor<2x8xf32>
+  %y = sharc.insert_slice %b into %z {start = array<i64: 0, 5>, stride = array<i64: 1, 1>} : tensor<2x3xf32> into tensor<2x8xf32>
+  %s = sharc.add %x, %y : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %s : tensor<2x8xf32>
+}
+
+// -----
+
+// Overlapping slices really add.
+
+// CHECK-LABEL: func.func @overlapping_slices_add
+// CHECK: sharc.add
+func.func @overlapping_slices_add(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x8xf32> {
+  %z = sharc.constant dense<0.0> : tensor<2x8xf32>
+  %x = sharc.insert_slice %a into %z {start = array<i64: 0, 0>, stride = array<i64: 1, 1>} : tensor<2x3xf32> into tensor<2x8xf32>
+  %y = sharc.insert_slice %b into %z {start = array<i64: 0, 2>, stride = array<i64: 1, 1>} : tensor<2x3xf32> into tensor<2x8xf32>
+  %s = sharc.add %x, %y : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %s : tensor<2x8xf32>
+}
