@@ -682,10 +682,10 @@ LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
   std::string upd = kernel.pointer(type, true, *updates);
   std::string dst = kernel.pointer(type, false, *out);
   // One call per destination row (o, r): it scans the indices once per
-  // block of up to 16 inner elements, summing the matching updates in index
-  // order in double and rounding once: deterministic on any number of
-  // threads, and no atomics.
-  int64_t block = std::min<int64_t>(16, std::max<int64_t>(1, inner));
+  // block of up to 256 inner elements (an embedding row is usually one
+  // block), summing the matching updates in index order in double and
+  // rounding once: deterministic on any number of threads, and no atomics.
+  int64_t block = std::min<int64_t>(256, std::max<int64_t>(1, inner));
   std::string s = str(size), n = str(inner), c = str(count);
   kernel.body =
       "    const int64_t r = i % " + s + ", o = i / " + s + ";\n" +

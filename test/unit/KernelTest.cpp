@@ -447,6 +447,16 @@ public:
               ") -> " + tf + "\n return %r : " + tf,
           floatTolerance(f));
     }
+    // An embedding gradient whose rows span two of the kernel's 256-wide
+    // blocks.
+    add("scatter_add",
+        {{"f32", {5, 300}}, {"i64", {7}, Gen::integer, -5, 5},
+         {"f32", {7, 300}}},
+        {"tensor<5x300xf32>"},
+        "%r = sharc.scatter_add %a0, %a1, %a2 {axis = 0} : "
+        "(tensor<5x300xf32>, tensor<7xi64>, tensor<7x300xf32>) -> "
+        "tensor<5x300xf32>\n return %r : tensor<5x300xf32>",
+        floatTolerance("f32"));
     for (int k = 0; k < 6; ++k) {
       std::string e = k % 2 ? "i32" : "f32";
       int64_t rank = uniform(1, 4);
