@@ -44,21 +44,23 @@ SHARC_MATH_HD double pow2(int64_t k) {
   return result;
 }
 
-/// e^r - 1 for |r| <= 0.35 (Taylor, degree 13; remainder < 1e-17).
+/// e^r - 1 for |r| <= 0.35 (Taylor, degree 13; remainder < 1e-17), by
+/// Horner's rule with fused multiply-adds (exactly specified by IEEE, so the
+/// same on every target, and one rounding per step).
 SHARC_MATH_HD double expm1Reduced(double r) {
   double p = 1.0 / 6227020800.0;
-  p = p * r + 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
+  p = ::fma(p, r, 1.0 / 479001600.0);
+  p = ::fma(p, r, 1.0 / 39916800.0);
+  p = ::fma(p, r, 1.0 / 3628800.0);
+  p = ::fma(p, r, 1.0 / 362880.0);
+  p = ::fma(p, r, 1.0 / 40320.0);
+  p = ::fma(p, r, 1.0 / 5040.0);
+  p = ::fma(p, r, 1.0 / 720.0);
+  p = ::fma(p, r, 1.0 / 120.0);
+  p = ::fma(p, r, 1.0 / 24.0);
+  p = ::fma(p, r, 1.0 / 6.0);
+  p = ::fma(p, r, 0.5);
+  p = ::fma(p, r, 1.0);
   return p * r;
 }
 
