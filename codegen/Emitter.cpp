@@ -470,6 +470,18 @@ ProgramEmitter::rowInput(KernelText &kernel, Value input) {
 LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
   if (op->hasAttr("sharc.fuse_into"))
     return success(); // Computed inside the row kernel that reads it.
+  if (auto epilogue = op->getAttrOfType<DenseI64ArrayAttr>("sharc.gemm_bias")) {
+    // matmul + bias: the GEMM, with the bias as its epilogue, writes this
+    // op's result (sharc-fuse's gemm-epilogues).
+    auto matmul =
+        epilogue.size() == 2
+            ? op->getOperand(epilogue[0]).getDefiningOp<MatmulOp>()
+            : MatmulOp();
+    if (!matmul)
+      return op->emitError() << "code generation: sharc.gemm_bias does not "
+                                "name a matmul operand";
+    return emitMatmul(matmul, op->getResult(0), op->getOperand(epilogue[1]));
+  }
   ArrayRef<int64_t> iteration = tensorType(op->getResult(0)).getShape();
   KernelText kernel;
   DenseMap<Value, std::string> scalars;
@@ -713,7 +725,10 @@ LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
 // Matmul
 //===----------------------------------------------------------------------===//
 
-LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
+LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
+                                         Value bias) {
+  if (!result)
+    result = op.getResult();
   auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs()),
        out = tensorType(op.getResult());
   Type element = out.getElementType();
@@ -730,9 +745,16 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
   int64_t batchCount = product(batch);
   FailureOr<std::string> a = typedPointer(op.getLhs()),
                          b = typedPointer(op.getRhs()),
-                         c = typedPointer(op.getResult());
+                         c = typedPointer(result);
   if (failed(a) || failed(b) || failed(c))
     return failure();
+  std::string biasLine;
+  if (bias) {
+    FailureOr<std::string> pointer = typedPointer(bias);
+    if (failed(pointer))
+      return failure();
+    biasLine = "    args.bias = " + *pointer + ";\n";
+  }
   std::string type = element.isF32() ? "f32" : "f64";
   auto stride = [&](ArrayRef<int64_t> operandBatch,
                     int64_t matrix) -> std::optional<int64_t> {
@@ -766,8 +788,8 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op) {
            "; args.strideB = " + str(sb) + ";\n    args.c = " + cExpr.str() +
            "; args.ldc = " + str(std::max<int64_t>(1, n)) +
            "; args.strideC = " + str(m * n) +
-           ";\n    args.batch = " + str(count) +
-           ";\n    sharc::kern::gemm(ctx, args);\n";
+           ";\n    args.batch = " + str(count) + ";\n" + biasLine +
+           "    sharc::kern::gemm(ctx, args);\n";
   };
   if (strideA && strideB) {
     stepBody +=
@@ -1186,9 +1208,9 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
 void ProgramEmitter::waitForOperands(Operation *op) {
   for (Value operand : op->getOperands()) {
     // A producer computed inside this op's kernel reads its operands here.
-    if (auto fusion = operand.getDefiningOp<FusionOp>())
-      if (fusion->hasAttr("sharc.fuse_into"))
-        waitForOperands(fusion);
+    if (Operation *producer = operand.getDefiningOp())
+      if (producer->hasAttr("sharc.fuse_into"))
+        waitForOperands(producer);
     auto pending = pendingCollectives.find(operand);
     if (pending == pendingCollectives.end())
       continue;
@@ -1205,7 +1227,10 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
     return emitElementwise(op);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ConstantOp) { return success(); })
-      .Case([&](MatmulOp op) { return emitMatmul(op); })
+      .Case([&](MatmulOp op) {
+        // A GEMM with an epilogue is emitted where its user is.
+        return op->hasAttr("sharc.fuse_into") ? success() : emitMatmul(op);
+      })
       .Case([&](ReduceOp op) { return emitReduce(op); })
       .Case([&](SoftmaxOp op) { return emitSoftmax(op, op.getAxis(), false); })
       .Case(

@@ -288,7 +288,9 @@ private:
                                     ArrayRef<int64_t> iteration);
 
   // Other ops.
-  LogicalResult emitMatmul(MatmulOp op);
+  /// One GEMM for `op`, writing `result` (the matmul's own by default) and
+  /// adding `bias` to every row when given (a GEMM epilogue).
+  LogicalResult emitMatmul(MatmulOp op, Value result = {}, Value bias = {});
   LogicalResult emitReduce(ReduceOp op);
   LogicalResult emitSoftmax(Operation *op, int64_t axis, bool log);
   LogicalResult emitLayerNorm(LayerNormOp op);

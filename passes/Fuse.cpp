@@ -350,8 +350,61 @@ static void markRowPrologues(Block &block) {
   }
 }
 
+/// Marks GEMM bias epilogues: an add of a matmul result (used only there) and
+/// a vector over its last dimension, as a plain op or the one op of a fusion.
+/// The matmul gets sharc.fuse_into and the add (or fusion)
+/// sharc.gemm_bias = [operand index of the product, operand index of the
+/// bias]: the code generator runs the GEMM there, the bias added by it.
+static void markGemmEpilogues(Block &block) {
+  for (Operation &op : block) {
+    Operation *add = &op;
+    if (auto fusion = dyn_cast<FusionOp>(op)) {
+      auto body = fusion.getBody().front().without_terminator();
+      if (!llvm::hasSingleElement(body))
+        continue;
+      add = &*body.begin();
+      if (fusion.getBody().front().getTerminator()->getOperand(0) !=
+          add->getResult(0))
+        continue;
+    }
+    if (!isa<AddOp>(add) || op.getNumResults() != 1)
+      continue;
+    // The operand of `op` that `add`'s operand `index` reads.
+    auto operandOf = [&](unsigned index) -> std::optional<unsigned> {
+      if (add == &op)
+        return index;
+      auto arg = dyn_cast<BlockArgument>(add->getOperand(index));
+      if (!arg)
+        return std::nullopt;
+      return arg.getArgNumber();
+    };
+    std::optional<unsigned> lhs = operandOf(0), rhs = operandOf(1);
+    if (!lhs || !rhs || *lhs == *rhs)
+      continue;
+    auto resultType = cast<RankedTensorType>(op.getResult(0).getType());
+    Type element = resultType.getElementType();
+    if (!element.isF32() && !element.isF64())
+      continue;
+    int64_t n = resultType.getShape().back();
+    for (auto [product, bias] : {std::pair{*lhs, *rhs}, {*rhs, *lhs}}) {
+      Value value = op.getOperand(product);
+      auto matmul = value.getDefiningOp<MatmulOp>();
+      auto biasType = cast<RankedTensorType>(op.getOperand(bias).getType());
+      if (!matmul || !value.hasOneUse() || matmul->getBlock() != &block ||
+          matmul.getType() != resultType || biasType.getRank() == 0 ||
+          biasType.getShape().back() != n || biasType.getNumElements() != n)
+        continue;
+      matmul->setAttr("sharc.fuse_into", UnitAttr::get(op.getContext()));
+      op.setAttr("sharc.gemm_bias",
+                 DenseI64ArrayAttr::get(op.getContext(),
+                                        {int64_t(product), int64_t(bias)}));
+      break;
+    }
+  }
+}
+
 LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons,
-                                        bool rowPrologues) {
+                                        bool rowPrologues, bool gemmEpilogues) {
   if (func.isExternal())
     return success();
   if (!func.getBody().hasOneBlock())
@@ -362,6 +415,8 @@ LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons,
     return failure();
   if (rowPrologues)
     markRowPrologues(func.getBody().front());
+  if (gemmEpilogues)
+    markGemmEpilogues(func.getBody().front());
   return success();
 }
 
@@ -371,16 +426,19 @@ struct FusePass : sharc::impl::FuseBase<FusePass> {
 
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (failed(fuseElementwiseOps(func, singletons, rowPrologues)))
+      if (failed(fuseElementwiseOps(func, singletons, rowPrologues,
+                                    gemmEpilogues)))
         return signalPassFailure();
   }
 };
 } // namespace
 
 std::unique_ptr<Pass> sharc::createFusePass(bool singletons,
-                                            bool rowPrologues) {
+                                            bool rowPrologues,
+                                            bool gemmEpilogues) {
   FuseOptions options;
   options.singletons = singletons;
   options.rowPrologues = rowPrologues;
+  options.gemmEpilogues = gemmEpilogues;
   return createFuse(options);
 }

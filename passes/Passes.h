@@ -136,15 +136,19 @@ void registerSharcPipelines();
 /// ops as sharc-fuse does (docs/passes.md); with `singletons`, an elementwise
 /// op that joins no group becomes a fusion of its own; with `rowPrologues`,
 /// a short fusion read only by a row reduction gets `sharc.fuse_into` (the
-/// code generator computes it inside that kernel).  Fails, after reporting an
-/// error, on a function of more than one block.
+/// code generator computes it inside that kernel); with `gemmEpilogues`, a
+/// matmul whose result only gets a bias added becomes that add's GEMM
+/// (`sharc.fuse_into` on the matmul, `sharc.gemm_bias` on the add).  Fails,
+/// after reporting an error, on a function of more than one block.
 mlir::LogicalResult fuseElementwiseOps(mlir::func::FuncOp func,
                                        bool singletons = true,
-                                       bool rowPrologues = true);
+                                       bool rowPrologues = true,
+                                       bool gemmEpilogues = true);
 
 /// The sharc-fuse pass.
 std::unique_ptr<mlir::Pass> createFusePass(bool singletons = true,
-                                           bool rowPrologues = true);
+                                           bool rowPrologues = true,
+                                           bool gemmEpilogues = true);
 
 //===----------------------------------------------------------------------===//
 // Preparing @train_step for code generation (PrepareEmission.cpp)

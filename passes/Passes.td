@@ -81,6 +81,12 @@ def Fuse : Pass<"sharc-fuse", "mlir::ModuleOp"> {
            "Mark a short single-result fusion read only by a softmax, "
            "log_softmax, layer_norm or float reduce with sharc.fuse_into: "
            "the code generator computes it inside that row kernel">,
+    Option<"gemmEpilogues", "gemm-epilogues", "bool", "true",
+           "Mark a matmul whose only user adds a bias vector (over the last "
+           "dimension) to it with sharc.fuse_into, and that add (or one-add "
+           "fusion) with sharc.gemm_bias = [product operand, bias operand]: "
+           "the code generator runs the GEMM there with the bias as its "
+           "epilogue">,
   ];
   let dependentDialects = ["sharc::SharcDialect"];
 }

@@ -76,14 +76,22 @@ void gemm16(const GemmArgs &args) {
     if (batch == 0 || args.strideB != 0)
       widen(args.type, b + batch * args.strideB, rowsB, colsB, args.ldb, wideB);
     uint16_t *cBatch = c + batch * args.strideC;
-    if (args.beta != 0)
+    float beta = float(args.beta);
+    if (args.bias) {
+      for (int64_t i = 0; i < args.m; ++i)
+        for (int64_t j = 0; j < args.n; ++j)
+          wideC[i * args.n + j] =
+              load16(args.type, static_cast<const uint16_t *>(args.bias), j);
+      beta = 1;
+    } else if (args.beta != 0) {
       widen(args.type, cBatch, args.m, args.n, args.ldc, wideC);
+    }
     cblas_sgemm(CblasRowMajor, args.transA ? CblasTrans : CblasNoTrans,
                 args.transB ? CblasTrans : CblasNoTrans, int(args.m),
                 int(args.n), int(args.k), float(args.alpha), wideA.data(),
                 int(std::max<int64_t>(1, colsA)), wideB.data(),
-                int(std::max<int64_t>(1, colsB)), float(args.beta),
-                wideC.data(), int(args.n));
+                int(std::max<int64_t>(1, colsB)), beta, wideC.data(),
+                int(args.n));
     for (int64_t i = 0; i < args.m; ++i)
       for (int64_t j = 0; j < args.n; ++j) {
         float value = wideC[i * args.n + j];
@@ -118,6 +126,9 @@ void validateGemm(const GemmArgs &args, const char *caller) {
     fatal(std::string(caller) + ": strideC " + std::to_string(args.strideC) +
           " makes batches of C overlap (each spans " +
           std::to_string((args.m - 1) * args.ldc + args.n) + " elements)");
+  if (args.bias && args.beta != 0)
+    fatal(std::string(caller) + ": a bias needs beta = 0 (beta is " +
+          std::to_string(args.beta) + ")");
   if (!args.a || !args.b || !args.c)
     fatal(std::string(caller) + ": " +
           (!args.a   ? "A"
@@ -127,6 +138,15 @@ void validateGemm(const GemmArgs &args, const char *caller) {
 }
 
 namespace {
+
+/// Sets rows [rowBegin, rowEnd) of C to `bias`.
+template <typename T>
+void fillRows(T *c, int64_t ldc, const void *bias, int64_t n, int64_t rowBegin,
+              int64_t rowEnd) {
+  const T *row = static_cast<const T *>(bias);
+  for (int64_t i = rowBegin; i < rowEnd; ++i)
+    std::copy(row, row + n, c + i * ldc);
+}
 
 /// Rows [rowBegin, rowEnd) of batches [batchBegin, batchEnd) of `args`
 /// (f32/f64), on the calling thread.
@@ -141,12 +161,23 @@ void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
     int64_t offsetA = batch * args.strideA + rowOffsetA;
     int64_t offsetB = batch * args.strideB;
     int64_t offsetC = batch * args.strideC + rowBegin * args.ldc;
+    // A bias: C starts as the bias in every row, and the product adds to it.
+    double beta = args.beta;
+    if (args.bias) {
+      if (args.type == DType::f32)
+        fillRows(static_cast<float *>(args.c) + batch * args.strideC,
+                 args.ldc, args.bias, args.n, rowBegin, rowEnd);
+      else
+        fillRows(static_cast<double *>(args.c) + batch * args.strideC,
+                 args.ldc, args.bias, args.n, rowBegin, rowEnd);
+      beta = 1;
+    }
     if (args.type == DType::f32)
       cblas_sgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
                   int(args.k), float(args.alpha),
                   static_cast<const float *>(args.a) + offsetA, int(args.lda),
                   static_cast<const float *>(args.b) + offsetB, int(args.ldb),
-                  float(args.beta), static_cast<float *>(args.c) + offsetC,
+                  float(beta), static_cast<float *>(args.c) + offsetC,
                   int(args.ldc));
     else
       cblas_dgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
@@ -154,7 +185,7 @@ void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
                   static_cast<const double *>(args.a) + offsetA,
                   int(args.lda),
                   static_cast<const double *>(args.b) + offsetB,
-                  int(args.ldb), args.beta,
+                  int(args.ldb), beta,
                   static_cast<double *>(args.c) + offsetC, int(args.ldc));
   }
 }

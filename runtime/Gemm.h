@@ -19,7 +19,10 @@ namespace sharc::rt {
 /// op(B[b]) is k x n; A is stored k x m when transA is set (m x k otherwise),
 /// B n x k when transB is set (k x n otherwise), C m x n.  Leading dimensions
 /// and batch strides are in elements; a batch stride of 0 makes every batch
-/// use the same A or B (broadcast).  When beta is 0, C is not read.
+/// use the same A or B (broadcast).  When beta is 0, C is not read.  With a
+/// bias (n elements of the same type, beta 0), C[b] = alpha * op(A[b]) *
+/// op(B[b]) + bias, the bias added to every row: the GEMM library's bias
+/// epilogue on CUDA, C prefilled with the bias and beta = 1 on the host.
 struct GemmArgs {
   /// f32, f64, f16 or bf16 (raw 16-bit values, see Float16.h); the type of
   /// A, B and C alike.
@@ -41,13 +44,14 @@ struct GemmArgs {
   int64_t ldc = 0;
   int64_t strideC = 0;
   int64_t batch = 1;
+  const void *bias = nullptr;
 };
 
 /// Checks `args` and calls fatal() naming `caller` and the first problem:
 /// an unsupported type, negative sizes or strides, sizes or a batch count
 /// past 2^31 - 1, a leading dimension less than the row length of its matrix,
-/// batches of C that overlap, or a null A, B or C when there is work to do
-/// (batch, m and n all non-zero).
+/// batches of C that overlap, a bias with a non-zero beta, or a null A, B or
+/// C when there is work to do (batch, m and n all non-zero).
 void validateGemm(const GemmArgs &args, const char *caller);
 
 /// Computes `args` on host memory: cblas_sgemm/dgemm for f32/f64; f16 and

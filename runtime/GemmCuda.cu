@@ -112,17 +112,20 @@ __device__ void store(__nv_bfloat16 &out, float x) {
 __device__ void store(float &out, float x) { out = x; }
 __device__ void store(double &out, double x) { out = x; }
 
-/// C[b] = beta * C[b] (C not read when beta is 0): the k = 0 product, which
-/// cuBLASLt does not take.
+/// C[b] = beta * C[b] + bias (C not read when beta is 0; no bias when it is
+/// null): the k = 0 product, which cuBLASLt does not take, and the start of
+/// an f64 product with a bias (cuBLASLt has no f64 bias epilogue).
 template <typename T, typename Scale>
 __global__ void scaleKernel(T *c, int64_t m, int64_t n, int64_t ldc,
-                            int64_t strideC, int64_t batch, Scale beta) {
+                            int64_t strideC, int64_t batch, Scale beta,
+                            const T *bias) {
   int64_t total = batch * m * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t col = i % n, row = (i / n) % m, b = i / (m * n);
     T &element = c[b * strideC + row * ldc + col];
-    store(element, beta == Scale(0) ? Scale(0) : beta * widen(element));
+    Scale scaled = beta == Scale(0) ? Scale(0) : beta * widen(element);
+    store(element, bias ? scaled + widen(bias[col]) : scaled);
   }
 }
 
@@ -132,7 +135,7 @@ void scale(const GemmArgs &args, cudaStream_t stream) {
   int blocks = int(std::min<int64_t>((total + 255) / 256, 4096));
   scaleKernel<T, Scale><<<blocks, 256, 0, stream>>>(
       static_cast<T *>(args.c), args.m, args.n, args.ldc, args.strideC,
-      args.batch, Scale(args.beta));
+      args.batch, Scale(args.beta), static_cast<const T *>(args.bias));
   checkCuda(cudaGetLastError(), "launching the beta scaling kernel");
 }
 
@@ -167,11 +170,18 @@ void gemmCuda(const GemmArgs &args, cudaStream_t stream, bool allowTf32) {
     computeType = CUBLAS_COMPUTE_32F;
   }
   float alpha32 = float(args.alpha), beta32 = float(args.beta);
+  double beta64 = args.beta;
+  // f64 has no bias epilogue: C starts as the bias and the product adds to it.
+  bool biasFirst = args.bias && args.type == DType::f64;
+  if (biasFirst) {
+    scale<double, double>(args, stream);
+    beta64 = 1;
+  }
   const void *alpha = args.type == DType::f64
                           ? static_cast<const void *>(&args.alpha)
                           : &alpha32;
   const void *beta =
-      args.type == DType::f64 ? static_cast<const void *>(&args.beta) : &beta32;
+      args.type == DType::f64 ? static_cast<const void *>(&beta64) : &beta32;
 
   cublasLtHandle_t handle;
   void *workspace;
@@ -188,6 +198,30 @@ void gemmCuda(const GemmArgs &args, cudaStream_t stream, bool allowTf32) {
   checkCublas(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB,
                                              &opSecond, sizeof(opSecond)),
               "setting transb");
+
+  if (args.bias && !biasFirst) {
+    // The bias epilogue adds a vector over the rows of the column-major
+    // result, which are the columns of our row-major C: one bias for all
+    // batches.
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    int64_t biasStride = 0;
+    checkCublas(cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                    sizeof(epilogue)),
+                "setting the bias epilogue");
+    checkCublas(cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
+                    sizeof(args.bias)),
+                "setting the bias pointer");
+    checkCublas(cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dataType,
+                    sizeof(dataType)),
+                "setting the bias type");
+    checkCublas(cublasLtMatmulDescSetAttribute(
+                    desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &biasStride,
+                    sizeof(biasStride)),
+                "setting the bias batch stride");
+  }
 
   Layout first(dataType, args.transB ? args.k : args.n,
                args.transB ? args.n : args.k, args.ldb, args.batch,

@@ -41,6 +41,9 @@ int main(int argc, char **argv) {
     args.type = DType::i32;
   } else if (which == "null-b") {
     args.b = nullptr;
+  } else if (which == "bias-with-beta") {
+    args.bias = b;
+    args.beta = 1;
   } else {
     std::fprintf(stderr, "sharc-gemm-fatal: unknown case %s\n", argv[1]);
     return 2;

@@ -90,6 +90,8 @@ struct Shape {
   int64_t m, n, k, batch;
   bool transA, transB, broadcastA, broadcastB;
   double alpha, beta;
+  /// Adds a random bias vector to every row (beta must be 0).
+  bool bias = false;
 };
 
 /// Runs `shape` through gemm() on random data with padded leading dimensions
@@ -104,7 +106,8 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
                " broadcastA=" + std::to_string(shape.broadcastA) +
                " broadcastB=" + std::to_string(shape.broadcastB) +
                " alpha=" + std::to_string(shape.alpha) +
-               " beta=" + std::to_string(shape.beta));
+               " beta=" + std::to_string(shape.beta) +
+               " bias=" + std::to_string(shape.bias));
   std::uniform_real_distribution<double> value(-1, 1);
   std::uniform_int_distribution<int64_t> pad(0, 3);
   int64_t rowsA = shape.transA ? shape.k : shape.m;
@@ -138,9 +141,14 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
   for (int64_t i = 0; i < sizeC; ++i)
     c.set(i, value(rng));
   Buffer before = c;
+  Buffer bias(type, shape.n);
+  for (int64_t j = 0; j < shape.n; ++j)
+    bias.set(j, value(rng));
   args.a = a.data();
   args.b = b.data();
   args.c = c.data();
+  if (shape.bias)
+    args.bias = bias.data();
   gemm(args);
 
   bool is16 = type == DType::f16 || type == DType::bf16;
@@ -170,6 +178,10 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
         if (shape.beta != 0) {
           expected += shape.beta * before.get(index);
           magnitude += std::fabs(shape.beta * before.get(index));
+        }
+        if (shape.bias) {
+          expected += bias.get(j);
+          magnitude += std::fabs(bias.get(j));
         }
         double tolerance = rtol * magnitude;
         if (is16) {
@@ -240,6 +252,19 @@ TEST_P(GemmTypes, BroadcastBatches) {
             GetParam(),
             {13, 29, 37, 4, transA, transB, broadcastA, broadcastB, 1.5, 0.5},
             rng);
+}
+
+TEST_P(GemmTypes, BiasEpilogue) {
+  std::mt19937 rng(17);
+  for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1, 1},
+                         {21, 35, 40},
+                         {65, 17, 3},
+                         {6, 5, 0}})
+    for (bool transA : {false, true})
+      for (bool transB : {false, true})
+        checkGemm(GetParam(),
+                  {m, n, k, 3, transA, transB, false, transB, 1.25, 0, true},
+                  rng);
 }
 
 TEST_P(GemmTypes, EmptyInnerDimensionScalesC) {

@@ -586,10 +586,19 @@ public:
         attrs = std::string(" {") + (ta ? "transpose_lhs = true" : "") +
                 (ta && tb ? ", " : "") + (tb ? "transpose_rhs = true" : "") +
                 "}";
-      Case &added = add("matmul", {{e, a}, {e, b}}, {tC},
-                        "%r = sharc.matmul %a0, %a1" + attrs + " : (" + tA +
-                            ", " + tB + ") -> " + tC + "\n return %r : " + tC,
-                        floatTolerance(e));
+      std::string product = "sharc.matmul %a0, %a1" + attrs + " : (" + tA +
+                            ", " + tB + ") -> " + tC;
+      // Every other product gets a bias: the GEMM's epilogue.
+      bool bias = k % 2 == 1;
+      std::string tBias = type({n}, e);
+      Case &added =
+          bias ? add("matmul_bias", {{e, a}, {e, b}, {e, {n}}}, {tC},
+                     "%p = " + product + "\n %r = sharc.add %p, %a2 : (" + tC +
+                         ", " + tBias + ") -> " + tC + "\n return %r : " + tC,
+                     floatTolerance(e))
+               : add("matmul", {{e, a}, {e, b}}, {tC},
+                     "%r = " + product + "\n return %r : " + tC,
+                     floatTolerance(e));
       // sgemm accumulates in f32.
       if (e == "f32")
         added.scaled = 1e-5;
