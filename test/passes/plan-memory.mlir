@@ -131,6 +131,24 @@ func.func @prologue(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 
 // -----
 
+// A matmul run as its bias add's GEMM (sharc.fuse_into) takes no memory, and
+// its operands are read at the add: a [0, 2] (the matmul at op 1 reads it at
+// the add, op 2), z [2, 3] (returned).  a -> 0, z is live with a -> 256.
+
+// CHECK-LABEL: func.func @gemm_epilogue(
+// CHECK-SAME: attributes {sharc.arena_bytes = 512 : i64}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.matmul %{{.*}} {sharc.fuse_into, sharc.offsets = array<i64: -1>}
+// CHECK-NEXT: sharc.add %{{.*}} {sharc.gemm_bias = array<i64: 0, 1>, sharc.offsets = array<i64: 256>}
+func.func @gemm_epilogue(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>) -> tensor<8x8xf32> {
+  %a = sharc.exp %x : tensor<8x8xf32>
+  %y = sharc.matmul %a, %w {sharc.fuse_into} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %z = sharc.add %y, %b {sharc.gemm_bias = array<i64: 0, 1>} : (tensor<8x8xf32>, tensor<8xf32>) -> tensor<8x8xf32>
+  return %z : tensor<8x8xf32>
+}
+
+// -----
+
 // Scratch space (sharc.scratch_bytes) is live at its op only: 100 bytes (256
 // reserved) at op 1, counted before the op's result in definition order.
 // Live ranges: a [0, 2], scratch [1, 1], r [1, 2], s [2, 3].  All 256 bytes,
