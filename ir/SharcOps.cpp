@@ -642,7 +642,71 @@ struct AddDisjointSlices : OpRewritePattern<AddOp> {
   }
 };
 
+/// The value of a float tensor that is one constant everywhere: a splat
+/// constant, its broadcast, or the sum, difference or product of two such
+/// (computed as the evaluator does: in double, rounded to the element type;
+/// the autodiff of x^2 builds its exponent 2 - 1 that way).
+std::optional<double> splatValue(Value value, int depth = 0) {
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  auto element = type ? dyn_cast<FloatType>(type.getElementType()) : nullptr;
+  if (!element || depth > 4)
+    return std::nullopt;
+  Operation *op = value.getDefiningOp();
+  if (auto broadcast = dyn_cast_or_null<BroadcastOp>(op))
+    return splatValue(broadcast.getOperand(), depth + 1);
+  if (auto constant = dyn_cast_or_null<ConstantOp>(op)) {
+    auto attr = dyn_cast<DenseElementsAttr>(constant.getValue());
+    if (!attr || !attr.isSplat())
+      return std::nullopt;
+    return attr.getSplatValue<APFloat>().convertToDouble();
+  }
+  if (!isa_and_nonnull<AddOp, SubOp, MulOp>(op))
+    return std::nullopt;
+  std::optional<double> lhs = splatValue(op->getOperand(0), depth + 1),
+                        rhs = splatValue(op->getOperand(1), depth + 1);
+  if (!lhs || !rhs)
+    return std::nullopt;
+  double exact = isa<AddOp>(op)   ? *lhs + *rhs
+                 : isa<SubOp>(op) ? *lhs - *rhs
+                                  : *lhs * *rhs;
+  APFloat rounded(exact);
+  bool lost;
+  rounded.convert(element.getFloatSemantics(), APFloat::rmNearestTiesToEven,
+                  &lost);
+  return rounded.convertToDouble();
+}
+
+/// pow(x, 2) -> x * x and pow(x, 1) -> x for a float x and an exponent that
+/// is one constant everywhere (splatValue), when it does not change x's shape.
+struct PowOfSmallConstant : OpRewritePattern<PowOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(PowOp op,
+                                PatternRewriter &rewriter) const override {
+    Value base = op.getLhs();
+    if (base.getType() != op.getType() ||
+        !isa<FloatType>(op.getType().getElementType()))
+      return failure();
+    std::optional<double> exponent = splatValue(op.getRhs());
+    if (!exponent)
+      return failure();
+    double value = *exponent;
+    if (value == 1.0) {
+      rewriter.replaceOp(op, base);
+      return success();
+    }
+    if (value != 2.0)
+      return failure();
+    rewriter.replaceOpWithNewOp<MulOp>(op, op.getType(), base, base);
+    return success();
+  }
+};
+
 } // namespace
+
+void PowOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
+                                        MLIRContext *context) {
+  patterns.add<PowOfSmallConstant>(context);
+}
 
 void AddOp::getCanonicalizationPatterns(RewritePatternSet &patterns,
                                         MLIRContext *context) {

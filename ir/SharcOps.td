@@ -151,6 +151,10 @@ def Sharc_DivOp : Sharc_BinaryOp<"div", Sharc_NumericTensor> {
 }
 def Sharc_PowOp : Sharc_BinaryOp<"pow", Sharc_NumericTensor> {
   let summary = "lhs ^ rhs (broadcasting)";
+  // A float raised to a constant 2 is x * x, to a constant 1 is x (exactly:
+  // x * x is exactly rounded like pow, and for f32 the square is exact in
+  // the evaluator's double).
+  let hasCanonicalizer = 1;
 }
 def Sharc_MaxOp : Sharc_BinaryOp<"max", Sharc_NumericTensor, [Commutative]> {
   let summary = "elementwise maximum (broadcasting; NaN propagates)";

@@ -357,24 +357,28 @@ static void markRowPrologues(Block &block) {
 /// bias]: the code generator runs the GEMM there, the bias added by it.
 static void markGemmEpilogues(Block &block) {
   for (Operation &op : block) {
+    if (op.getNumResults() != 1)
+      continue;
     Operation *add = &op;
     if (auto fusion = dyn_cast<FusionOp>(op)) {
-      auto body = fusion.getBody().front().without_terminator();
-      if (!llvm::hasSingleElement(body))
+      Block &body = fusion.getBody().front();
+      auto ops = body.without_terminator();
+      Operation *yield = body.getTerminator();
+      if (!llvm::hasSingleElement(ops) || yield->getNumOperands() != 1)
         continue;
-      add = &*body.begin();
-      if (fusion.getBody().front().getTerminator()->getOperand(0) !=
-          add->getResult(0))
+      add = &*ops.begin();
+      if (add->getNumResults() != 1 ||
+          yield->getOperand(0) != add->getResult(0))
         continue;
     }
-    if (!isa<AddOp>(add) || op.getNumResults() != 1)
+    if (!isa<AddOp>(add))
       continue;
     // The operand of `op` that `add`'s operand `index` reads.
     auto operandOf = [&](unsigned index) -> std::optional<unsigned> {
       if (add == &op)
         return index;
       auto arg = dyn_cast<BlockArgument>(add->getOperand(index));
-      if (!arg)
+      if (!arg || arg.getOwner() != add->getBlock())
         return std::nullopt;
       return arg.getArgNumber();
     };
@@ -383,7 +387,7 @@ static void markGemmEpilogues(Block &block) {
       continue;
     auto resultType = cast<RankedTensorType>(op.getResult(0).getType());
     Type element = resultType.getElementType();
-    if (!element.isF32() && !element.isF64())
+    if ((!element.isF32() && !element.isF64()) || resultType.getRank() < 2)
       continue;
     int64_t n = resultType.getShape().back();
     for (auto [product, bias] : {std::pair{*lhs, *rhs}, {*rhs, *lhs}}) {

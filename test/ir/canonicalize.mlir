@@ -124,3 +124,36 @@ func.func @overlapping_slices_add(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> t
   %s = sharc.add %x, %y : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
   return %s : tensor<2x8xf32>
 }
+
+// -----
+
+// x^2 is x * x; x^(2 - 1), the exponent the autodiff of x^2 builds, is x.
+
+// CHECK-LABEL: func.func @small_powers
+// CHECK-SAME: (%[[X:.*]]: tensor<4xf32>)
+// CHECK-NOT: sharc.pow
+// CHECK: %[[S:.*]] = sharc.mul %[[X]], %[[X]]
+// CHECK: return %[[S]], %[[X]]
+func.func @small_powers(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %two = sharc.constant dense<2.0> : tensor<f32>
+  %one = sharc.constant dense<1.0> : tensor<f32>
+  %s = sharc.pow %x, %two : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  %e = sharc.sub %two, %one : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %b = sharc.broadcast %e : tensor<f32> to tensor<4xf32>
+  %p = sharc.pow %x, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %s, %p : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Other exponents, and a base the exponent broadcasts, keep their pow.
+
+// CHECK-LABEL: func.func @other_powers
+// CHECK-COUNT-2: sharc.pow
+func.func @other_powers(%x: tensor<4xf32>, %y: tensor<f32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %three = sharc.constant dense<3.0> : tensor<f32>
+  %two = sharc.constant dense<2.0> : tensor<4xf32>
+  %c = sharc.pow %x, %three : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  %d = sharc.pow %y, %two : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
+  return %c, %d : tensor<4xf32>, tensor<4xf32>
+}
