@@ -472,7 +472,7 @@ LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
     return success(); // Computed inside the row kernel that reads it.
   if (auto epilogue = op->getAttrOfType<DenseI64ArrayAttr>("sharc.gemm_bias")) {
     // matmul + bias: the GEMM, with the bias as its epilogue, writes this
-    // op's result (sharc-fuse's gemm-epilogues).
+    // op's result (sharc-fuse's gemm-fusion).
     auto matmul =
         epilogue.size() == 2
             ? op->getOperand(epilogue[0]).getDefiningOp<MatmulOp>()
@@ -725,88 +725,169 @@ LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
 // Matmul
 //===----------------------------------------------------------------------===//
 
+FailureOr<ProgramEmitter::StridedView>
+ProgramEmitter::stridedView(Value value) {
+  StridedView view;
+  view.shape.assign(tensorType(value).getShape().begin(),
+                    tensorType(value).getShape().end());
+  // A transpose marked by sharc-fuse's gemm-views is read in place: its
+  // dimensions walk its operand's row-major memory in permuted order.
+  if (auto transpose = value.getDefiningOp<TransposeOp>();
+      transpose && transpose->hasAttr("sharc.fuse_into")) {
+    FailureOr<std::string> pointer = typedPointer(transpose.getOperand());
+    if (failed(pointer))
+      return failure();
+    SmallVector<int64_t> source =
+        stridesOf(tensorType(transpose.getOperand()).getShape());
+    view.pointer = *pointer;
+    for (int64_t p : transpose.getPermutation())
+      view.strides.push_back(source[p]);
+    return view;
+  }
+  FailureOr<std::string> pointer = typedPointer(value);
+  if (failed(pointer))
+    return failure();
+  view.pointer = *pointer;
+  view.strides = stridesOf(view.shape);
+  // A transpose written by the GEMM that feeds it (gemm-views): the product
+  // lands in the transpose's memory, permuted.
+  if (auto transpose = value.getDefiningOp<TransposeOp>();
+      transpose && transpose->hasAttr("sharc.gemm_output")) {
+    SmallVector<int64_t> permuted = view.strides;
+    ArrayRef<int64_t> permutation = transpose.getPermutation();
+    view.shape.assign(tensorType(transpose.getOperand()).getShape().begin(),
+                      tensorType(transpose.getOperand()).getShape().end());
+    for (auto [k, p] : llvm::enumerate(permutation))
+      view.strides[p] = permuted[k];
+  }
+  return view;
+}
+
 LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
                                          Value bias) {
   if (!result)
     result = op.getResult();
-  auto lhs = tensorType(op.getLhs()), rhs = tensorType(op.getRhs()),
-       out = tensorType(op.getResult());
+  auto out = tensorType(op.getResult());
   Type element = out.getElementType();
   if (!element.isF32() && !element.isF64())
     return op.emitError() << "code generation: matmul of " << element
                           << " is not supported yet";
-  int64_t m = out.getDimSize(out.getRank() - 2), n = out.getShape().back();
-  bool transA = op.getTransposeLhs(), transB = op.getTransposeRhs();
-  int64_t k =
-      transA ? lhs.getDimSize(lhs.getRank() - 2) : lhs.getShape().back();
-  ArrayRef<int64_t> batch = out.getShape().drop_back(2);
-  ArrayRef<int64_t> lhsBatch = lhs.getShape().drop_back(2);
-  ArrayRef<int64_t> rhsBatch = rhs.getShape().drop_back(2);
-  int64_t batchCount = product(batch);
-  FailureOr<std::string> a = typedPointer(op.getLhs()),
-                         b = typedPointer(op.getRhs()),
-                         c = typedPointer(result);
+  FailureOr<StridedView> a = stridedView(op.getLhs()),
+                         b = stridedView(op.getRhs()),
+                         c = stridedView(result);
   if (failed(a) || failed(b) || failed(c))
     return failure();
-  std::string biasLine;
+  int64_t rank = out.getRank();
+  int64_t m = out.getDimSize(rank - 2), n = out.getShape().back();
+  bool transA = op.getTransposeLhs(), transB = op.getTransposeRhs();
+  int64_t k = transA ? a->shape[a->shape.size() - 2] : a->shape.back();
+  // The leading dimension of an operand's matrix as BLAS stores it: rows
+  // with unit-stride columns, or (flipping its transpose flag) columns with
+  // unit-stride rows.
+  auto leading = [&](const StridedView &view,
+                     bool &transposed) -> std::optional<int64_t> {
+    size_t r = view.shape.size();
+    int64_t rows = view.shape[r - 2], cols = view.shape[r - 1];
+    int64_t rowStride = view.strides[r - 2], colStride = view.strides[r - 1];
+    if (colStride == 1 || cols == 1)
+      return std::max<int64_t>({rowStride, cols, 1});
+    if (rowStride == 1 || rows == 1) {
+      transposed = !transposed;
+      return std::max<int64_t>({colStride, rows, 1});
+    }
+    return std::nullopt;
+  };
+  std::optional<int64_t> lda = leading(*a, transA), ldb = leading(*b, transB);
+  bool transC = false;
+  std::optional<int64_t> ldc = leading(*c, transC);
+  if (!lda || !ldb || !ldc || transC)
+    return op.emitError() << "code generation: a matmul operand or result "
+                             "has no unit-stride matrix dimension";
+  // Batch dimensions (numpy-broadcast, right-aligned): size and the stride
+  // of A, B and C along each (0 where an operand is broadcast).  Size-1
+  // dimensions are dropped and adjacent ones merged where all three are
+  // contiguous across them.
+  struct Dim {
+    int64_t size, a, b, c;
+  };
+  auto batchStride = [&](const StridedView &view, int64_t d) -> int64_t {
+    int64_t offset = (rank - 2) - (int64_t(view.shape.size()) - 2);
+    int64_t own = d - offset;
+    if (own < 0 || view.shape[own] == 1)
+      return 0;
+    return view.strides[own];
+  };
+  SmallVector<Dim> dims;
+  for (int64_t d = 0; d + 2 < rank; ++d) {
+    if (out.getDimSize(d) == 1)
+      continue;
+    Dim dim{out.getDimSize(d), batchStride(*a, d), batchStride(*b, d),
+            batchStride(*c, d)};
+    if (!dims.empty()) {
+      Dim &outer = dims.back();
+      if (outer.a == dim.a * dim.size && outer.b == dim.b * dim.size &&
+          outer.c == dim.c * dim.size) {
+        outer.size *= dim.size;
+        outer.a = dim.a, outer.b = dim.b, outer.c = dim.c;
+        continue;
+      }
+    }
+    dims.push_back(dim);
+  }
+  // A batch of stacked row-major lhs matrices times one rhs, into stacked
+  // result matrices, is one taller GEMM: the rhs is packed once.
+  while (!dims.empty() && !transA && dims.back().b == 0 &&
+         dims.back().a == m * *lda && dims.back().c == m * *ldc) {
+    m *= dims.back().size;
+    dims.pop_back();
+  }
+  Dim inner = dims.empty() ? Dim{1, 0, 0, 0} : dims.pop_back_val();
+  Dim outer = dims.empty() ? Dim{1, 0, 0, 0} : dims.pop_back_val();
+  std::string offsetA, offsetB, offsetC;
+  std::string code = "  {\n";
+  std::string indent = "    ";
+  int64_t calls = 1;
+  for (auto [d, dim] : llvm::enumerate(dims)) {
+    std::string var = "b" + str(d);
+    code += indent + "for (int64_t " + var + " = 0; " + var + " < " +
+            str(dim.size) + "; ++" + var + ") {\n";
+    indent += "  ";
+    offsetA += " + " + var + " * " + str(dim.a);
+    offsetB += " + " + var + " * " + str(dim.b);
+    offsetC += " + " + var + " * " + str(dim.c);
+    calls *= dim.size;
+  }
+  std::string type = element.isF32() ? "f32" : "f64";
+  code += indent + "sharc::rt::GemmArgs args;\n" + indent +
+          "args.type = sharc::rt::DType::" + type + ";\n" + indent +
+          "args.transA = " + (transA ? "true" : "false") + "; args.transB = " +
+          (transB ? "true" : "false") + ";\n" + indent + "args.m = " + str(m) +
+          "; args.n = " + str(n) + "; args.k = " + str(k) + ";\n" + indent +
+          "args.a = " + a->pointer + offsetA + "; args.lda = " + str(*lda) +
+          "; args.strideA = " + str(inner.a) + ";\n" + indent + "args.b = " +
+          b->pointer + offsetB + "; args.ldb = " + str(*ldb) +
+          "; args.strideB = " + str(inner.b) + ";\n" + indent + "args.c = " +
+          c->pointer + offsetC + "; args.ldc = " + str(*ldc) +
+          "; args.strideC = " + str(inner.c) + ";\n" + indent +
+          "args.batch = " + str(inner.size) + ";\n";
+  if (outer.size > 1)
+    code += indent + "args.outerBatch = " + str(outer.size) +
+            "; args.outerStrideA = " + str(outer.a) +
+            "; args.outerStrideB = " + str(outer.b) +
+            "; args.outerStrideC = " + str(outer.c) + ";\n";
   if (bias) {
     FailureOr<std::string> pointer = typedPointer(bias);
     if (failed(pointer))
       return failure();
-    biasLine = "    args.bias = " + *pointer + ";\n";
+    code += indent + "args.bias = " + *pointer + ";\n";
   }
-  std::string type = element.isF32() ? "f32" : "f64";
-  auto stride = [&](ArrayRef<int64_t> operandBatch,
-                    int64_t matrix) -> std::optional<int64_t> {
-    if (product(operandBatch) == 1)
-      return 0;
-    if (product(operandBatch) == batchCount)
-      return matrix;
-    return std::nullopt;
-  };
-  std::optional<int64_t> strideA = stride(lhsBatch, m * k);
-  std::optional<int64_t> strideB = stride(rhsBatch, k * n);
-  // A batch of row-major lhs matrices times one rhs is one taller GEMM: the
-  // lhs and result matrices are stacked rows, and the rhs is packed once.
-  if (strideA && strideB && *strideA == m * k && *strideB == 0 && !transA &&
-      batchCount > 1) {
-    m *= batchCount;
-    batchCount = 1;
-    strideA = 0;
+  code += indent + "sharc::kern::gemm(ctx, args);\n";
+  for (size_t d = 0; d < dims.size(); ++d) {
+    indent.resize(indent.size() - 2);
+    code += indent + "}\n";
   }
-  auto args = [&](StringRef aExpr, StringRef bExpr, StringRef cExpr, int64_t sa,
-                  int64_t sb, int64_t count) {
-    return "    sharc::rt::GemmArgs args;\n"
-           "    args.type = sharc::rt::DType::" +
-           type + ";\n    args.transA = " + (transA ? "true" : "false") +
-           ";\n    args.transB = " + (transB ? "true" : "false") +
-           ";\n    args.m = " + str(m) + "; args.n = " + str(n) +
-           "; args.k = " + str(k) + ";\n    args.a = " + aExpr.str() +
-           "; args.lda = " + str(std::max<int64_t>(1, lhs.getShape().back())) +
-           "; args.strideA = " + str(sa) + ";\n    args.b = " + bExpr.str() +
-           "; args.ldb = " + str(std::max<int64_t>(1, rhs.getShape().back())) +
-           "; args.strideB = " + str(sb) + ";\n    args.c = " + cExpr.str() +
-           "; args.ldc = " + str(std::max<int64_t>(1, n)) +
-           "; args.strideC = " + str(m * n) +
-           ";\n    args.batch = " + str(count) + ";\n" + biasLine +
-           "    sharc::kern::gemm(ctx, args);\n";
-  };
-  if (strideA && strideB) {
-    stepBody +=
-        "  {\n" + args(*a, *b, *c, *strideA, *strideB, batchCount) + "  }\n";
-  } else {
-    // Mixed broadcasting: one GEMM per output matrix.
-    stepBody += "  for (int64_t batch = 0; batch < " + str(batchCount) +
-                "; ++batch) {\n";
-    std::string aOffset =
-        "(" + broadcastIndex(lhsBatch, batch, "batch") + ") * " + str(m * k);
-    std::string bOffset =
-        "(" + broadcastIndex(rhsBatch, batch, "batch") + ") * " + str(k * n);
-    stepBody += args(*a + " + " + aOffset, *b + " + " + bOffset,
-                     *c + " + batch * " + str(m * n), 0, 0, 1);
-    stepBody += "  }\n";
-  }
-  ++report.numGemmCalls;
+  stepBody += code + "  }\n";
+  report.numGemmCalls += calls;
   return success();
 }
 
@@ -1246,6 +1327,13 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       })
       .Case([&](ReshapeOp) { return success(); })
       .Case([&](TransposeOp op) {
+        // Read in place by the GEMMs it feeds (sharc-fuse's gemm-views).
+        if (op->hasAttr("sharc.fuse_into"))
+          return success();
+        // Written by the GEMM that feeds it.
+        if (op->hasAttr("sharc.gemm_output"))
+          return emitMatmul(op.getOperand().getDefiningOp<MatmulOp>(),
+                            op.getResult());
         ArrayRef<int64_t> inShape = tensorType(op.getOperand()).getShape();
         SmallVector<int64_t> inStrides = stridesOf(inShape);
         SmallVector<int64_t> strides;

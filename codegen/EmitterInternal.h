@@ -288,6 +288,15 @@ private:
                                     ArrayRef<int64_t> iteration);
 
   // Other ops.
+  /// A tensor as a GEMM reads or writes it: a pointer, and the shape and
+  /// strides (in elements) of the matmul operand or result it stands for.
+  struct StridedView {
+    std::string pointer;
+    SmallVector<int64_t> shape, strides;
+  };
+  /// The view of `value`: row-major, or a transpose read in place
+  /// (`sharc.fuse_into`) or written by its GEMM (`sharc.gemm_output`).
+  FailureOr<StridedView> stridedView(Value value);
   /// One GEMM for `op`, writing `result` (the matmul's own by default) and
   /// adding `bias` to every row when given (a GEMM epilogue).
   LogicalResult emitMatmul(MatmulOp op, Value result = {}, Value bias = {});

@@ -350,6 +350,20 @@ static void markRowPrologues(Block &block) {
   }
 }
 
+SmallVector<Operation *> sharc::readSites(Operation *op, Block &block) {
+  SmallVector<Operation *> sites;
+  for (Operation *user : op->getUsers()) {
+    Operation *top = block.findAncestorOpInBlock(*user);
+    if (!top)
+      continue;
+    if (top->hasAttr("sharc.fuse_into"))
+      llvm::append_range(sites, readSites(top, block));
+    else
+      sites.push_back(top);
+  }
+  return sites;
+}
+
 /// Marks GEMM bias epilogues: an add of a matmul result (used only there) and
 /// a vector over its last dimension, as a plain op or the one op of a fusion.
 /// The matmul gets sharc.fuse_into and the add (or fusion)
@@ -407,8 +421,75 @@ static void markGemmEpilogues(Block &block) {
   }
 }
 
+/// The strides (in elements) of `transpose`'s dimensions in its operand's
+/// row-major memory.
+static SmallVector<int64_t> transposedStrides(TransposeOp transpose) {
+  ArrayRef<int64_t> shape =
+      cast<RankedTensorType>(transpose.getOperand().getType()).getShape();
+  SmallVector<int64_t> source(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    source[d] = source[d + 1] * shape[d + 1];
+  SmallVector<int64_t> strides;
+  for (int64_t p : transpose.getPermutation())
+    strides.push_back(source[p]);
+  return strides;
+}
+
+/// True when one of the two matrix (last) dimensions of a view with these
+/// strides has unit stride: BLAS can read it with a leading dimension.
+static bool hasUnitMatrixStride(ArrayRef<int64_t> strides) {
+  size_t r = strides.size();
+  return r >= 2 && (strides[r - 1] == 1 || strides[r - 2] == 1);
+}
+
+/// Marks transposes that GEMMs read or write in place (the split and merge
+/// of attention heads): a transpose of rank >= 3 read only by matmuls, whose
+/// matrix dimensions include a unit-stride one, gets sharc.fuse_into (the
+/// GEMMs read its operand's memory with strides); a transpose that is the
+/// only user of a matmul, whose permuted result keeps the product's columns
+/// contiguous, gets sharc.gemm_output and the matmul sharc.fuse_into (the
+/// GEMM writes the transpose's memory).
+static void markGemmViews(Block &block) {
+  for (Operation &op : block) {
+    auto transpose = dyn_cast<TransposeOp>(op);
+    if (!transpose || transpose.getType().getRank() < 3)
+      continue;
+    Type element = transpose.getType().getElementType();
+    if (!element.isF32() && !element.isF64())
+      continue;
+    SmallVector<int64_t> strides = transposedStrides(transpose);
+    bool readByGemms =
+        !transpose->use_empty() &&
+        llvm::all_of(transpose->getUsers(),
+                     [](Operation *user) { return isa<MatmulOp>(user); });
+    if (readByGemms && hasUnitMatrixStride(strides)) {
+      transpose->setAttr("sharc.fuse_into", UnitAttr::get(op.getContext()));
+      continue;
+    }
+    auto matmul = transpose.getOperand().getDefiningOp<MatmulOp>();
+    if (!matmul || !matmul->hasOneUse() || matmul->getBlock() != &block ||
+        matmul->hasAttr("sharc.fuse_into"))
+      continue;
+    // The product's dimension d is the transpose's dimension k with
+    // permutation[k] = d: its columns must stay contiguous.
+    int64_t rank = transpose.getType().getRank();
+    ArrayRef<int64_t> permutation = transpose.getPermutation();
+    SmallVector<int64_t> result(rank, 1);
+    ArrayRef<int64_t> shape = transpose.getType().getShape();
+    for (int64_t d = rank - 2; d >= 0; --d)
+      result[d] = result[d + 1] * shape[d + 1];
+    SmallVector<int64_t> product(rank);
+    for (auto [k, p] : llvm::enumerate(permutation))
+      product[p] = result[k];
+    if (product[rank - 1] != 1)
+      continue;
+    matmul->setAttr("sharc.fuse_into", UnitAttr::get(op.getContext()));
+    transpose->setAttr("sharc.gemm_output", UnitAttr::get(op.getContext()));
+  }
+}
+
 LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons,
-                                        bool rowPrologues, bool gemmEpilogues) {
+                                        bool rowPrologues, bool gemmFusion) {
   if (func.isExternal())
     return success();
   if (!func.getBody().hasOneBlock())
@@ -419,8 +500,10 @@ LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons,
     return failure();
   if (rowPrologues)
     markRowPrologues(func.getBody().front());
-  if (gemmEpilogues)
+  if (gemmFusion) {
     markGemmEpilogues(func.getBody().front());
+    markGemmViews(func.getBody().front());
+  }
   return success();
 }
 
@@ -431,7 +514,7 @@ struct FusePass : sharc::impl::FuseBase<FusePass> {
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (failed(fuseElementwiseOps(func, singletons, rowPrologues,
-                                    gemmEpilogues)))
+                                    gemmFusion)))
         return signalPassFailure();
   }
 };
@@ -439,10 +522,10 @@ struct FusePass : sharc::impl::FuseBase<FusePass> {
 
 std::unique_ptr<Pass> sharc::createFusePass(bool singletons,
                                             bool rowPrologues,
-                                            bool gemmEpilogues) {
+                                            bool gemmFusion) {
   FuseOptions options;
   options.singletons = singletons;
   options.rowPrologues = rowPrologues;
-  options.gemmEpilogues = gemmEpilogues;
+  options.gemmFusion = gemmFusion;
   return createFuse(options);
 }

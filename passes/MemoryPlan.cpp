@@ -90,14 +90,16 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       value = reshape.getOperand();
     return value;
   };
-  // A fusion marked sharc.fuse_into is computed inside its only user's
-  // kernel: it has no memory, and its operands are read where that user is.
+  // An op marked sharc.fuse_into is computed inside its users' kernels: it
+  // has no memory, and its operands are read where those users are.
   auto useIndex = [&](Operation *user) {
     Operation *top = block.findAncestorOpInBlock(*user);
-    if (top->hasAttr("sharc.fuse_into") && top->getNumResults() == 1 &&
-        top->getResult(0).hasOneUse())
-      top = block.findAncestorOpInBlock(**top->getResult(0).getUsers().begin());
-    return index[top];
+    if (!top->hasAttr("sharc.fuse_into"))
+      return index[top];
+    int64_t last = index[top];
+    for (Operation *site : readSites(top, block))
+      last = std::max(last, index[site]);
+    return last;
   };
   SmallVector<Buffer> buffers;
   DenseMap<Value, size_t> bufferOf;

@@ -132,23 +132,31 @@ void registerSharcPipelines();
 // Fusion
 //===----------------------------------------------------------------------===//
 
+/// The ops of `block` where the value of `op` (an op of `block`) is read: its
+/// users', or, for an op marked `sharc.fuse_into` (computed inside the
+/// kernels of its users), where those users are read, recursively.
+llvm::SmallVector<mlir::Operation *> readSites(mlir::Operation *op,
+                                               mlir::Block &block);
+
 /// Groups the elementwise ops of `func` (a single block) into `sharc.fusion`
 /// ops as sharc-fuse does (docs/passes.md); with `singletons`, an elementwise
 /// op that joins no group becomes a fusion of its own; with `rowPrologues`,
 /// a short fusion read only by a row reduction gets `sharc.fuse_into` (the
-/// code generator computes it inside that kernel); with `gemmEpilogues`, a
+/// code generator computes it inside that kernel); with `gemmFusion`, a
 /// matmul whose result only gets a bias added becomes that add's GEMM
-/// (`sharc.fuse_into` on the matmul, `sharc.gemm_bias` on the add).  Fails,
+/// (`sharc.fuse_into` on the matmul, `sharc.gemm_bias` on the add), and
+/// transposes that split or merge attention heads become strided GEMM views
+/// (`sharc.fuse_into` / `sharc.gemm_output`).  Fails,
 /// after reporting an error, on a function of more than one block.
 mlir::LogicalResult fuseElementwiseOps(mlir::func::FuncOp func,
                                        bool singletons = true,
                                        bool rowPrologues = true,
-                                       bool gemmEpilogues = true);
+                                       bool gemmFusion = true);
 
 /// The sharc-fuse pass.
 std::unique_ptr<mlir::Pass> createFusePass(bool singletons = true,
                                            bool rowPrologues = true,
-                                           bool gemmEpilogues = true);
+                                           bool gemmFusion = true);
 
 //===----------------------------------------------------------------------===//
 // Preparing @train_step for code generation (PrepareEmission.cpp)

@@ -81,12 +81,16 @@ def Fuse : Pass<"sharc-fuse", "mlir::ModuleOp"> {
            "Mark a short single-result fusion read only by a softmax, "
            "log_softmax, layer_norm or float reduce with sharc.fuse_into: "
            "the code generator computes it inside that row kernel">,
-    Option<"gemmEpilogues", "gemm-epilogues", "bool", "true",
-           "Mark a matmul whose only user adds a bias vector (over the last "
-           "dimension) to it with sharc.fuse_into, and that add (or one-add "
-           "fusion) with sharc.gemm_bias = [product operand, bias operand]: "
-           "the code generator runs the GEMM there with the bias as its "
-           "epilogue">,
+    Option<"gemmFusion", "gemm-fusion", "bool", "true",
+           "Let GEMMs absorb their neighbours.  Bias epilogues: a matmul whose "
+           "only user adds a bias vector (over the last dimension) to it gets "
+           "sharc.fuse_into, and that add (or one-add fusion) sharc.gemm_bias "
+           "= [product operand, bias operand]: the GEMM runs there and adds "
+           "the bias.  Views: a transpose (rank >= 3) read only by matmuls "
+           "with a unit-stride matrix dimension gets sharc.fuse_into (read in "
+           "place with strides); a transpose that is the only user of a "
+           "matmul and keeps its columns contiguous gets sharc.gemm_output, "
+           "the matmul sharc.fuse_into (the GEMM writes the transpose)">,
   ];
   let dependentDialects = ["sharc::SharcDialect"];
 }

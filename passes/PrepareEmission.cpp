@@ -196,11 +196,13 @@ void sharc::updateInPlace(ModuleOp module) {
     bool readsElementwise = llvm::is_contained(fusion->getOperands(), old);
     bool laterUse = llvm::any_of(old.getUsers(), [&](Operation *user) {
       Operation *top = block.findAncestorOpInBlock(*user);
-      // A fusion computed inside its user's kernel reads there.
-      if (top->hasAttr("sharc.fuse_into") && top->getResult(0).hasOneUse())
-        top = block.findAncestorOpInBlock(
-            **top->getResult(0).getUsers().begin());
-      return top != fusion.getOperation() && fusion->isBeforeInBlock(top);
+      // An op computed inside its users' kernels reads there.
+      SmallVector<Operation *> sites = {top};
+      if (top->hasAttr("sharc.fuse_into"))
+        sites = readSites(top, block);
+      return llvm::any_of(sites, [&](Operation *site) {
+        return site != fusion.getOperation() && fusion->isBeforeInBlock(site);
+      });
     });
     if (!readsElementwise || laterUse)
       continue;

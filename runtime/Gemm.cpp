@@ -59,6 +59,13 @@ void widen(DType type, const uint16_t *src, int64_t rows, int64_t cols,
       dst[i * cols + j] = load16(type, src, i * ld + j);
 }
 
+/// The offset of batch `t` (counting outer batches times inner ones) of an
+/// operand with inner stride `stride` and outer stride `outerStride`.
+int64_t batchOffset(const GemmArgs &args, int64_t t, int64_t stride,
+                    int64_t outerStride) {
+  return t / args.batch * outerStride + t % args.batch * stride;
+}
+
 /// The 16-bit path: each batch's operands are widened to f32 (once for a
 /// broadcast operand), multiplied by sgemm into an f32 C and rounded once.
 void gemm16(const GemmArgs &args) {
@@ -70,12 +77,17 @@ void gemm16(const GemmArgs &args) {
   int64_t rowsB = args.transB ? args.n : args.k;
   int64_t colsB = args.transB ? args.k : args.n;
   std::vector<float> wideA, wideB, wideC(args.m * args.n);
-  for (int64_t batch = 0; batch < args.batch; ++batch) {
-    if (batch == 0 || args.strideA != 0)
-      widen(args.type, a + batch * args.strideA, rowsA, colsA, args.lda, wideA);
-    if (batch == 0 || args.strideB != 0)
-      widen(args.type, b + batch * args.strideB, rowsB, colsB, args.ldb, wideB);
-    uint16_t *cBatch = c + batch * args.strideC;
+  for (int64_t batch = 0; batch < args.outerBatch * args.batch; ++batch) {
+    if (batch == 0 || args.strideA != 0 || args.outerStrideA != 0)
+      widen(args.type,
+            a + batchOffset(args, batch, args.strideA, args.outerStrideA),
+            rowsA, colsA, args.lda, wideA);
+    if (batch == 0 || args.strideB != 0 || args.outerStrideB != 0)
+      widen(args.type,
+            b + batchOffset(args, batch, args.strideB, args.outerStrideB),
+            rowsB, colsB, args.ldb, wideB);
+    uint16_t *cBatch =
+        c + batchOffset(args, batch, args.strideC, args.outerStrideC);
     float beta = float(args.beta);
     if (args.bias) {
       for (int64_t i = 0; i < args.m; ++i)
@@ -120,12 +132,31 @@ void validateGemm(const GemmArgs &args, const char *caller) {
   checkStride(caller, "strideA", args.strideA);
   checkStride(caller, "strideB", args.strideB);
   checkStride(caller, "strideC", args.strideC);
-  if (args.batch == 0 || args.m == 0 || args.n == 0)
+  checkSize(caller, "outerBatch", args.outerBatch);
+  checkStride(caller, "outerStrideA", args.outerStrideA);
+  checkStride(caller, "outerStrideB", args.outerStrideB);
+  checkStride(caller, "outerStrideC", args.outerStrideC);
+  if (args.batch == 0 || args.m == 0 || args.n == 0 || args.outerBatch == 0)
     return;
-  if (args.batch > 1 && args.strideC < (args.m - 1) * args.ldc + args.n)
+  int64_t innerSpan =
+      (args.batch - 1) * args.strideC + (args.m - 1) * args.ldc + args.n;
+  if (args.outerBatch > 1 && args.outerStrideC < innerSpan)
+    fatal(std::string(caller) + ": outerStrideC " +
+          std::to_string(args.outerStrideC) +
+          " makes outer batches of C overlap (each spans " +
+          std::to_string(innerSpan) + " elements)");
+  // Batches of C are disjoint when stacked (each after the previous one's
+  // last element) or side by side within the rows (the heads of attention
+  // written into one [tokens, heads x dim] matrix).
+  bool stacked = args.strideC >= (args.m - 1) * args.ldc + args.n;
+  bool sideBySide = args.strideC >= args.n &&
+                    (args.batch - 1) * args.strideC + args.n <= args.ldc;
+  if (args.batch > 1 && !stacked && !sideBySide)
     fatal(std::string(caller) + ": strideC " + std::to_string(args.strideC) +
           " makes batches of C overlap (each spans " +
-          std::to_string((args.m - 1) * args.ldc + args.n) + " elements)");
+          std::to_string((args.m - 1) * args.ldc + args.n) +
+          " elements and they are not side by side within ldc " +
+          std::to_string(args.ldc) + ")");
   if (args.bias && args.beta != 0)
     fatal(std::string(caller) + ": a bias needs beta = 0 (beta is " +
           std::to_string(args.beta) + ")");
@@ -149,7 +180,7 @@ void fillRows(T *c, int64_t ldc, const void *bias, int64_t n, int64_t rowBegin,
 }
 
 /// Rows [rowBegin, rowEnd) of batches [batchBegin, batchEnd) of `args`
-/// (f32/f64), on the calling thread.
+/// (f32/f64; outer batches times inner ones), on the calling thread.
 void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
               int64_t rowBegin, int64_t rowEnd) {
   CBLAS_TRANSPOSE transA = args.transA ? CblasTrans : CblasNoTrans;
@@ -158,18 +189,21 @@ void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
   int64_t rowOffsetA = args.transA ? rowBegin : rowBegin * args.lda;
   int64_t rows = rowEnd - rowBegin;
   for (int64_t batch = batchBegin; batch < batchEnd; ++batch) {
-    int64_t offsetA = batch * args.strideA + rowOffsetA;
-    int64_t offsetB = batch * args.strideB;
-    int64_t offsetC = batch * args.strideC + rowBegin * args.ldc;
+    int64_t batchC =
+        batchOffset(args, batch, args.strideC, args.outerStrideC);
+    int64_t offsetA =
+        batchOffset(args, batch, args.strideA, args.outerStrideA) + rowOffsetA;
+    int64_t offsetB = batchOffset(args, batch, args.strideB, args.outerStrideB);
+    int64_t offsetC = batchC + rowBegin * args.ldc;
     // A bias: C starts as the bias in every row, and the product adds to it.
     double beta = args.beta;
     if (args.bias) {
       if (args.type == DType::f32)
-        fillRows(static_cast<float *>(args.c) + batch * args.strideC,
-                 args.ldc, args.bias, args.n, rowBegin, rowEnd);
+        fillRows(static_cast<float *>(args.c) + batchC, args.ldc, args.bias,
+                 args.n, rowBegin, rowEnd);
       else
-        fillRows(static_cast<double *>(args.c) + batch * args.strideC,
-                 args.ldc, args.bias, args.n, rowBegin, rowEnd);
+        fillRows(static_cast<double *>(args.c) + batchC, args.ldc, args.bias,
+                 args.n, rowBegin, rowEnd);
       beta = 1;
     }
     if (args.type == DType::f32)
@@ -194,26 +228,27 @@ void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
 
 void gemm(const GemmArgs &args) {
   validateGemm(args, "gemm");
-  if (args.batch == 0 || args.m == 0 || args.n == 0)
+  if (args.batch == 0 || args.m == 0 || args.n == 0 || args.outerBatch == 0)
     return;
   if (args.type == DType::f16 || args.type == DType::bf16)
     return gemm16(args);
   // Large products are spread over the thread pool (ThreadPool.h): across
-  // batches when there are enough, else across row blocks of C.  Each part
-  // is an independent BLAS call on the calling thread, so no output element
-  // depends on the split.
+  // batches (outer and inner) when there are enough, else across row blocks
+  // of C.  Each part is an independent BLAS call on the calling thread, so no
+  // output element depends on the split.
   int64_t threads = hostThreads();
-  double flops = double(args.batch) * args.m * args.n * args.k;
+  int64_t batches = args.outerBatch * args.batch;
+  double flops = double(batches) * args.m * args.n * args.k;
   if (threads <= 1 || flops < (1 << 18)) {
-    gemmPart(args, 0, args.batch, 0, args.m);
+    gemmPart(args, 0, batches, 0, args.m);
     return;
   }
   struct Split {
     const GemmArgs *args;
     bool byBatch;
-    int64_t parts;
-  } split{&args, args.batch >= threads,
-          args.batch >= threads ? args.batch : std::min(threads, args.m)};
+    int64_t parts, batches;
+  } split{&args, batches >= threads,
+          batches >= threads ? batches : std::min(threads, args.m), batches};
   parallelFor(
       split.parts,
       [](const void *context, int64_t begin, int64_t end) {
@@ -221,7 +256,8 @@ void gemm(const GemmArgs &args) {
         const GemmArgs &a = *s.args;
         if (s.byBatch)
           return gemmPart(a, begin, end, 0, a.m);
-        gemmPart(a, 0, a.batch, a.m * begin / s.parts, a.m * end / s.parts);
+        gemmPart(a, 0, s.batches, a.m * begin / s.parts,
+                 a.m * end / s.parts);
       },
       &split);
 }

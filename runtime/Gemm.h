@@ -45,6 +45,14 @@ struct GemmArgs {
   int64_t strideC = 0;
   int64_t batch = 1;
   const void *bias = nullptr;
+  /// A second, outer batch level: for o in [0, outerBatch), the batches above
+  /// start at A + o * outerStrideA (and B, C alike).  Attention heads viewed
+  /// in place have two batch dimensions (sequence, head) of unrelated
+  /// strides.
+  int64_t outerBatch = 1;
+  int64_t outerStrideA = 0;
+  int64_t outerStrideB = 0;
+  int64_t outerStrideC = 0;
 };
 
 /// Checks `args` and calls fatal() naming `caller` and the first problem:

@@ -143,8 +143,21 @@ void scale(const GemmArgs &args, cudaStream_t stream) {
 
 void gemmCuda(const GemmArgs &args, cudaStream_t stream, bool allowTf32) {
   validateGemm(args, "gemmCuda");
-  if (args.batch == 0 || args.m == 0 || args.n == 0)
+  if (args.batch == 0 || args.m == 0 || args.n == 0 || args.outerBatch == 0)
     return;
+  if (args.outerBatch > 1) {
+    // cuBLASLt has one batch level: one strided-batched call per outer batch.
+    int64_t bytes = int64_t(dtypeBytes(args.type));
+    for (int64_t o = 0; o < args.outerBatch; ++o) {
+      GemmArgs one = args;
+      one.outerBatch = 1;
+      one.a = static_cast<const char *>(args.a) + o * args.outerStrideA * bytes;
+      one.b = static_cast<const char *>(args.b) + o * args.outerStrideB * bytes;
+      one.c = static_cast<char *>(args.c) + o * args.outerStrideC * bytes;
+      gemmCuda(one, stream, allowTf32);
+    }
+    return;
+  }
   if (args.k == 0) {
     switch (args.type) {
     case DType::f32:

@@ -41,6 +41,9 @@ int main(int argc, char **argv) {
     args.type = DType::i32;
   } else if (which == "null-b") {
     args.b = nullptr;
+  } else if (which == "overlapping-outer-c") {
+    args.outerBatch = 2;
+    args.outerStrideC = 5; // each C spans 6 elements
   } else if (which == "bias-with-beta") {
     args.bias = b;
     args.beta = 1;

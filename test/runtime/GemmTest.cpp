@@ -267,6 +267,100 @@ TEST_P(GemmTypes, BiasEpilogue) {
                   rng);
 }
 
+/// Attention heads read and written in place: Q and K are [T, H, D] slices
+/// of [sequence, token, head x dim] memory, the scores S[s][h] = Q K^T go to
+/// [S, H, T, T] memory, and O[s][h] = S V is written back side by side into
+/// [S, T, H x D] (outer batch: sequence, inner batch: head).  Every element
+/// is checked against a loop over the same index formulas, and C's padding
+/// (elements no batch owns) must stay untouched.
+TEST_P(GemmTypes, OuterBatchesAndSideBySideHeads) {
+  DType type = GetParam();
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<double> value(-1, 1);
+  // Large enough (2^18 multiply-adds) for gemm() to split the batches over
+  // the thread pool.
+  const int64_t seqs = 4, tokens = 40, heads = 3, dim = 16, row = heads * dim;
+  Buffer q(type, seqs * tokens * row), v(type, seqs * tokens * row);
+  for (int64_t i = 0; i < seqs * tokens * row; ++i) {
+    q.set(i, value(rng));
+    v.set(i, value(rng));
+  }
+  // Scores: [S, H, T, T], C stacked per head.
+  Buffer scores(type, seqs * heads * tokens * tokens);
+  GemmArgs args;
+  args.type = type;
+  args.transB = true;
+  args.m = tokens, args.n = tokens, args.k = dim;
+  args.a = q.data(), args.lda = row, args.strideA = dim;
+  args.b = q.data(), args.ldb = row, args.strideB = dim;
+  args.c = scores.data(), args.ldc = tokens, args.strideC = tokens * tokens;
+  args.batch = heads;
+  args.outerBatch = seqs;
+  args.outerStrideA = args.outerStrideB = tokens * row;
+  args.outerStrideC = heads * tokens * tokens;
+  gemm(args);
+  double epsilon = type == DType::f64 ? 0x1p-52 : 0x1p-23;
+  bool is16 = type == DType::f16 || type == DType::bf16;
+  auto near = [&](double got, double expected, double magnitude) {
+    double tolerance = epsilon * 16 * magnitude +
+                       (is16 ? 2 * ulp16(type, expected) : 0.0);
+    return std::fabs(got - expected) <= tolerance;
+  };
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < tokens; ++i)
+        for (int64_t j = 0; j < tokens; ++j) {
+          double sum = 0, magnitude = 0;
+          for (int64_t d = 0; d < dim; ++d) {
+            double x = q.get(s * tokens * row + i * row + h * dim + d) *
+                       q.get(s * tokens * row + j * row + h * dim + d);
+            sum += x;
+            magnitude += std::fabs(x);
+          }
+          double got = scores.get(((s * heads + h) * tokens + i) * tokens + j);
+          ASSERT_TRUE(near(got, sum, magnitude))
+              << "scores " << s << " " << h << " " << i << " " << j << ": "
+              << got << " vs " << sum;
+        }
+  // Outputs side by side: O[s][t][h * D + d], with one padding column.
+  const int64_t ldo = row + 1;
+  Buffer out(type, seqs * tokens * ldo);
+  for (int64_t i = 0; i < seqs * tokens * ldo; ++i)
+    out.set(i, 7);
+  GemmArgs o;
+  o.type = type;
+  o.m = tokens, o.n = dim, o.k = tokens;
+  o.a = scores.data(), o.lda = tokens, o.strideA = tokens * tokens;
+  o.b = v.data(), o.ldb = row, o.strideB = dim;
+  o.c = out.data(), o.ldc = ldo, o.strideC = dim;
+  o.batch = heads;
+  o.outerBatch = seqs;
+  o.outerStrideA = heads * tokens * tokens;
+  o.outerStrideB = tokens * row;
+  o.outerStrideC = tokens * ldo;
+  gemm(o);
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = 0; d < dim; ++d) {
+          double sum = 0, magnitude = 0;
+          for (int64_t u = 0; u < tokens; ++u) {
+            double x =
+                scores.get(((s * heads + h) * tokens + t) * tokens + u) *
+                v.get(s * tokens * row + u * row + h * dim + d);
+            sum += x;
+            magnitude += std::fabs(x);
+          }
+          double got = out.get(s * tokens * ldo + t * ldo + h * dim + d);
+          ASSERT_TRUE(near(got, sum, magnitude))
+              << "output " << s << " " << t << " " << h << " " << d << ": "
+              << got << " vs " << sum;
+        }
+      ASSERT_EQ(out.get(s * tokens * ldo + t * ldo + row), 7)
+          << "padding of row " << t << " of sequence " << s << " was written";
+    }
+}
+
 TEST_P(GemmTypes, EmptyInnerDimensionScalesC) {
   std::mt19937 rng(5);
   checkGemm(GetParam(), {7, 9, 0, 2, false, true, false, false, 1, 0.5}, rng);

@@ -603,6 +603,37 @@ public:
       if (e == "f32")
         added.scaled = 1e-5;
     }
+    // Attention heads: split [batch, tokens, heads x dim] into per-head
+    // matrices read in place by the GEMMs (and K read transposed), and the
+    // per-head products written back side by side (sharc-fuse gemm views).
+    for (std::string e : {"f32", "f64"}) {
+      int64_t b = size(), t = size(), h = pick({2, 3}), d = size();
+      std::string flat = type({b, t, h * d}, e),
+                  split = type({b, t, h, d}, e),
+                  heads = type({b, h, t, d}, e),
+                  keys = type({b, h, d, t}, e),
+                  scores = type({b, h, t, t}, e),
+                  merged = type({b, t, h, d}, e);
+      Case &added = add(
+          "attention", {{e, {b, t, h * d}}, {e, {b, t, h * d}}},
+          {flat},
+          "%q4 = sharc.reshape %a0 : " + flat + " to " + split +
+              "\n %k4 = sharc.reshape %a1 : " + flat + " to " + split +
+              "\n %q = sharc.transpose %q4 {permutation = array<i64: 0, 2, 1, "
+              "3>} : (" + split + ") -> " + heads +
+              "\n %k = sharc.transpose %k4 {permutation = array<i64: 0, 2, 3, "
+              "1>} : (" + split + ") -> " + keys +
+              "\n %s = sharc.matmul %q, %k : (" + heads + ", " + keys +
+              ") -> " + scores + "\n %o = sharc.matmul %s, %q : (" + scores +
+              ", " + heads + ") -> " + heads +
+              "\n %m = sharc.transpose %o {permutation = array<i64: 0, 2, 1, "
+              "3>} : (" + heads + ") -> " + merged +
+              "\n %r = sharc.reshape %m : " + merged + " to " + flat +
+              "\n return %r : " + flat,
+          floatTolerance(e));
+      if (e == "f32")
+        added.scaled = 1e-5;
+    }
   }
 
   void windows() {
