@@ -17,8 +17,9 @@ parameters), it
      subprocess with torch.set_num_threads(T), on the same data rows in the
      same order, for WARMUP + STEPS steps;
 
-and prints the mean, median and minimum step time over the STEPS steps after
-warm-up (on a loaded machine the median is the number to trust), the peak
+repeats 2 and 3 ROUNDS times alternately (the machine's speed drifts), and
+prints each round's medians, then the mean, median and minimum step time over
+the STEPS steps after warm-up of all rounds (on a loaded machine the median is the number to trust), the peak
 resident set size of each process, sharc's planned bytes (arena + parameters
 + optimizer state + inputs, from OUT/manifest.json) and PyTorch's
 parameter + gradient + optimizer-state tensor bytes.
@@ -59,6 +60,10 @@ def parse_args(argv=None):
                         help="timed steps after warm-up (default 20)")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed steps first (default 3)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run sharc and PyTorch alternately this many times "
+                             "(default 3): a shared machine's speed drifts, so "
+                             "each ratio compares runs made back to back")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="CPU threads for both (default: all cores)")
     parser.add_argument("--build-dir", default="build",
@@ -190,7 +195,8 @@ def run_checked(command, env=None, what=""):
     return result
 
 
-def run_sharc(args, work, onnx_path, input_files):
+def compile_sharc(args, work, onnx_path):
+    """Compiles the model once; returns (OUT directory, seconds)."""
     sharc = (REPO / args.build_dir / "bin" / "sharc").resolve()
     if not sharc.is_file():
         sys.exit(f"benchmark-cpu: {sharc} not found; build sharc first")
@@ -199,7 +205,10 @@ def run_sharc(args, work, onnx_path, input_files):
     run_checked([sharc, "compile", onnx_path, "--optimizer", "adamw",
                  "--lr", repr(args.lr), "--weight-decay", repr(args.weight_decay),
                  "-o", out], what="sharc compile")
-    compile_s = time.perf_counter() - start
+    return out, time.perf_counter() - start
+
+
+def run_sharc(args, out, compile_s, input_files):
     manifest = json.loads((out / "manifest.json").read_text())
 
     launcher = shutil.which("mpirun")
@@ -280,8 +289,9 @@ def main():
     if args.torch_worker:
         torch_worker(args.torch_worker)
         return
-    if args.steps < 1 or args.warmup < 0 or args.threads < 1:
-        sys.exit("benchmark-cpu: --steps and --threads must be >= 1, --warmup >= 0")
+    if args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.rounds < 1:
+        sys.exit("benchmark-cpu: --steps, --threads and --rounds must be >= 1, "
+                 "--warmup >= 0")
     os.environ.update({k: v for k, v in thread_env(args.threads).items()
                        if k.endswith("_NUM_THREADS")})
     import numpy as np
@@ -304,11 +314,20 @@ def main():
     n_params = sum(p.numel() for p in case.module.parameters())
     del case
 
-    sharc = run_sharc(args, work, onnx_path, input_files)
-    pt = run_torch(args, work, input_files)
-
+    out, compile_s = compile_sharc(args, work, onnx_path)
     w = args.warmup
-    s_ms, t_ms = sharc["step_ms"][w:], pt["step_ms"][w:]
+    s_ms, t_ms, round_lines = [], [], []
+    for r in range(args.rounds):
+        sharc = run_sharc(args, out, compile_s, input_files)
+        pt = run_torch(args, work, input_files)
+        s_round, t_round = sharc["step_ms"][w:], pt["step_ms"][w:]
+        s_ms += s_round
+        t_ms += t_round
+        round_lines.append((median(s_round), median(t_round)))
+        print(f"round {r + 1}: median step ms sharc {median(s_round):.2f} "
+              f"torch {median(t_round):.2f} (torch/sharc "
+              f"{median(t_round) / median(s_round):.2f})", flush=True)
+    print()
     s_mean, t_mean = mean(s_ms), mean(t_ms)
     s_rss, t_rss = sharc["max_rss_kb"] * 1024, pt["max_rss_kb"] * 1024
     s_planned = (sharc["arena_planned"] + sharc["param_bytes"]
@@ -338,6 +357,11 @@ def main():
     print(f"{'':18} {'sharc':>10} {'torch':>10} {'torch/sharc':>12}")
     for label, a, b, ratio in rows_out:
         print(f"{label:18} {a:>10} {b:>10} {ratio:>12.2f}")
+    ratios = [t / s for s, t in round_lines]
+    print(f"torch/sharc of the rounds' medians: "
+          + ", ".join(f"{x:.2f}" for x in ratios)
+          + f" (median {median(ratios):.2f}); step times pooled over "
+          f"{args.rounds} round(s)")
     print()
     print(f"sharc tensor bytes: arena {sharc['arena_planned']} planned "
           f"({sharc['arena_measured']} measured, holds activations and gradients) "
