@@ -57,7 +57,7 @@ LogicalResult ProgramEmitter::emitLibraryReturn(func::ReturnOp ret) {
       return failure();
     const Buffer &buffer = buffers[numArguments + r];
     int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
-    stepBody += "  sharc::kern::copy(ctx, ctx->buffers[" +
+    body() += "  sharc::kern::copy(ctx, ctx->buffers[" +
                 str(numArguments + r) + "], " + *src + ", " + str(bytes) +
                 ");\n";
   }
@@ -91,7 +91,7 @@ LogicalResult ProgramEmitter::runLibrary(llvm::raw_ostream &os, StringRef space,
      << "  sharc::rt::StepContext inner = *outer;\n"
      << "  inner.buffers = all;\n"
      << "  const sharc::rt::StepContext *ctx = &inner;\n"
-     << stepBody << "  if (int code = sharc::kern::takeError(ctx))\n"
+     << body() << "  if (int code = sharc::kern::takeError(ctx))\n"
      << "    sharc::rt::fatal(std::string(" << cppStringLiteral(symbol)
      << ") + \": \" + messages[code - 1]);\n"
      << "}\n} // namespace " << space << "\n\n";

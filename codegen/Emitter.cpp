@@ -66,10 +66,58 @@ void ProgramEmitter::launch(const KernelText &kernel, int64_t count) {
       kernelNames.try_emplace(text, "K" + str(kernelNames.size()));
   if (inserted)
     kernelDefinitions += "struct " + it->second + text + "\n";
-  stepBody += "  sharc::kern::launch(ctx, " + str(count) + ", " +
-              str(kernel.work) + ", " + it->second + "{" +
-              llvm::join(kernel.arguments, ", ") + "});\n";
+  // Join the pending run when this is the same kernel, it writes only
+  // persistent buffers (distinct allocations, never arena memory that the
+  // plan may share with what the run reads), and it touches nothing the run
+  // writes, nor writes anything the run reads: then the launches may run as
+  // one (the optimizer update of every parameter).
+  bool groupable = true, independent = true;
+  for (auto [member, argument] : llvm::zip(kernel.members, kernel.arguments)) {
+    bool reads = StringRef(member).starts_with("const ");
+    if (!reads && !StringRef(argument).contains("ctx->buffers["))
+      groupable = false;
+    if (pending.writes.contains(argument) ||
+        (!reads && pending.reads.contains(argument)))
+      independent = false;
+  }
+  // A CUDA kernel's parameters (the group) stay well under 32 KiB.
+  bool full = pending.launches.size() >= 64 ||
+              (pending.launches.size() + 1) * kernel.members.size() * 8 > 16384;
+  if (!groupable || full || pending.kernel != it->second ||
+      pending.work != kernel.work || !independent)
+    flushLaunches();
+  pending.kernel = it->second;
+  pending.work = kernel.work;
+  pending.launches.emplace_back(llvm::join(kernel.arguments, ", "), count);
+  for (auto [member, argument] : llvm::zip(kernel.members, kernel.arguments))
+    (StringRef(member).starts_with("const ") ? pending.reads : pending.writes)
+        .insert(argument);
+  if (!groupable)
+    flushLaunches();
+}
+
+void ProgramEmitter::flushLaunches() {
+  if (pending.launches.empty())
+    return;
+  const std::string &name = pending.kernel;
+  if (pending.launches.size() == 1) {
+    auto &[arguments, count] = pending.launches.front();
+    stepBody += "  sharc::kern::launch(ctx, " + str(count) + ", " +
+                str(pending.work) + ", " + name + "{" + arguments + "});\n";
+  } else {
+    size_t n = pending.launches.size();
+    stepBody += "  {\n    const sharc::kern::Group<" + name + ", " + str(n) +
+                "> group{{\n";
+    for (auto &[arguments, count] : pending.launches)
+      stepBody += "        " + name + "{" + arguments + "},\n";
+    stepBody += "    }, {";
+    for (auto [i, launch] : llvm::enumerate(pending.launches))
+      stepBody += (i ? ", " : "") + str(launch.second);
+    stepBody += "}};\n    sharc::kern::launchGroup(ctx, " + str(pending.work) +
+                ", group);\n  }\n";
+  }
   ++report.numKernelLaunches;
+  pending = PendingLaunches();
 }
 
 //===----------------------------------------------------------------------===//
@@ -547,7 +595,7 @@ LogicalResult ProgramEmitter::emitCopy(Value from, Value to) {
   if (failed(src) || failed(dest))
     return failure();
   int64_t bytes = tensorType(to).getNumElements() * elementBytes(elementOf(to));
-  stepBody += "  sharc::kern::copy(ctx, " + *dest + ", " + *src + ", " +
+  body() += "  sharc::kern::copy(ctx, " + *dest + ", " + *src + ", " +
               str(bytes) + ");\n";
   return success();
 }
@@ -886,7 +934,7 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
     indent.resize(indent.size() - 2);
     code += indent + "}\n";
   }
-  stepBody += code + "  }\n";
+  body() += code + "  }\n";
   report.numGemmCalls += calls;
   return success();
 }
@@ -1270,7 +1318,7 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
   // are scheduled early) overlaps the communication.
   std::string ticket =
       "ticket" + str(pendingCollectives.size() + completedCollectives);
-  stepBody += "  const uint64_t " + ticket + " = ctx->comm->startAllReduce(" +
+  body() += "  const uint64_t " + ticket + " = ctx->comm->startAllReduce(" +
               *pointer + ", " + str(count) + ", sharc::rt::DType::" + dtype +
               ", sharc::rt::ReduceOp::" +
               (op.getKind() == CollectiveKind::sum ? "sum" : "max") + ");\n";
@@ -1295,7 +1343,7 @@ void ProgramEmitter::waitForOperands(Operation *op) {
     auto pending = pendingCollectives.find(operand);
     if (pending == pendingCollectives.end())
       continue;
-    stepBody += "  ctx->comm->wait(" + pending->second + ");\n";
+    body() += "  ctx->comm->wait(" + pending->second + ");\n";
     pendingCollectives.erase(pending);
     ++completedCollectives;
   }
@@ -1450,7 +1498,7 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
     int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
     std::string dest = "ctx->buffers[" + str(target) + "]";
     if (*src != dest)
-      stepBody += "  sharc::kern::copy(ctx, " + dest + ", " + *src + ", " +
+      body() += "  sharc::kern::copy(ctx, " + dest + ", " + *src + ", " +
                   str(bytes) + ");\n";
   }
   return success();
@@ -1550,7 +1598,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << "  return &info;\n}\n\n"
      << "extern \"C\" void sharcProgramStep(const sharc::rt::StepContext "
         "*ctx) {\n"
-     << stepBody << "  ctx->comm->waitAll();\n"
+     << body() << "  ctx->comm->waitAll();\n"
      << "  if (int code = sharc::kern::takeError(ctx))\n"
      << "    sharc::rt::fatal(std::string(\"step failed: \") + "
         "messages[code - 1]);\n"

@@ -17,6 +17,8 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <cmath>
+#include "llvm/ADT/StringSet.h"
+
 #include <functional>
 #include <cstdio>
 #include <limits>
@@ -264,6 +266,13 @@ private:
   /// Adds a kernel (deduplicated by text) and a launch of it over `count`
   /// indices.
   void launch(const KernelText &kernel, int64_t count);
+  /// Emits the pending run of launches (one grouped launch when several).
+  void flushLaunches();
+  /// The step body, for appending a statement after the pending launches.
+  std::string &body() {
+    flushLaunches();
+    return stepBody;
+  }
   int errorCode(std::string message);
 
   // Elementwise groups.
@@ -330,6 +339,15 @@ private:
   llvm::StringMap<std::string> kernelNames;
   std::string kernelDefinitions;
   std::string stepBody;
+  /// Consecutive launches of one kernel that do not depend on each other
+  /// (the optimizer update of every parameter): emitted together as one
+  /// grouped launch by flushLaunches().
+  struct PendingLaunches {
+    std::string kernel;
+    int64_t work = 0;
+    std::vector<std::pair<std::string, int64_t>> launches; // arguments, count
+    llvm::StringSet<> reads, writes;
+  } pending;
   std::vector<std::string> messages;
   /// Started collectives not waited for yet: result -> ticket variable.
   llvm::DenseMap<Value, std::string> pendingCollectives;

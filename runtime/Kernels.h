@@ -187,6 +187,92 @@ void launch(const rt::StepContext *context, int64_t n, int64_t work,
 #endif
 }
 
+/// Launches of one kernel over index ranges of their own, run as one launch
+/// (the optimizer update of every parameter): member j computes indices
+/// [0, counts[j]) of its own tensors.  The members write disjoint persistent
+/// buffers and read nothing another member writes (the code generator
+/// groups only such launches), so they may run in any order.
+template <typename F, int N> struct Group {
+  F kernels[N];
+  int64_t counts[N];
+};
+
+/// A Group with the start of each member in the joint index range.
+template <typename F, int N> struct GroupRange {
+  F kernels[N];
+  int64_t starts[N + 1];
+
+  explicit GroupRange(const Group<F, N> &group) {
+    starts[0] = 0;
+    for (int j = 0; j < N; ++j) {
+      kernels[j] = group.kernels[j];
+      starts[j + 1] = starts[j] + group.counts[j];
+    }
+  }
+  /// The member that joint index i belongs to.
+  SHARC_HD int member(int64_t i) const {
+    int lo = 0, hi = N - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (starts[mid] <= i)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  }
+};
+
+#if defined(__CUDACC__)
+template <typename F, int N>
+__global__ void runGroup(const GroupRange<F, N> range) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+       i < range.starts[N]; i += int64_t(gridDim.x) * blockDim.x) {
+    int j = range.member(i);
+    range.kernels[j](i - range.starts[j]);
+  }
+}
+#endif
+
+/// Runs every member of `group` (`work`: as in launch()) as one launch: one
+/// grid on CUDA; on the host the joint range spread over the thread pool, so
+/// small members share the threads with large ones and there is one wait.
+template <typename F, int N>
+void launchGroup(const rt::StepContext *context, int64_t work,
+                 const Group<F, N> &group) {
+  const GroupRange<F, N> range(group);
+  int64_t total = range.starts[N];
+  if (total <= 0)
+    return;
+#if defined(__CUDACC__)
+  (void)work;
+  constexpr int threads = 256;
+  int64_t blocks = (total + threads - 1) / threads;
+  if (blocks > 65535 * 8)
+    blocks = 65535 * 8;
+  runGroup<F, N><<<static_cast<unsigned>(blocks), threads, 0,
+                   static_cast<cudaStream_t>(context->stream)>>>(range);
+#else
+  (void)context;
+  auto run = [](const void *data, int64_t begin, int64_t end) {
+    const auto &r = *static_cast<const GroupRange<F, N> *>(data);
+    for (int j = r.member(begin); begin < end; ++j) {
+      const F kernel = r.kernels[j];
+      int64_t stop = end < r.starts[j + 1] ? end : r.starts[j + 1];
+      int64_t offset = r.starts[j];
+#pragma GCC ivdep
+      for (int64_t i = begin - offset; i < stop - offset; ++i)
+        kernel(i);
+      begin = stop;
+    }
+  };
+  if (total < 2 || total * work < 32768 || rt::hostThreads() == 1)
+    run(&range, 0, total);
+  else
+    rt::parallelFor(total, run, &range);
+#endif
+}
+
 /// Copies `bytes` between two buffers of the program.
 inline void copy(const rt::StepContext *context, void *dest, const void *src,
                  size_t bytes) {
