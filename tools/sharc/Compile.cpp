@@ -127,7 +127,7 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
     return argv;
   }
   // No contraction into FMAs: every op rounds exactly as the evaluator does,
-  // so the CPU binary reproduces `sharc eval --train` bit for bit.  Without
+  // so the CPU kernels reproduce `sharc eval --train` bit for bit.  Without
   // trapping math the compiler may evaluate both sides of a select, which is
   // what lets kernel loops (runtime/Math.h's exp and tanh included) vectorize;
   // it changes no result.  Nothing reads errno, so sqrt needs no library
