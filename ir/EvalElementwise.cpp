@@ -195,7 +195,7 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
         return mapFloats(call, [](double x) { return 1 / std::sqrt(x); });
       })
       .Case([&](ErfOp) {
-        return mapFloats(call, [](double x) { return sharc::math::erf(x); });
+        return mapFloats(call, [](double x) { return std::erf(x); });
       })
       .Case([&](TanhOp) {
         return mapFloats(call, [](double x) { return sharc::math::tanh(x); });
