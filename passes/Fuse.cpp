@@ -321,6 +321,104 @@ LogicalResult Fuser::run() {
   return success();
 }
 
+/// Drops a fusion result that its fusion users can recompute from what they
+/// already read: a result computed by one add, sub, mul or neg whose operands
+/// are splat constants or values every user already takes (another result of
+/// the fusion, or one of its inputs), read only by fusions.  Each user clones
+/// the op instead of loading the stored value, so the producer writes one
+/// tensor less and the users read one less (the GELU forward stores x and
+/// tanh; its backward recomputes x^2 and 1 + tanh).  The same ops on the same
+/// values: results do not change.  Returns whether anything changed.
+static bool rematerializeOnce(Block &block) {
+  for (Operation &op : block) {
+    auto fusion = dyn_cast<FusionOp>(op);
+    if (!fusion || fusion->getNumResults() < 2 || !fusion->getAttrs().empty())
+      continue;
+    Block &body = fusion.getBody().front();
+    Operation *yield = body.getTerminator();
+    for (unsigned k = 0; k < fusion->getNumResults(); ++k) {
+      Value result = fusion->getResult(k);
+      Operation *def = yield->getOperand(k).getDefiningOp();
+      if (result.use_empty() || !isa_and_nonnull<AddOp, SubOp, MulOp, NegOp>(def))
+        continue;
+      // Where each operand of `def` comes from outside: a fusion input or
+      // another result (null for a splat constant, cloned as it is).
+      SmallVector<Value> sources;
+      bool ok = true;
+      for (Value operand : def->getOperands()) {
+        if (auto arg = dyn_cast<BlockArgument>(operand)) {
+          sources.push_back(fusion->getOperand(arg.getArgNumber()));
+          continue;
+        }
+        Operation *inner = operand.getDefiningOp();
+        if (inner && isSplatConstant(inner)) {
+          sources.push_back(Value());
+          continue;
+        }
+        auto position = llvm::find(yield->getOperands(), operand);
+        if (position == yield->operand_end() ||
+            unsigned(position - yield->operand_begin()) == k) {
+          ok = false;
+          break;
+        }
+        sources.push_back(
+            fusion->getResult(unsigned(position - yield->operand_begin())));
+      }
+      auto users = llvm::to_vector(result.getUsers());
+      ok = ok && llvm::all_of(users, [&](Operation *user) {
+        return isa<FusionOp>(user) && user->getBlock() == &block &&
+               llvm::all_of(sources, [&](Value source) {
+                 return !source ||
+                        llvm::is_contained(user->getOperands(), source);
+               });
+      });
+      if (!ok)
+        continue;
+      for (Operation *user : llvm::make_early_inc_range(users)) {
+        if (user->getNumOperands() == 0 || !llvm::is_contained(user->getOperands(), result))
+          continue;
+        Block &userBody = cast<FusionOp>(user).getBody().front();
+        OpBuilder builder(&userBody, userBody.begin());
+        IRMapping mapping;
+        for (auto [operand, source] : llvm::zip(def->getOperands(), sources)) {
+          if (!source) {
+            mapping.map(operand,
+                        builder.clone(*operand.getDefiningOp())->getResult(0));
+            continue;
+          }
+          unsigned index =
+              llvm::find(user->getOperands(), source) - user->operand_begin();
+          mapping.map(operand, userBody.getArgument(index));
+        }
+        Value recomputed = builder.clone(*def, mapping)->getResult(0);
+        for (unsigned i = user->getNumOperands(); i-- > 0;)
+          if (user->getOperand(i) == result) {
+            userBody.getArgument(i).replaceAllUsesWith(recomputed);
+            user->eraseOperand(i);
+            userBody.eraseArgument(i);
+          }
+      }
+      // Rebuild the producer without result k.
+      SmallVector<Type> types;
+      for (Value other : fusion->getResults())
+        if (other != result)
+          types.push_back(other.getType());
+      OpBuilder builder(fusion);
+      auto rebuilt = FusionOp::create(builder, fusion.getLoc(), types,
+                                      fusion.getInputs());
+      rebuilt.getBody().takeBody(fusion.getBody());
+      rebuilt.getBody().front().getTerminator()->eraseOperand(k);
+      unsigned next = 0;
+      for (Value other : fusion->getResults())
+        if (other != result)
+          other.replaceAllUsesWith(rebuilt->getResult(next++));
+      fusion->erase();
+      return true;
+    }
+  }
+  return false;
+}
+
 /// Marks fusions that feed a row reduction as its prologue: a fusion with one
 /// result, read only by a softmax, log_softmax, layer_norm or float reduce,
 /// whose body is short (at most kMaxPrologueOps ops, since the row kernel
@@ -498,6 +596,8 @@ LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons,
                             << " blocks; fusion needs a single block";
   if (failed(Fuser(func.getBody().front(), singletons).run()))
     return failure();
+  while (rematerializeOnce(func.getBody().front())) {
+  }
   if (rowPrologues)
     markRowPrologues(func.getBody().front());
   if (gemmFusion) {

@@ -209,3 +209,38 @@ func.func @mlp(%x: tensor<4x3xf32> {sharc.input = "x"},
   %6 = sharc.reduce %5 {kind = #sharc.reduce_kind<mean>, axes = array<i64: 0, 1>} : (tensor<4x1xf32>) -> tensor<f32>
   return %6 : tensor<f32>
 }
+
+// A fusion result computed by one cheap op from values its only (fusion)
+// user already reads is recomputed there instead of stored: %b = a * a is
+// dropped from the first fusion's results and cloned into the second.
+// CHECK-LABEL: func.func @recompute(
+// CHECK: %[[F:.*]]:2 = sharc.fusion %{{.*}} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+// CHECK: sharc.yield %[[A:.*]], %{{.*}} : tensor<4x8xf32>, tensor<4x8xf32>
+// CHECK: %[[M:.*]] = sharc.matmul %[[F]]#1
+// CHECK: sharc.fusion %[[M]], %[[F]]#0 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK-NEXT: ^bb0(%[[MM:.*]]: tensor<4x8xf32>, %[[AA:.*]]: tensor<4x8xf32>):
+// CHECK-NEXT: %[[B:.*]] = sharc.mul %[[AA]], %[[AA]]
+// CHECK-NEXT: sharc.mul %[[MM]], %[[B]]
+func.func @recompute(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  %a = sharc.exp %x : tensor<4x8xf32>
+  %b = sharc.mul %a, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %c = sharc.add %b, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %m = sharc.matmul %c, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %g = sharc.mul %m, %b : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %h = sharc.add %g, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %h : tensor<4x8xf32>
+}
+
+// Not recomputed when the user would have to read something new: %b = a * y
+// needs %y, which the second fusion does not take.
+// CHECK-LABEL: func.func @no_new_reads(
+// CHECK: sharc.fusion %{{.*}} -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>)
+func.func @no_new_reads(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
+  %a = sharc.exp %x : tensor<4x8xf32>
+  %b = sharc.mul %a, %y : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %c = sharc.add %b, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %m = sharc.matmul %c, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %g = sharc.mul %m, %b : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %h = sharc.add %g, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %h : tensor<4x8xf32>
+}
