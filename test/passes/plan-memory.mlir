@@ -149,6 +149,30 @@ func.func @gemm_epilogue(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8x
 
 // -----
 
+// A transpose read in place by two GEMMs (sharc.fuse_into, several users)
+// takes no memory, and its operand lives until the later GEMM: a [0, 4] (the
+// transpose at op 1 is read at ops 2 and 4), s [2, 3], c [3, 4], o [4, 5].
+// Each is 512 bytes: a -> 0, s -> 512, c (live with a and s) -> 1024, o
+// (live with a and c; s is dead) -> 512.
+
+// CHECK-LABEL: func.func @view_with_two_readers(
+// CHECK-SAME: attributes {sharc.arena_bytes = 1536 : i64}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.transpose %{{.*}} {permutation = array<i64: 1, 0, 2>, sharc.fuse_into, sharc.offsets = array<i64: -1>}
+// CHECK-NEXT: sharc.matmul %{{.*}} {sharc.offsets = array<i64: 512>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 1024>}
+// CHECK-NEXT: sharc.matmul %{{.*}} {sharc.offsets = array<i64: 512>}
+func.func @view_with_two_readers(%x: tensor<4x8x4xf32>, %w: tensor<8x4x4xf32>) -> tensor<8x4x4xf32> {
+  %a = sharc.exp %x : tensor<4x8x4xf32>
+  %t = sharc.transpose %a {permutation = array<i64: 1, 0, 2>, sharc.fuse_into} : (tensor<4x8x4xf32>) -> tensor<8x4x4xf32>
+  %s = sharc.matmul %t, %w : (tensor<8x4x4xf32>, tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  %c = sharc.exp %s : tensor<8x4x4xf32>
+  %o = sharc.matmul %t, %c : (tensor<8x4x4xf32>, tensor<8x4x4xf32>) -> tensor<8x4x4xf32>
+  return %o : tensor<8x4x4xf32>
+}
+
+// -----
+
 // Scratch space (sharc.scratch_bytes) is live at its op only: 100 bytes (256
 // reserved) at op 1, counted before the op's result in definition order.
 // Live ranges: a [0, 2], scratch [1, 1], r [1, 2], s [2, 3].  All 256 bytes,
