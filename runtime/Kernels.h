@@ -122,6 +122,14 @@ SHARC_HD int64_t ipow(int64_t base, int64_t exponent, int code) {
 
 /// The error code recorded by kernels so far (0: none); resets it.
 #if defined(__CUDACC__)
+/// Threads per block of every kernel, and the blocks of a grid-stride grid
+/// over n indices (capped: each thread loops over the rest).
+constexpr int kBlockThreads = 256;
+inline unsigned gridBlocks(int64_t n) {
+  int64_t blocks = (n + kBlockThreads - 1) / kBlockThreads;
+  return static_cast<unsigned>(blocks > 65535 * 8 ? 65535 * 8 : blocks);
+}
+
 template <typename F> __global__ void runKernel(F f, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -155,11 +163,7 @@ void launch(const rt::StepContext *context, int64_t n, int64_t work,
     return;
 #if defined(__CUDACC__)
   (void)work;
-  constexpr int threads = 256;
-  int64_t blocks = (n + threads - 1) / threads;
-  if (blocks > 65535 * 8)
-    blocks = 65535 * 8;
-  runKernel<<<static_cast<unsigned>(blocks), threads, 0,
+  runKernel<<<gridBlocks(n), kBlockThreads, 0,
               static_cast<cudaStream_t>(context->stream)>>>(f, n);
 #else
   (void)context;
@@ -246,11 +250,7 @@ void launchGroup(const rt::StepContext *context, int64_t work,
     return;
 #if defined(__CUDACC__)
   (void)work;
-  constexpr int threads = 256;
-  int64_t blocks = (total + threads - 1) / threads;
-  if (blocks > 65535 * 8)
-    blocks = 65535 * 8;
-  runGroup<F, N><<<static_cast<unsigned>(blocks), threads, 0,
+  runGroup<F, N><<<gridBlocks(total), kBlockThreads, 0,
                    static_cast<cudaStream_t>(context->stream)>>>(range);
 #else
   (void)context;
