@@ -120,7 +120,6 @@ SHARC_HD int64_t ipow(int64_t base, int64_t exponent, int code) {
 // Launching
 //===----------------------------------------------------------------------===//
 
-/// The error code recorded by kernels so far (0: none); resets it.
 #if defined(__CUDACC__)
 /// Threads per block of every kernel, and the blocks of a grid-stride grid
 /// over n indices (capped: each thread loops over the rest).
@@ -135,6 +134,7 @@ template <typename F> __global__ void runKernel(F f, int64_t n) {
        i += int64_t(gridDim.x) * blockDim.x)
     f(i);
 }
+/// The error code recorded by kernels so far (0: none); resets it.
 inline int takeError(const rt::StepContext *context) {
   int code = 0;
   cudaMemcpyFromSymbolAsync(&code, deviceErrorCode, sizeof(int), 0,
