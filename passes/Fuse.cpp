@@ -519,14 +519,19 @@ static void markGemmEpilogues(Block &block) {
   }
 }
 
+/// Row-major strides (in elements) of `shape`.
+static SmallVector<int64_t> rowMajorStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
 /// The strides (in elements) of `transpose`'s dimensions in its operand's
 /// row-major memory.
 static SmallVector<int64_t> transposedStrides(TransposeOp transpose) {
-  ArrayRef<int64_t> shape =
-      cast<RankedTensorType>(transpose.getOperand().getType()).getShape();
-  SmallVector<int64_t> source(shape.size(), 1);
-  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
-    source[d] = source[d + 1] * shape[d + 1];
+  SmallVector<int64_t> source = rowMajorStrides(
+      cast<RankedTensorType>(transpose.getOperand().getType()).getShape());
   SmallVector<int64_t> strides;
   for (int64_t p : transpose.getPermutation())
     strides.push_back(source[p]);
@@ -572,10 +577,8 @@ static void markGemmViews(Block &block) {
     // permutation[k] = d: its columns must stay contiguous.
     int64_t rank = transpose.getType().getRank();
     ArrayRef<int64_t> permutation = transpose.getPermutation();
-    SmallVector<int64_t> result(rank, 1);
-    ArrayRef<int64_t> shape = transpose.getType().getShape();
-    for (int64_t d = rank - 2; d >= 0; --d)
-      result[d] = result[d + 1] * shape[d + 1];
+    SmallVector<int64_t> result =
+        rowMajorStrides(transpose.getType().getShape());
     SmallVector<int64_t> product(rank);
     for (auto [k, p] : llvm::enumerate(permutation))
       product[p] = result[k];
