@@ -104,12 +104,21 @@ void gemm16(const GemmArgs &args) {
                 int(std::max<int64_t>(1, colsA)), wideB.data(),
                 int(std::max<int64_t>(1, colsB)), beta, wideC.data(),
                 int(args.n));
+    auto narrow = [&](float value) {
+      return args.type == DType::f16 ? floatToHalf(value)
+                                     : floatToBFloat16(value);
+    };
+    uint16_t *auxBatch =
+        args.aux ? static_cast<uint16_t *>(args.aux) +
+                       batchOffset(args, batch, args.strideC, args.outerStrideC)
+                 : nullptr;
     for (int64_t i = 0; i < args.m; ++i)
       for (int64_t j = 0; j < args.n; ++j) {
         float value = wideC[i * args.n + j];
-        cBatch[i * args.ldc + j] = args.type == DType::f16
-                                       ? floatToHalf(value)
-                                       : floatToBFloat16(value);
+        if (auxBatch)
+          auxBatch[i * args.ldc + j] = narrow(value);
+        cBatch[i * args.ldc + j] =
+            narrow(float(applyActivation(args.activation, value)));
       }
   }
 }
@@ -160,6 +169,8 @@ void validateGemm(const GemmArgs &args, const char *caller) {
   if (args.bias && args.beta != 0)
     fatal(std::string(caller) + ": a bias needs beta = 0 (beta is " +
           std::to_string(args.beta) + ")");
+  if (args.aux && args.activation == GemmActivation::none)
+    fatal(std::string(caller) + ": an aux output needs an activation");
   if (!args.a || !args.b || !args.c)
     fatal(std::string(caller) + ": " +
           (!args.a   ? "A"
@@ -177,6 +188,31 @@ void fillRows(T *c, int64_t ldc, const void *bias, int64_t n, int64_t rowBegin,
   const T *row = static_cast<const T *>(bias);
   for (int64_t i = rowBegin; i < rowEnd; ++i)
     std::copy(row, row + n, c + i * ldc);
+}
+
+/// The epilogue's activation `Act` over rows [rowBegin, rowEnd) of one batch
+/// of C (offset `offsetC`), copying the pre-activation to aux first when set.
+template <typename T, GemmActivation Act>
+void activateRows(const GemmArgs &args, int64_t offsetC, int64_t rowBegin,
+                  int64_t rowEnd) {
+  T *c = static_cast<T *>(args.c) + offsetC;
+  T *aux = args.aux ? static_cast<T *>(args.aux) + offsetC : nullptr;
+  for (int64_t i = rowBegin; i < rowEnd; ++i) {
+    T *row = c + i * args.ldc;
+    if (aux)
+      std::copy(row, row + args.n, aux + i * args.ldc);
+    for (int64_t j = 0; j < args.n; ++j)
+      row[j] = T(applyActivation(Act, row[j]));
+  }
+}
+
+template <typename T>
+void activateRows(const GemmArgs &args, int64_t offsetC, int64_t rowBegin,
+                  int64_t rowEnd) {
+  if (args.activation == GemmActivation::relu)
+    activateRows<T, GemmActivation::relu>(args, offsetC, rowBegin, rowEnd);
+  else
+    activateRows<T, GemmActivation::geluTanh>(args, offsetC, rowBegin, rowEnd);
 }
 
 /// Rows [rowBegin, rowEnd) of batches [batchBegin, batchEnd) of `args`
@@ -221,6 +257,13 @@ void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
                   static_cast<const double *>(args.b) + offsetB,
                   int(args.ldb), beta,
                   static_cast<double *>(args.c) + offsetC, int(args.ldc));
+    // The activation epilogue, while this block of rows is in cache.
+    if (args.activation == GemmActivation::none)
+      continue;
+    if (args.type == DType::f32)
+      activateRows<float>(args, batchC, rowBegin, rowEnd);
+    else
+      activateRows<double>(args, batchC, rowBegin, rowEnd);
   }
 }
 

@@ -10,10 +10,28 @@
 #define SHARC_RUNTIME_GEMM_H
 
 #include "runtime/Communicator.h"
+#include "runtime/Math.h"
 
 #include <cstdint>
 
 namespace sharc::rt {
+
+/// The activation a GEMM's epilogue applies: computed in double from the
+/// f32/f64 (or widened 16-bit) sum and rounded once, as the evaluator
+/// computes sharc.relu and sharc.gelu {approximation = tanh}.
+enum class GemmActivation { none, relu, geluTanh };
+
+/// act(x) for `activation` (the identity for none); host and device.
+SHARC_MATH_HD double applyActivation(GemmActivation activation, double x) {
+  switch (activation) {
+  case GemmActivation::relu:
+    return math::relu(x);
+  case GemmActivation::geluTanh:
+    return math::geluTanh(x);
+  default:
+    return x;
+  }
+}
 
 /// One strided-batched GEMM on row-major matrices.  op(A[b]) is m x k and
 /// op(B[b]) is k x n; A is stored k x m when transA is set (m x k otherwise),
@@ -23,6 +41,10 @@ namespace sharc::rt {
 /// bias (n elements of the same type, beta 0), C[b] = alpha * op(A[b]) *
 /// op(B[b]) + bias, the bias added to every row: the GEMM library's bias
 /// epilogue on CUDA, C prefilled with the bias and beta = 1 on the host.
+/// With an activation, C[b] = act(that sum), and `aux`, when set, receives
+/// the sum itself (the pre-activation the backward pass reads) in C's layout:
+/// cuBLASLt's RELU/GELU(_AUX)(_BIAS) epilogues on CUDA, a pass over each
+/// block of rows right after its product on the host.
 struct GemmArgs {
   /// f32, f64, f16 or bf16 (raw 16-bit values, see Float16.h); the type of
   /// A, B and C alike.
@@ -45,6 +67,9 @@ struct GemmArgs {
   int64_t strideC = 0;
   int64_t batch = 1;
   const void *bias = nullptr;
+  GemmActivation activation = GemmActivation::none;
+  /// The pre-activation output (activation only; C's layout and type).
+  void *aux = nullptr;
   /// A second, outer batch level: for o in [0, outerBatch), the batches above
   /// start at A + o * outerStrideA (and B, C alike).  Attention heads viewed
   /// in place have two batch dimensions (sequence, head) of unrelated
@@ -58,8 +83,9 @@ struct GemmArgs {
 /// Checks `args` and calls fatal() naming `caller` and the first problem:
 /// an unsupported type, negative sizes or strides, sizes or a batch count
 /// past 2^31 - 1, a leading dimension less than the row length of its matrix,
-/// batches of C that overlap, a bias with a non-zero beta, or a null A, B or
-/// C when there is work to do (batch, m and n all non-zero).
+/// batches of C that overlap, a bias with a non-zero beta, an aux output
+/// without an activation, or a null A, B or C when there is work to do
+/// (batch, m and n all non-zero).
 void validateGemm(const GemmArgs &args, const char *caller);
 
 /// Computes `args` on host memory: cblas_sgemm/dgemm for f32/f64; f16 and

@@ -112,6 +112,21 @@ __device__ void store(__nv_bfloat16 &out, float x) {
 __device__ void store(float &out, float x) { out = x; }
 __device__ void store(double &out, double x) { out = x; }
 
+/// Calls fn(T(), S()) with T the device element type of `type` and S the
+/// type its values are computed in (f32 for the 16-bit types).
+template <typename Fn> void byType(DType type, Fn &&fn) {
+  switch (type) {
+  case DType::f32:
+    return fn(float(), float());
+  case DType::f64:
+    return fn(double(), double());
+  case DType::f16:
+    return fn(__half(), float());
+  default:
+    return fn(__nv_bfloat16(), float());
+  }
+}
+
 /// C[b] = beta * C[b] + bias (C not read when beta is 0; no bias when it is
 /// null): the k = 0 product, which cuBLASLt does not take, and the start of
 /// an f64 product with a bias (cuBLASLt has no f64 bias epilogue).
@@ -139,7 +154,63 @@ void scale(const GemmArgs &args, cudaStream_t stream) {
   checkCuda(cudaGetLastError(), "launching the beta scaling kernel");
 }
 
+/// The activation epilogue as its own pass over C (aux = C first when set):
+/// for what cuBLASLt's epilogues do not cover (f64, k = 0, ReLU with the
+/// pre-activation as output, an aux leading dimension not a multiple of 8).
+template <typename T, typename Scale>
+__global__ void activationKernel(T *c, T *aux, int64_t m, int64_t n,
+                                 int64_t ldc, int64_t strideC, int64_t batch,
+                                 GemmActivation activation) {
+  int64_t total = batch * m * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t col = i % n, row = (i / n) % m, b = i / (m * n);
+    int64_t at = b * strideC + row * ldc + col;
+    Scale value = widen(c[at]);
+    if (aux)
+      store(aux[at], value);
+    store(c[at], Scale(applyActivation(activation, double(value))));
+  }
+}
+
+template <typename T, typename Scale>
+void activate(const GemmArgs &args, cudaStream_t stream) {
+  int64_t total = args.batch * args.m * args.n;
+  int blocks = int(std::min<int64_t>((total + 255) / 256, 4096));
+  activationKernel<T, Scale><<<blocks, 256, 0, stream>>>(
+      static_cast<T *>(args.c), static_cast<T *>(args.aux), args.m, args.n,
+      args.ldc, args.strideC, args.batch, args.activation);
+  checkCuda(cudaGetLastError(), "launching the activation kernel");
+}
+
+/// True when cuBLASLt's epilogue computes `args`' activation: GELU with or
+/// without the pre-activation output (whose leading dimension and batch
+/// stride must be multiples of 8), ReLU without it (ReLU_AUX stores a
+/// bit mask, not the pre-activation), on f32/f16/bf16 with k > 0.
+bool libraryActivation(const GemmArgs &args) {
+  if (args.type == DType::f64 || args.k == 0)
+    return false;
+  if (!args.aux)
+    return true;
+  int64_t bytes = int64_t(dtypeBytes(args.type));
+  return args.activation == GemmActivation::geluTanh && args.ldc % 8 == 0 &&
+         (args.batch <= 1 || args.strideC % 8 == 0) &&
+         alignment(args.aux, args.strideC * bytes, args.batch) >= 16;
+}
+
 } // namespace
+
+/// `args` as the product (with its bias) followed by the activation kernel.
+static void productThenActivation(const GemmArgs &args, cudaStream_t stream,
+                                  bool allowTf32) {
+  GemmArgs product = args;
+  product.activation = GemmActivation::none;
+  product.aux = nullptr;
+  gemmCuda(product, stream, allowTf32);
+  byType(args.type, [&](auto element, auto scalar) {
+    activate<decltype(element), decltype(scalar)>(args, stream);
+  });
+}
 
 void gemmCuda(const GemmArgs &args, cudaStream_t stream, bool allowTf32) {
   validateGemm(args, "gemmCuda");
@@ -154,22 +225,18 @@ void gemmCuda(const GemmArgs &args, cudaStream_t stream, bool allowTf32) {
       one.a = static_cast<const char *>(args.a) + o * args.outerStrideA * bytes;
       one.b = static_cast<const char *>(args.b) + o * args.outerStrideB * bytes;
       one.c = static_cast<char *>(args.c) + o * args.outerStrideC * bytes;
+      if (args.aux)
+        one.aux = static_cast<char *>(args.aux) + o * args.outerStrideC * bytes;
       gemmCuda(one, stream, allowTf32);
     }
     return;
   }
-  if (args.k == 0) {
-    switch (args.type) {
-    case DType::f32:
-      return scale<float, float>(args, stream);
-    case DType::f64:
-      return scale<double, double>(args, stream);
-    case DType::f16:
-      return scale<__half, float>(args, stream);
-    default:
-      return scale<__nv_bfloat16, float>(args, stream);
-    }
-  }
+  if (args.activation != GemmActivation::none && !libraryActivation(args))
+    return productThenActivation(args, stream, allowTf32);
+  if (args.k == 0)
+    return byType(args.type, [&](auto element, auto scalar) {
+      scale<decltype(element), decltype(scalar)>(args, stream);
+    });
 
   cudaDataType_t dataType = CUDA_R_32F;
   cublasComputeType_t computeType =
@@ -212,28 +279,43 @@ void gemmCuda(const GemmArgs &args, cudaStream_t stream, bool allowTf32) {
                                              &opSecond, sizeof(opSecond)),
               "setting transb");
 
-  if (args.bias && !biasFirst) {
-    // The bias epilogue adds a vector over the rows of the column-major
-    // result, which are the columns of our row-major C: one bias for all
-    // batches.
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  // Epilogues act on the column-major result, whose rows are the columns of
+  // our row-major C: the bias vector is added along them (one bias for all
+  // batches) and the aux matrix has C's leading dimension and batch stride.
+  bool withBias = args.bias && !biasFirst;
+  cublasLtEpilogue_t epilogue =
+      withBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (args.activation == GemmActivation::relu)
+    epilogue = withBias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  else if (args.activation == GemmActivation::geluTanh && args.aux)
+    epilogue =
+        withBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  else if (args.activation == GemmActivation::geluTanh)
+    epilogue = withBias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  auto setAttribute = [&](cublasLtMatmulDescAttributes_t attribute,
+                          const void *value, size_t size, const char *what) {
+    checkCublas(cublasLtMatmulDescSetAttribute(desc, attribute, value, size),
+                what);
+  };
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    setAttribute(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue),
+                 "setting the epilogue");
+  if (withBias) {
     int64_t biasStride = 0;
-    checkCublas(cublasLtMatmulDescSetAttribute(
-                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                    sizeof(epilogue)),
-                "setting the bias epilogue");
-    checkCublas(cublasLtMatmulDescSetAttribute(
-                    desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
-                    sizeof(args.bias)),
-                "setting the bias pointer");
-    checkCublas(cublasLtMatmulDescSetAttribute(
-                    desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dataType,
-                    sizeof(dataType)),
-                "setting the bias type");
-    checkCublas(cublasLtMatmulDescSetAttribute(
-                    desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &biasStride,
-                    sizeof(biasStride)),
-                "setting the bias batch stride");
+    setAttribute(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
+                 sizeof(args.bias), "setting the bias pointer");
+    setAttribute(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dataType,
+                 sizeof(dataType), "setting the bias type");
+    setAttribute(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &biasStride,
+                 sizeof(biasStride), "setting the bias batch stride");
+  }
+  if (args.aux) {
+    setAttribute(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &args.aux,
+                 sizeof(args.aux), "setting the aux pointer");
+    setAttribute(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &args.ldc,
+                 sizeof(args.ldc), "setting the aux leading dimension");
+    setAttribute(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &args.strideC,
+                 sizeof(args.strideC), "setting the aux batch stride");
   }
 
   Layout first(dataType, args.transB ? args.k : args.n,
@@ -274,6 +356,13 @@ void gemmCuda(const GemmArgs &args, cudaStream_t stream, bool allowTf32) {
                   handle, desc, first.layout, second.layout, result.layout,
                   result.layout, preference, 1, &heuristic, &found),
               "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0 && epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+      args.activation != GemmActivation::none) {
+    // No kernel with this activation epilogue: the activation runs apart.
+    cublasLtMatmulPreferenceDestroy(preference);
+    cublasLtMatmulDescDestroy(desc);
+    return productThenActivation(args, stream, allowTf32);
+  }
   if (found == 0)
     fatal("gemmCuda: cuBLASLt has no algorithm for this GEMM (m=" +
           std::to_string(args.m) + ", n=" + std::to_string(args.n) +

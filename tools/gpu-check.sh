@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU check (docs/runtime.md, "GPU check"): on a machine with a GPU, the
 # CUDA target's losses against the CPU target's for the MLP, GPT and BERT test
-# models (20 steps, mpirun -np 1, and -np 2 with 2+ GPUs), and step times of a
+# models and a GEMM-epilogue classifier (20 steps, mpirun -np 1, and -np 2 with 2+ GPUs), and step times of a
 # larger GPT on both targets.
 #
 #   tools/gpu-check.sh [--build-dir BUILD] [--work-dir DIR] [--cuda-arch sm_XX]

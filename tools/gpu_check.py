@@ -5,7 +5,9 @@ picks a Python with torch); docs/runtime.md, "GPU check", documents both.
 
   1. prepare (needs bin/sharc, torch and onnx; no GPU): export the MLP, GPT and
      BERT of test/e2e/models.py, each with its own seed (distinct weights and
-     data, 48 rows), and a larger GPT for timing; `sharc compile` each for
+     data, 48 rows), its GEMM-epilogue classifier (bias + tanh-GELU with the
+     pre-activation stored, bias + ReLU: cuBLASLt's GELU_AUX_BIAS and
+     RELU_BIAS), and a larger GPT for timing; `sharc compile` each for
      --target cpu and --target cuda --cuda-arch ARCH at --world-size N for
      every N of --ranks, in parallel.
   2. run (needs a GPU, mpirun): probe the CUDA device (the first CUDA binary
@@ -14,7 +16,10 @@ picks a Python with torch); docs/runtime.md, "GPU check", documents both.
      same data and compare the losses step by step; then time the larger GPT
      on both targets.
 
-Output, one line per check:
+Before the models, gemm-cuda-check (test/runtime/GemmCudaCheck.cpp, built
+into WORK/gemm-cuda by prepare) compares gemmCuda with the host gemm() on 192
+random GEMMs and epilogues.  Output, one line per check:
+  gpu-check: gemm-cuda-check PASS|FAIL   (after the check's own summary line)
   gpu-check: MODEL N=K max_rel_loss_diff D PASS|FAIL
   gpu-check: timing MODEL target T ms/step X tokens/s
 where D = max over steps of |cuda - cpu| / |cpu|, PASS when D < --tolerance
@@ -35,8 +40,9 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parent.parent
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+) ms (\S+) tokens/s (\S+)",
                        re.MULTILINE)
-MODELS = ("mlp", "gpt", "bert")
-SEEDS = {"mlp": 101, "gpt": 202, "bert": 303, "gpt-large": 404}
+MODELS = ("mlp", "gpt", "bert", "epilogues")
+SEEDS = {"mlp": 101, "gpt": 202, "bert": 303, "epilogues": 505,
+         "gpt-large": 404}
 ROWS = 48
 RECIPE = ["--optimizer", "adamw", "--lr", "0.003", "--weight-decay", "0.01",
           "--scheduler", "WarmupLR", "--warmup-max-lr", "0.003",
@@ -134,10 +140,21 @@ def export_model(key, work, gpt=None):
     import models
 
     name = "gpt" if key == "gpt-large" else key
-    case, config = build_case(name, SEEDS[key], gpt)
     directory = work / key
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{key}.onnx"
+    if key == "epilogues":
+        models.make_epilogue_model(path)
+        rng = np.random.default_rng(SEEDS[key])
+        arrays = {"x": rng.standard_normal((ROWS, 16)).astype(np.float32),
+                  "labels": rng.integers(0, 10, ROWS).astype(np.int64)}
+        inputs = []
+        for input_name, array in arrays.items():
+            file = directory / f"{input_name}.npy"
+            np.save(file, array)
+            inputs.append(f"{input_name}={file.relative_to(work)}")
+        return {"onnx": str(path), "inputs": inputs}
+    case, config = build_case(name, SEEDS[key], gpt)
     models.export(case, path)
     rows = ROWS if gpt is None else 4 * config.batch
     data = models.make_inputs(name, rows, torch.Generator().manual_seed(SEEDS[key] + 7),
@@ -161,6 +178,34 @@ def compile_one(sharc, spec, out, target, arch, ranks):
     return str(out.relative_to(out.parent.parent) / "train")
 
 
+def build_gemm_check(build, work):
+    """Builds test/runtime/GemmCudaCheck.cpp (gemmCuda against the host gemm()
+    on random GEMMs and epilogues) into WORK/gemm-cuda with the build's nvcc
+    command line, as ctest's runtime-cuda-compile does."""
+    flags = build / "runtime" / "CudaBuildFlags.txt"
+    if not flags.is_file():
+        raise CheckError(f"{flags} not found: this build has no CUDA toolkit")
+    argv = [str(REPO / "test" / "runtime" / "check-cuda-compile.sh"), str(flags),
+            str(work / "gemm-cuda"), "gemm-cuda-check",
+            str(REPO / "test" / "runtime" / "GemmCudaCheck.cpp"),
+            str(REPO / "runtime" / "GemmCuda.cu")]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CheckError(f"building gemm-cuda-check failed:\n{result.stderr}")
+
+
+def run_gemm_check(work):
+    """Runs gemm-cuda-check; True when it passed."""
+    result = subprocess.run([str(work / "gemm-cuda" / "gemm-cuda-check")],
+                            capture_output=True, text=True, timeout=1800)
+    for line in (result.stdout + result.stderr).splitlines():
+        print(line if line.startswith("gemm-cuda-check:") else f"  {line}",
+              flush=True)
+    ok = result.returncode == 0
+    say(f"gemm-cuda-check {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
 def prepare(args, work, arch, ranks_list, timing):
     sharc = pathlib.Path(args.build_dir) / "bin" / "sharc"
     if not os.access(sharc, os.X_OK):
@@ -175,7 +220,9 @@ def prepare(args, work, arch, ranks_list, timing):
             for target in ("cpu", "cuda"):
                 out = work / key / f"{target}-np{ranks}"
                 jobs.append((key, ranks, target, out))
-    say(f"compiling {len(jobs)} binaries ({args.jobs} at a time, cuda for {arch})")
+    say(f"compiling {len(jobs)} binaries ({args.jobs} at a time, cuda for {arch})"
+        " and gemm-cuda-check")
+    build_gemm_check(pathlib.Path(args.build_dir), work)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {pool.submit(compile_one, sharc, specs[key], out, target,
                                arch, ranks): (key, ranks, target)
@@ -298,7 +345,8 @@ def main(argv=None):
             say(f"skipping N={','.join(map(str, skipped))}: {gpus} GPU(s)")
         plan["ranks"] = [r for r in plan["ranks"] if r <= gpus]
         probe_device(plan)
-        ok = compare(plan, args.steps, args.tolerance)
+        ok = run_gemm_check(work)
+        ok &= compare(plan, args.steps, args.tolerance)
         if plan["timing"]:
             time_steps(plan, args.warmup, args.timing_steps)
         say("all checks passed" if ok else "some checks FAILED")

@@ -27,9 +27,11 @@ import warnings
 from typing import Dict
 
 import numpy as np
+import onnx
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from onnx import TensorProto, helper
 
 MODEL_NAMES = ("mlp", "gpt", "bert", "cnn")
 
@@ -381,3 +383,42 @@ def save_inputs(case: Case, directory) -> Dict[str, str]:
         np.save(path, tensor.numpy())
         paths[name] = path
     return paths
+
+
+def make_epilogue_model(path):
+    """A classifier whose GEMMs all end in cuBLASLt-style epilogues: ONNX
+    Gelu (opset 20, tanh approximation) and Relu after bias adds."""
+    rng = np.random.default_rng(5)
+    sizes = [16, 32, 24, 10]
+    inits, nodes, x = [], [], "x"
+    for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
+        bound = 1 / np.sqrt(fan_in)
+        inits += [
+            helper.make_tensor(f"w{i}", TensorProto.FLOAT, [fan_in, fan_out],
+                               rng.uniform(-bound, bound, (fan_in, fan_out))
+                               .astype(np.float32).ravel()),
+            helper.make_tensor(f"b{i}", TensorProto.FLOAT, [fan_out],
+                               rng.uniform(-bound, bound, fan_out)
+                               .astype(np.float32))]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"p{i}"]),
+                  helper.make_node("Add", [f"p{i}", f"b{i}"], [f"z{i}"])]
+        x = f"z{i}"
+        if i == 0:
+            nodes.append(helper.make_node("Gelu", [x], ["g0"],
+                                          approximate="tanh"))
+            x = "g0"
+        elif i == 1:
+            nodes.append(helper.make_node("Relu", [x], ["r1"]))
+            x = "r1"
+    nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", [x, "labels"],
+                                  ["loss"], reduction="mean"))
+    graph = helper.make_graph(
+        nodes, "epilogues",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16]),
+         helper.make_tensor_value_info("labels", TensorProto.INT64, [8])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+

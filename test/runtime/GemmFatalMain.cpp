@@ -47,6 +47,8 @@ int main(int argc, char **argv) {
   } else if (which == "bias-with-beta") {
     args.bias = b;
     args.beta = 1;
+  } else if (which == "aux-without-activation") {
+    args.aux = c;
   } else {
     std::fprintf(stderr, "sharc-gemm-fatal: unknown case %s\n", argv[1]);
     return 2;

@@ -92,6 +92,9 @@ struct Shape {
   double alpha, beta;
   /// Adds a random bias vector to every row (beta must be 0).
   bool bias = false;
+  /// The epilogue's activation, and whether the pre-activation is stored.
+  GemmActivation activation = GemmActivation::none;
+  bool aux = false;
 };
 
 /// Runs `shape` through gemm() on random data with padded leading dimensions
@@ -107,7 +110,9 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
                " broadcastB=" + std::to_string(shape.broadcastB) +
                " alpha=" + std::to_string(shape.alpha) +
                " beta=" + std::to_string(shape.beta) +
-               " bias=" + std::to_string(shape.bias));
+               " bias=" + std::to_string(shape.bias) +
+               " activation=" + std::to_string(int(shape.activation)) +
+               " aux=" + std::to_string(shape.aux));
   std::uniform_real_distribution<double> value(-1, 1);
   std::uniform_int_distribution<int64_t> pad(0, 3);
   int64_t rowsA = shape.transA ? shape.k : shape.m;
@@ -141,6 +146,7 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
   for (int64_t i = 0; i < sizeC; ++i)
     c.set(i, value(rng));
   Buffer before = c;
+  Buffer aux = c, auxBefore = c;
   Buffer bias(type, shape.n);
   for (int64_t j = 0; j < shape.n; ++j)
     bias.set(j, value(rng));
@@ -149,6 +155,9 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
   args.c = c.data();
   if (shape.bias)
     args.bias = bias.data();
+  args.activation = shape.activation;
+  if (shape.aux)
+    args.aux = aux.data();
   gemm(args);
 
   bool is16 = type == DType::f16 || type == DType::bf16;
@@ -184,10 +193,29 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
           magnitude += std::fabs(bias.get(j));
         }
         double tolerance = rtol * magnitude;
-        if (is16) {
+        auto round = [&](double x) {
           Buffer rounded(type, 1);
-          rounded.set(0, expected);
-          expected = rounded.get(0);
+          rounded.set(0, x);
+          return rounded.get(0);
+        };
+        if (shape.aux) {
+          double pre = is16 ? round(expected) : expected;
+          ASSERT_NEAR(aux.get(index), pre,
+                      tolerance + (is16 ? 2 * ulp16(type, pre) : 0.0))
+              << "pre-activation: batch " << batch << " row " << i << " column "
+              << j;
+          // C is the activation of the stored sum, rounded once.
+          if (!is16)
+            ASSERT_EQ(c.get(index),
+                      round(applyActivation(shape.activation, aux.get(index))));
+        }
+        if (shape.activation != GemmActivation::none) {
+          // Both activations are 1.2-Lipschitz; the result is rounded once.
+          expected = applyActivation(shape.activation, expected);
+          tolerance = 1.2 * tolerance + epsilon * std::fabs(expected);
+        }
+        if (is16) {
+          expected = round(expected);
           tolerance += 2 * ulp16(type, expected);
         }
         ASSERT_NEAR(c.get(index), expected, tolerance)
@@ -201,7 +229,14 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
                           &before.bytes[i * elementBytes], elementBytes),
               0)
         << "padding element " << i << " of C was written";
+    if (shape.aux)
+      ASSERT_EQ(std::memcmp(&aux.bytes[i * elementBytes],
+                            &auxBefore.bytes[i * elementBytes], elementBytes),
+                0)
+          << "padding element " << i << " of aux was written";
   }
+  if (!shape.aux)
+    ASSERT_EQ(aux.bytes, auxBefore.bytes) << "aux written without being set";
 }
 
 class GemmTypes : public testing::TestWithParam<DType> {};
@@ -265,6 +300,26 @@ TEST_P(GemmTypes, BiasEpilogue) {
         checkGemm(GetParam(),
                   {m, n, k, 3, transA, transB, false, transB, 1.25, 0, true},
                   rng);
+}
+
+/// ReLU and tanh-GELU epilogues, with and without a bias, a stored
+/// pre-activation, alpha and beta, on products large enough (2^18
+/// multiply-adds) for gemm() to split rows or batches over the thread pool.
+TEST_P(GemmTypes, ActivationEpilogues) {
+  std::mt19937 rng(31);
+  for (GemmActivation activation :
+       {GemmActivation::relu, GemmActivation::geluTanh})
+    for (bool aux : {false, true})
+      for (bool bias : {false, true})
+        for (auto [m, n, k, batch] : {std::array<int64_t, 4>{7, 9, 5, 2},
+                                      {90, 70, 50, 1},
+                                      {40, 33, 30, 7},
+                                      {5, 4, 0, 1}})
+          checkGemm(GetParam(),
+                    {m, n, k, batch, bool(m % 2), bool(n % 2), false, false,
+                     bias ? 1.0 : 0.75, bias ? 0.0 : -0.5, bias, activation,
+                     aux},
+                    rng);
 }
 
 /// Attention heads read and written in place: Q and K are [T, H, D] slices
