@@ -518,17 +518,31 @@ ProgramEmitter::rowInput(KernelText &kernel, Value input) {
 LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
   if (op->hasAttr("sharc.fuse_into"))
     return success(); // Computed inside the row kernel that reads it.
-  if (auto epilogue = op->getAttrOfType<DenseI64ArrayAttr>("sharc.gemm_bias")) {
-    // matmul + bias: the GEMM, with the bias as its epilogue, writes this
-    // op's result (sharc-fuse's gemm-fusion).
+  if (auto attr = op->getAttrOfType<DenseI64ArrayAttr>("sharc.gemm_epilogue")) {
+    // act(matmul + bias): the GEMM writes this op's results, the bias and
+    // activation applied by its epilogue (sharc-fuse's gemm-fusion).
+    ArrayRef<int64_t> at = attr.asArrayRef();
+    auto operand = [&](int64_t i) {
+      return i >= 0 && i < int64_t(op->getNumOperands()) ? op->getOperand(i)
+                                                         : Value();
+    };
+    auto result = [&](int64_t i) {
+      return i >= 0 && i < int64_t(op->getNumResults()) ? op->getResult(i)
+                                                        : Value();
+    };
     auto matmul =
-        epilogue.size() == 2
-            ? op->getOperand(epilogue[0]).getDefiningOp<MatmulOp>()
-            : MatmulOp();
-    if (!matmul)
-      return op->emitError() << "code generation: sharc.gemm_bias does not "
-                                "name a matmul operand";
-    return emitMatmul(matmul, op->getResult(0), op->getOperand(epilogue[1]));
+        at.size() == 4 ? operand(at[0]).getDefiningOp<MatmulOp>() : MatmulOp();
+    GemmEpilogue epilogue;
+    if (auto activation =
+            op->getAttrOfType<StringAttr>("sharc.gemm_activation"))
+      epilogue.activation = activation.getValue();
+    if (!matmul || !result(at[2]) || (at[1] >= 0 && !operand(at[1])) ||
+        (at[3] >= 0 && (!result(at[3]) || epilogue.activation.empty())))
+      return op->emitError() << "code generation: malformed "
+                                "sharc.gemm_epilogue";
+    epilogue.bias = operand(at[1]);
+    epilogue.aux = result(at[3]);
+    return emitMatmul(matmul, result(at[2]), epilogue);
   }
   ArrayRef<int64_t> iteration = tensorType(op->getResult(0)).getShape();
   KernelText kernel;
@@ -812,7 +826,7 @@ ProgramEmitter::stridedView(Value value) {
 }
 
 LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
-                                         Value bias) {
+                                         const GemmEpilogue &epilogue) {
   if (!result)
     result = op.getResult();
   auto out = tensorType(op.getResult());
@@ -923,11 +937,29 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
             "; args.outerStrideA = " + str(outer.a) +
             "; args.outerStrideB = " + str(outer.b) +
             "; args.outerStrideC = " + str(outer.c) + ";\n";
-  if (bias) {
-    FailureOr<std::string> pointer = typedPointer(bias);
+  if (epilogue.bias) {
+    FailureOr<std::string> pointer = typedPointer(epilogue.bias);
     if (failed(pointer))
       return failure();
     code += indent + "args.bias = " + *pointer + ";\n";
+  }
+  if (!epilogue.activation.empty()) {
+    if (epilogue.activation != "relu" && epilogue.activation != "gelu_tanh")
+      return op.emitError() << "code generation: unknown GEMM epilogue "
+                               "activation '"
+                            << epilogue.activation << "'";
+    code += indent + "args.activation = sharc::rt::GemmActivation::" +
+            (epilogue.activation == "relu" ? "relu" : "geluTanh") + ";\n";
+  }
+  if (epilogue.aux) {
+    // The pre-activation has the output's layout (both plain results).
+    FailureOr<StridedView> aux = stridedView(epilogue.aux);
+    if (failed(aux))
+      return failure();
+    if (aux->strides != c->strides || aux->shape != c->shape)
+      return op.emitError() << "code generation: a GEMM's pre-activation "
+                               "output must have the layout of its result";
+    code += indent + "args.aux = " + aux->pointer + offsetC + ";\n";
   }
   code += indent + "sharc::kern::gemm(ctx, args);\n";
   for (size_t d = 0; d < dims.size(); ++d) {
@@ -936,6 +968,8 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
   }
   body() += code + "  }\n";
   report.numGemmCalls += calls;
+  if (epilogue.bias || !epilogue.activation.empty())
+    report.numGemmEpilogues += calls;
   return success();
 }
 

@@ -52,6 +52,8 @@ struct ProgramReport {
   int numKernels = 0;
   int numKernelLaunches = 0;
   int numGemmCalls = 0;
+  /// GEMM calls per step whose epilogue adds a bias or applies an activation.
+  int numGemmEpilogues = 0;
   int64_t arenaBytes = 0;
   int64_t paramBytes = 0;
   int64_t gradientBytes = 0;

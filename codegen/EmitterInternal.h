@@ -306,9 +306,18 @@ private:
   /// The view of `value`: row-major, or a transpose read in place
   /// (`sharc.fuse_into`) or written by its GEMM (`sharc.gemm_output`).
   FailureOr<StridedView> stridedView(Value value);
-  /// One GEMM for `op`, writing `result` (the matmul's own by default) and
-  /// adding `bias` to every row when given (a GEMM epilogue).
-  LogicalResult emitMatmul(MatmulOp op, Value result = {}, Value bias = {});
+  /// What a GEMM's epilogue adds to the product (sharc-fuse's
+  /// sharc.gemm_epilogue): a bias vector added to every row, an activation
+  /// ("relu" or "gelu_tanh") and where the pre-activation goes (`aux`).
+  struct GemmEpilogue {
+    Value bias;
+    StringRef activation;
+    Value aux;
+  };
+  /// One GEMM for `op`, writing `result` (the matmul's own by default) with
+  /// `epilogue`.
+  LogicalResult emitMatmul(MatmulOp op, Value result = {},
+                           const GemmEpilogue &epilogue = {});
   LogicalResult emitReduce(ReduceOp op);
   LogicalResult emitSoftmax(Operation *op, int64_t axis, bool log);
   LogicalResult emitLayerNorm(LayerNormOp op);

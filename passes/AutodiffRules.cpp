@@ -140,7 +140,9 @@ void unaryRule(Rule &r) {
                 e.where(e.compare(x, ComparePredicate::lt, 0.0), e.neg(g)));
           })
           .Case([&](ReluOp) {
-            return e.where(e.compare(x, ComparePredicate::gt, 0.0), g);
+            // z > 0 exactly where x > 0: reading the result leaves the
+            // pre-activation dead, so act(matmul + bias) is one GEMM.
+            return e.where(e.compare(z, ComparePredicate::gt, 0.0), g);
           })
           .Case([&](ExpOp) { return e.mul(g, z); })
           .Case([&](LogOp) { return e.div(g, x); })

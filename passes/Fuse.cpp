@@ -462,58 +462,118 @@ SmallVector<Operation *> sharc::readSites(Operation *op, Block &block) {
   return sites;
 }
 
-/// Marks GEMM bias epilogues: an add of a matmul result (used only there) and
-/// a vector over its last dimension, as a plain op or the one op of a fusion.
-/// The matmul gets sharc.fuse_into and the add (or fusion)
-/// sharc.gemm_bias = [operand index of the product, operand index of the
-/// bias]: the code generator runs the GEMM there, the bias added by it.
+/// The cuBLASLt epilogue activation `op` computes, if any: ReLU, or GELU
+/// with the tanh approximation (cuBLASLt's GELU).
+static std::optional<StringRef> epilogueActivation(Operation *op) {
+  if (isa<ReluOp>(op))
+    return StringRef("relu");
+  if (auto gelu = dyn_cast<GeluOp>(op);
+      gelu && gelu.getApproximation() == GeluApproximation::tanh)
+    return StringRef("gelu_tanh");
+  return std::nullopt;
+}
+
+/// Marks GEMM epilogues: `op` (a fusion, or a plain op) computes
+/// act(matmul + bias), matmul + bias or act(matmul), where the matmul result
+/// is used only there, the bias is a vector over its last dimension and act
+/// is an epilogueActivation.  A fusion may also yield matmul + bias itself
+/// (the pre-activation, which the backward pass reads: the epilogue's aux
+/// output).  The matmul gets sharc.fuse_into, `op` sharc.gemm_epilogue =
+/// [product operand, bias operand or -1, result of the GEMM's output, result
+/// of the pre-activation or -1] and, with an activation,
+/// sharc.gemm_activation: the code generator runs the GEMM there.
 static void markGemmEpilogues(Block &block) {
   for (Operation &op : block) {
-    if (op.getNumResults() != 1)
-      continue;
-    Operation *add = &op;
-    if (auto fusion = dyn_cast<FusionOp>(op)) {
+    auto fusion = dyn_cast<FusionOp>(op);
+    // The body's ops (the op itself when plain) and what the results yield.
+    SmallVector<Operation *, 2> ops;
+    SmallVector<Value, 2> yielded;
+    if (fusion) {
       Block &body = fusion.getBody().front();
-      auto ops = body.without_terminator();
-      Operation *yield = body.getTerminator();
-      if (!llvm::hasSingleElement(ops) || yield->getNumOperands() != 1)
-        continue;
-      add = &*ops.begin();
-      if (add->getNumResults() != 1 ||
-          yield->getOperand(0) != add->getResult(0))
-        continue;
+      for (Operation &inner : body.without_terminator())
+        ops.push_back(&inner);
+      llvm::append_range(yielded, body.getTerminator()->getOperands());
+    } else {
+      ops.push_back(&op);
+      llvm::append_range(yielded, op.getResults());
     }
-    if (!isa<AddOp>(add))
+    if (ops.empty() || ops.size() > 2 || yielded.size() > 2 ||
+        llvm::any_of(ops, [](Operation *o) { return o->getNumResults() != 1; }))
       continue;
-    // The operand of `op` that `add`'s operand `index` reads.
-    auto operandOf = [&](unsigned index) -> std::optional<unsigned> {
-      if (add == &op)
-        return index;
-      auto arg = dyn_cast<BlockArgument>(add->getOperand(index));
-      if (!arg || arg.getOwner() != add->getBlock())
+    Operation *add = isa<AddOp>(ops.front()) ? ops.front() : nullptr;
+    Operation *act = ops.back();
+    std::optional<StringRef> activation = epilogueActivation(act);
+    if (!activation)
+      act = nullptr;
+    // [add], [act] or [add, act reading the add].
+    if ((ops.size() == 2 &&
+         (!add || !act || act->getOperand(0) != add->getResult(0))) ||
+        (ops.size() == 1 && !add && !act))
+      continue;
+    Value output = (act ? act : add)->getResult(0);
+    Value pre = add && act ? add->getResult(0) : Value();
+    // Which result of `op` is the GEMM's output, and which its aux.
+    int64_t outputResult = -1, auxResult = -1;
+    bool other = false; // Yields something else, or a value twice.
+    for (auto [i, value] : llvm::enumerate(yielded)) {
+      if (value == output && outputResult < 0)
+        outputResult = int64_t(i);
+      else if (pre && value == pre && auxResult < 0)
+        auxResult = int64_t(i);
+      else
+        other = true;
+    }
+    if (other || outputResult < 0)
+      continue;
+    // The operand of `op` that body value `value` is.
+    auto operandOf = [&](Value value) -> std::optional<unsigned> {
+      if (!fusion) {
+        for (OpOperand &use : op.getOpOperands())
+          if (use.get() == value)
+            return use.getOperandNumber();
+        return std::nullopt;
+      }
+      auto arg = dyn_cast<BlockArgument>(value);
+      if (!arg || arg.getOwner() != &fusion.getBody().front())
         return std::nullopt;
       return arg.getArgNumber();
     };
-    std::optional<unsigned> lhs = operandOf(0), rhs = operandOf(1);
-    if (!lhs || !rhs || *lhs == *rhs)
-      continue;
-    auto resultType = cast<RankedTensorType>(op.getResult(0).getType());
+    SmallVector<Value, 2> candidates;
+    if (add)
+      candidates = {add->getOperand(0), add->getOperand(1)};
+    else
+      candidates = {act->getOperand(0)};
+    auto resultType = cast<RankedTensorType>(output.getType());
     Type element = resultType.getElementType();
     if ((!element.isF32() && !element.isF64()) || resultType.getRank() < 2)
       continue;
     int64_t n = resultType.getShape().back();
-    for (auto [product, bias] : {std::pair{*lhs, *rhs}, {*rhs, *lhs}}) {
-      Value value = op.getOperand(product);
-      auto matmul = value.getDefiningOp<MatmulOp>();
-      auto biasType = cast<RankedTensorType>(op.getOperand(bias).getType());
-      if (!matmul || !value.hasOneUse() || matmul->getBlock() != &block ||
-          matmul.getType() != resultType || biasType.getRank() == 0 ||
-          biasType.getShape().back() != n || biasType.getNumElements() != n)
+    for (auto [i, candidate] : llvm::enumerate(candidates)) {
+      std::optional<unsigned> product = operandOf(candidate);
+      std::optional<unsigned> bias =
+          add ? operandOf(candidates[1 - i]) : std::optional<unsigned>();
+      if (!product || (add && (!bias || *bias == *product)))
         continue;
-      matmul->setAttr("sharc.fuse_into", UnitAttr::get(op.getContext()));
-      op.setAttr("sharc.gemm_bias",
-                 DenseI64ArrayAttr::get(op.getContext(),
-                                        {int64_t(product), int64_t(bias)}));
+      Value value = op.getOperand(*product);
+      auto matmul = value.getDefiningOp<MatmulOp>();
+      if (!matmul || !value.hasOneUse() || matmul->getBlock() != &block ||
+          matmul.getType() != resultType)
+        continue;
+      if (add) {
+        auto biasType = cast<RankedTensorType>(op.getOperand(*bias).getType());
+        if (biasType.getRank() == 0 || biasType.getShape().back() != n ||
+            biasType.getNumElements() != n)
+          continue;
+      }
+      MLIRContext *context = op.getContext();
+      matmul->setAttr("sharc.fuse_into", UnitAttr::get(context));
+      op.setAttr("sharc.gemm_epilogue",
+                 DenseI64ArrayAttr::get(context, {int64_t(*product),
+                                                  bias ? int64_t(*bias) : -1,
+                                                  outputResult, auxResult}));
+      if (act)
+        op.setAttr("sharc.gemm_activation",
+                   StringAttr::get(context, *activation));
       break;
     }
   }

@@ -143,8 +143,9 @@ llvm::SmallVector<mlir::Operation *> readSites(mlir::Operation *op,
 /// op that joins no group becomes a fusion of its own; with `rowPrologues`,
 /// a short fusion read only by a row reduction gets `sharc.fuse_into` (the
 /// code generator computes it inside that kernel); with `gemmFusion`, a
-/// matmul whose result only gets a bias added becomes that add's GEMM
-/// (`sharc.fuse_into` on the matmul, `sharc.gemm_bias` on the add), and
+/// matmul whose result only gets a bias added and/or a ReLU or tanh-GELU
+/// applied becomes that fusion's GEMM (`sharc.fuse_into` on the matmul,
+/// `sharc.gemm_epilogue` and `sharc.gemm_activation` on the fusion), and
 /// transposes that split or merge attention heads become strided GEMM views
 /// (`sharc.fuse_into` / `sharc.gemm_output`).  Fails,
 /// after reporting an error, on a function of more than one block.

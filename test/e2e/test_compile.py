@@ -348,3 +348,37 @@ def test_bad_data_values_stop_every_rank_with_the_node(sharc, tmp_path):
         assert run.returncode != 0
         assert message in run.stderr and "step failed" in run.stderr, run.stderr
         assert f'{path.name}"' in run.stderr  # the location names the model
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_activation_epilogues_in_the_binary(sharc, tmp_path, ranks):
+    """Bias + tanh-GELU (storing the pre-activation for the backward pass)
+    and bias + ReLU run as GEMM epilogues; the binary's losses still equal
+    the evaluator's."""
+    path = tmp_path / "epilogues.onnx"
+    models.make_epilogue_model(path)
+    rng = np.random.default_rng(6)
+    np.save(tmp_path / "x.npy", rng.standard_normal((29, 16)).astype(np.float32))
+    np.save(tmp_path / "labels.npy", rng.integers(0, 10, 29).astype(np.int64))
+    inputs = ["--input", f"x={tmp_path / 'x.npy'}",
+              "--input", f"labels={tmp_path / 'labels.npy'}"]
+    out = tmp_path / "out"
+    result = sharc("compile", path, *RECIPE, "--world-size", ranks, "-o", out,
+                   "--report")
+    assert result.returncode == 0, result.stderr
+    # The three forward GEMMs carry the epilogues.
+    assert "(3 with a bias or activation epilogue)" in result.stdout
+    source = (out / "program.cpp").read_text()
+    assert source.count("GemmActivation::geluTanh") == 1
+    assert source.count("GemmActivation::relu") == 1
+    assert source.count("args.aux = ") == 1
+    run = mpirun(ranks, out / "train", *inputs, "--steps", STEPS,
+                 "--log-every", 1)
+    assert run.returncode == 0, run.stderr
+    reference = sharc("eval", path, "--train", "--steps", STEPS, *RECIPE,
+                      "--grad-accum", ranks, *inputs)
+    assert reference.returncode == 0, reference.stderr
+    losses = parse_steps(run.stdout)[0]
+    assert len(losses) == STEPS
+    np.testing.assert_allclose(losses, parse_steps(reference.stdout)[0],
+                               rtol=1e-5)

@@ -172,6 +172,21 @@ def test_cuda_binary_is_built_for_arch(sharc, exported, work, name, arch):
                      re.MULTILINE), "sharcCreateCommunicator is not linked"
 
 
+def test_cuda_activation_epilogues_build(sharc, work):
+    """The GEMM epilogues (bias + tanh-GELU with the pre-activation as aux
+    output, bias + ReLU) in CUDA code: cuBLASLt's epilogues at run time."""
+    path = work / "epilogues.onnx"
+    models.make_epilogue_model(path)
+    out = work / "epilogues-sm_90"
+    result = sharc("compile", path, "--target", "cuda", "--optimizer", "adamw",
+                   "-o", out, "--report", timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "(3 with a bias or activation epilogue)" in result.stdout
+    source = (out / "program.cu").read_text()
+    assert "GemmActivation::geluTanh" in source and "args.aux = " in source
+    assert (out / "train").is_file()
+
+
 def test_cuda_arch_errors(sharc, exported, work):
     path = exported("mlp")
     for arch, message in (

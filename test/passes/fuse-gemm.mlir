@@ -3,20 +3,21 @@
 // RUN: sharc-opt %s --sharc-fuse="singletons=false" | FileCheck %s --check-prefix=PLAIN
 
 // A matmul whose only user adds a bias vector becomes that add's GEMM: the
-// matmul is marked sharc.fuse_into, the add sharc.gemm_bias = [product
-// operand, bias operand].
+// matmul is marked sharc.fuse_into, the add sharc.gemm_epilogue = [product
+// operand, bias operand, result written by the GEMM, pre-activation result
+// or -1].
 
 // CHECK-LABEL: func.func @linear(
 // CHECK: sharc.matmul
 // CHECK-SAME: sharc.fuse_into
-// CHECK: sharc.fusion %{{.*}}, %{{.*}} {sharc.gemm_bias = array<i64: 1, 0>}
+// CHECK: sharc.fusion %{{.*}}, %{{.*}} {sharc.gemm_epilogue = array<i64: 1, 0, 0, -1>}
 // OFF-LABEL: func.func @linear(
 // OFF-NOT: sharc.fuse_into
-// OFF-NOT: sharc.gemm_bias
+// OFF-NOT: sharc.gemm_epilogue
 // PLAIN-LABEL: func.func @linear(
 // PLAIN: sharc.matmul
 // PLAIN-SAME: sharc.fuse_into
-// PLAIN: sharc.add %{{.*}}, %{{.*}} {sharc.gemm_bias = array<i64: 1, 0>}
+// PLAIN: sharc.add %{{.*}}, %{{.*}} {sharc.gemm_epilogue = array<i64: 1, 0, 0, -1>}
 func.func @linear(%x: tensor<2x4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3xf32>) -> tensor<2x4x3xf32> {
   %y = sharc.matmul %x, %w : (tensor<2x4x8xf32>, tensor<8x3xf32>) -> tensor<2x4x3xf32>
   %z = sharc.add %b, %y : (tensor<3xf32>, tensor<2x4x3xf32>) -> tensor<2x4x3xf32>
@@ -27,7 +28,7 @@ func.func @linear(%x: tensor<2x4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3xf32>)
 // rows instead of columns.
 
 // CHECK-LABEL: func.func @not_epilogues(
-// CHECK-NOT: sharc.gemm_bias
+// CHECK-NOT: sharc.gemm_epilogue
 // CHECK: return
 func.func @not_epilogues(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3xf32>, %r: tensor<4x1xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>) {
   %y = sharc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
@@ -39,6 +40,45 @@ func.func @not_epilogues(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3x
   %y3 = sharc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   %z3 = sharc.add %y3, %r : (tensor<4x3xf32>, tensor<4x1xf32>) -> tensor<4x3xf32>
   return %t, %u, %z3 : tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>
+}
+
+// Activation epilogues (cuBLASLt's RELU/GELU): act(matmul + bias) and
+// act(matmul) are one GEMM, also when the fusion yields the pre-activation
+// (the aux output the backward pass reads).  GELU only with the tanh
+// approximation (cuBLASLt's); the erf GELU stays a kernel.
+
+// CHECK-LABEL: func.func @activations(
+// CHECK: sharc.matmul {{.*}}sharc.fuse_into
+// CHECK: sharc.fusion {{.*}} {sharc.gemm_activation = "relu", sharc.gemm_epilogue = array<i64: 1, 0, 0, -1>}
+// CHECK: sharc.matmul {{.*}}sharc.fuse_into
+// CHECK: sharc.fusion {{.*}} {sharc.gemm_activation = "gelu_tanh", sharc.gemm_epilogue = array<i64: 0, 1, 1, 0>}
+// CHECK: sharc.matmul {{.*}}sharc.fuse_into
+// CHECK: sharc.fusion {{.*}} {sharc.gemm_activation = "relu", sharc.gemm_epilogue = array<i64: 0, -1, 0, -1>}
+// CHECK: %[[ERF:.*]] = sharc.matmul
+// CHECK-NOT: sharc.fuse_into
+// CHECK: sharc.fusion %[[ERF]]
+// CHECK-NOT: sharc.gemm_epilogue
+// CHECK: return
+// PLAIN-LABEL: func.func @activations(
+// PLAIN: sharc.add
+// PLAIN-NOT: sharc.gemm_epilogue
+// PLAIN: sharc.relu
+// PLAIN-NOT: sharc.gemm_epilogue
+// PLAIN: sharc.matmul {{.*}}sharc.fuse_into
+// PLAIN: sharc.relu {{.*}} {sharc.gemm_activation = "relu", sharc.gemm_epilogue = array<i64: 0, -1, 0, -1>}
+func.func @activations(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>) {
+  %y = sharc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  %z = sharc.add %b, %y : (tensor<3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  %r = sharc.relu %z : tensor<4x3xf32>
+  %y2 = sharc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  %z2 = sharc.add %y2, %b : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  %g = sharc.gelu %z2 {approximation = #sharc.gelu_approximation<tanh>} : tensor<4x3xf32>
+  %y3 = sharc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  %r3 = sharc.relu %y3 : tensor<4x3xf32>
+  %y4 = sharc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  %z4 = sharc.add %y4, %b : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  %e = sharc.gelu %z4 {approximation = #sharc.gelu_approximation<none>} : tensor<4x3xf32>
+  return %r, %z2, %g, %r3, %e : tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>
 }
 
 // Attention heads: the transposes that split [batch, tokens, heads x dim]

@@ -639,6 +639,41 @@ public:
       if (e == "f32")
         added.scaled = 1e-5;
     }
+    // Activation epilogues: act(matmul [+ bias]), ReLU or tanh-GELU, some
+    // also returning the pre-activation (the GEMM's aux output).
+    for (int k = 0; k < 8; ++k) {
+      std::string e = k % 4 == 3 ? "f64" : "f32";
+      int64_t m = size(), n = size(), kk = size();
+      SmallVector<int64_t> a = {m, kk}, b = {kk, n}, c = {m, n};
+      if (coin()) {
+        a.insert(a.begin(), 2);
+        c.insert(c.begin(), 2);
+      }
+      std::string tA = type(a, e), tB = type(b, e), tC = type(c, e);
+      bool bias = k % 3 != 0, aux = bias && k >= 4;
+      std::string act = k % 2 ? "sharc.relu %z"
+                              : "sharc.gelu %z {approximation = "
+                                "#sharc.gelu_approximation<tanh>}";
+      std::string body = "%p = sharc.matmul %a0, %a1 : (" + tA + ", " + tB +
+                         ") -> " + tC + "\n";
+      std::vector<Arg> args = {{e, a}, {e, b}};
+      if (bias) {
+        body += " %z = sharc.add %p, %a2 : (" + tC + ", " + type({n}, e) +
+                ") -> " + tC + "\n";
+        args.push_back({e, {n}});
+      } else {
+        act.replace(act.find("%z"), 2, "%p");
+      }
+      body += " %r = " + act + " : " + tC + "\n return %r" +
+              (aux ? ", %z : " + tC + ", " : " : ") + tC;
+      std::vector<std::string> results = {tC};
+      if (aux)
+        results.push_back(tC);
+      Case &added =
+          add("matmul_epilogue", args, results, body, floatTolerance(e));
+      if (e == "f32")
+        added.scaled = 1e-5;
+    }
   }
 
   void windows() {

@@ -189,7 +189,8 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
      << options.gradientAccumulation << " accumulation step(s) per rank\n";
   os << "report: kernels " << report.numKernels << " (launches per step "
      << report.numKernelLaunches << "), GEMM calls per step "
-     << report.numGemmCalls << "\n";
+     << report.numGemmCalls << " (" << report.numGemmEpilogues
+     << " with a bias or activation epilogue)\n";
   os << "report: arena peak bytes " << report.arenaBytes << "\n";
   os << "report: per rank: parameter bytes " << report.paramBytes
      << ", gradient bytes " << report.gradientBytes
@@ -353,6 +354,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"optimizer_state_bytes", report.stateBytes},
       {"kernels", report.numKernels},
       {"gemm_calls_per_step", report.numGemmCalls},
+      {"gemm_epilogues_per_step", report.numGemmEpilogues},
       {"collectives", std::move(collectives)},
       {"buffers", std::move(buffers)}};
   {
