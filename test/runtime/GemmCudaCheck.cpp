@@ -15,6 +15,7 @@
 #include "runtime/Float16.h"
 #include "runtime/Gemm.h"
 #include "runtime/GemmCuda.h"
+#include "test/runtime/GemmBuffer.h"
 
 #include <cuda_runtime.h>
 
@@ -28,48 +29,9 @@
 #include <vector>
 
 using namespace sharc::rt;
+using sharc::rt::test::Buffer;
 
 namespace {
-
-/// Host bytes of `count` elements of `type`, read and written as doubles.
-struct Buffer {
-  Buffer(DType type, int64_t count)
-      : type(type), bytes(size_t(count) * dtypeBytes(type)) {}
-
-  void set(int64_t i, double value) {
-    if (type == DType::f32) {
-      float f = float(value);
-      std::memcpy(&bytes[i * 4], &f, 4);
-    } else if (type == DType::f64) {
-      std::memcpy(&bytes[i * 8], &value, 8);
-    } else {
-      uint16_t h = type == DType::f16 ? floatToHalf(float(value))
-                                      : floatToBFloat16(float(value));
-      std::memcpy(&bytes[i * 2], &h, 2);
-    }
-  }
-
-  double get(int64_t i) const {
-    if (type == DType::f32) {
-      float f;
-      std::memcpy(&f, &bytes[i * 4], 4);
-      return f;
-    }
-    if (type == DType::f64) {
-      double d;
-      std::memcpy(&d, &bytes[i * 8], 8);
-      return d;
-    }
-    uint16_t h;
-    std::memcpy(&h, &bytes[i * 2], 2);
-    return type == DType::f16 ? halfToFloat(h) : bfloat16ToFloat(h);
-  }
-
-  int64_t count() const { return int64_t(bytes.size() / dtypeBytes(type)); }
-
-  DType type;
-  std::vector<unsigned char> bytes;
-};
 
 /// A device copy of a host buffer.
 struct DeviceBuffer {

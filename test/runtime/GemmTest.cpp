@@ -9,6 +9,7 @@
 
 #include "runtime/Gemm.h"
 #include "runtime/Float16.h"
+#include "test/runtime/GemmBuffer.h"
 
 #include <gtest/gtest.h>
 
@@ -20,59 +21,9 @@
 #include <vector>
 
 using namespace sharc::rt;
+using sharc::rt::test::Buffer;
 
 namespace {
-
-/// A buffer of `type` elements addressed as doubles.
-struct Buffer {
-  Buffer(DType type, int64_t count)
-      : type(type), bytes(size_t(count) * dtypeBytes(type)) {}
-
-  /// Stores `value` rounded to the element type.
-  void set(int64_t i, double value) {
-    switch (type) {
-    case DType::f32: {
-      float f = float(value);
-      std::memcpy(&bytes[i * 4], &f, 4);
-      return;
-    }
-    case DType::f64:
-      std::memcpy(&bytes[i * 8], &value, 8);
-      return;
-    default: {
-      uint16_t h = type == DType::f16 ? floatToHalf(float(value))
-                                      : floatToBFloat16(float(value));
-      std::memcpy(&bytes[i * 2], &h, 2);
-      return;
-    }
-    }
-  }
-
-  double get(int64_t i) const {
-    switch (type) {
-    case DType::f32: {
-      float f;
-      std::memcpy(&f, &bytes[i * 4], 4);
-      return f;
-    }
-    case DType::f64: {
-      double d;
-      std::memcpy(&d, &bytes[i * 8], 8);
-      return d;
-    }
-    default: {
-      uint16_t h;
-      std::memcpy(&h, &bytes[i * 2], 2);
-      return type == DType::f16 ? halfToFloat(h) : bfloat16ToFloat(h);
-    }
-    }
-  }
-
-  void *data() { return bytes.data(); }
-
-  DType type;
-  std::vector<unsigned char> bytes;
-};
 
 /// The distance from `value` rounded to 16-bit `type` to the next
 /// representable value away from zero.
