@@ -30,6 +30,7 @@
 
 using namespace sharc::rt;
 using sharc::rt::test::Buffer;
+using sharc::rt::test::typeName;
 
 namespace {
 
@@ -61,19 +62,6 @@ struct DeviceBuffer {
   void *data = nullptr;
   size_t size;
 };
-
-const char *typeName(DType type) {
-  switch (type) {
-  case DType::f32:
-    return "f32";
-  case DType::f64:
-    return "f64";
-  case DType::f16:
-    return "f16";
-  default:
-    return "bf16";
-  }
-}
 
 /// Relative tolerance per type: cuBLASLt sums in another order than BLAS
 /// (TF32 off), a 16-bit result may round to the neighbouring value, and

@@ -417,16 +417,7 @@ TEST_P(GemmTypes, EmptyProblemsTouchNothing) {
 }
 
 std::string typeName(const testing::TestParamInfo<DType> &info) {
-  switch (info.param) {
-  case DType::f32:
-    return "f32";
-  case DType::f64:
-    return "f64";
-  case DType::f16:
-    return "f16";
-  default:
-    return "bf16";
-  }
+  return sharc::rt::test::typeName(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmTypes,
