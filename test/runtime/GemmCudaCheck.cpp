@@ -161,7 +161,12 @@ int main() {
               std::max(caseWorst, std::isnan(difference) ? 1e300 : difference);
         }
       worst = std::max(worst, caseWorst);
-      if (caseWorst > tolerance(type) && ++failures <= 20)
+      // cuBLASLt's GELU may use a hardware tanh (about 11 correct bits):
+      // there the check is of layout, bias and aux, not of the last bits.
+      double allowed = args.activation == GemmActivation::geluTanh
+                           ? std::max(tolerance(type), 2e-3)
+                           : tolerance(type);
+      if (caseWorst > allowed && ++failures <= 20)
         std::printf("gemm-cuda-check: FAIL %s m=%lld n=%lld k=%lld batch=%lld "
                     "outer=%lld transA=%d transB=%d bias=%d activation=%d "
                     "aux=%d ldc=%lld beta=%g: relative difference %g\n",
