@@ -56,7 +56,7 @@ LogicalResult ProgramEmitter::emitLibraryReturn(func::ReturnOp ret) {
     if (failed(src))
       return failure();
     const Buffer &buffer = buffers[numArguments + r];
-    int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
+    int64_t bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     body() += "  sharc::kern::copy(ctx, ctx->buffers[" +
                 str(numArguments + r) + "], " + *src + ", " + str(bytes) +
                 ");\n";

@@ -596,7 +596,7 @@ LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
         ";\n";
   }
   if (!kernel.body.empty() && kernel.body.find("[i] = ") != std::string::npos)
-    launch(kernel, product(iteration));
+    launch(kernel, numElements(iteration));
   return success();
 }
 
@@ -645,7 +645,7 @@ std::string affineOffset(ArrayRef<int64_t> resultShape,
 LogicalResult ProgramEmitter::emitConcat(ConcatOp op) {
   auto outType = tensorType(op.getResult());
   int64_t axis = op.getAxis();
-  int64_t inner = product(outType.getShape().drop_front(axis + 1));
+  int64_t inner = numElements(outType.getShape().drop_front(axis + 1));
   int64_t outRow = outType.getDimSize(axis) * inner;
   FailureOr<std::string> out = typedPointer(op.getResult());
   if (failed(out))
@@ -673,7 +673,7 @@ LogicalResult ProgramEmitter::emitInsertSlice(InsertSliceOp op) {
   if (failed(emitCopy(op.getDest(), op.getResult())))
     return failure();
   auto outType = tensorType(op.getResult());
-  SmallVector<int64_t> outStrides = stridesOf(outType.getShape());
+  SmallVector<int64_t> outStrides = rowMajorStrides(outType.getShape());
   SmallVector<int64_t> strides;
   int64_t base = 0;
   for (auto [d, start, stride] :
@@ -700,7 +700,7 @@ LogicalResult ProgramEmitter::emitGather(GatherOp op) {
   auto dataType = tensorType(op.getData());
   int64_t axis = op.getAxis();
   int64_t size = dataType.getDimSize(axis);
-  int64_t inner = product(dataType.getShape().drop_front(axis + 1));
+  int64_t inner = numElements(dataType.getShape().drop_front(axis + 1));
   int64_t count = tensorType(op.getIndices()).getNumElements();
   FailureOr<std::string> data = typedPointer(op.getData()),
                          indices = typedPointer(op.getIndices()),
@@ -735,7 +735,7 @@ LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
   auto outType = tensorType(op.getResult());
   int64_t axis = op.getAxis();
   int64_t size = outType.getDimSize(axis);
-  int64_t inner = product(outType.getShape().drop_front(axis + 1));
+  int64_t inner = numElements(outType.getShape().drop_front(axis + 1));
   int64_t count = tensorType(op.getIndices()).getNumElements();
   FailureOr<std::string> dest = typedPointer(op.getDest()),
                          indices = typedPointer(op.getIndices()),
@@ -800,7 +800,7 @@ ProgramEmitter::stridedView(Value value) {
     if (failed(pointer))
       return failure();
     SmallVector<int64_t> source =
-        stridesOf(tensorType(transpose.getOperand()).getShape());
+        rowMajorStrides(tensorType(transpose.getOperand()).getShape());
     view.pointer = *pointer;
     for (int64_t p : transpose.getPermutation())
       view.strides.push_back(source[p]);
@@ -810,7 +810,7 @@ ProgramEmitter::stridedView(Value value) {
   if (failed(pointer))
     return failure();
   view.pointer = *pointer;
-  view.strides = stridesOf(view.shape);
+  view.strides = rowMajorStrides(view.shape);
   // A transpose written by the GEMM that feeds it (gemm-views): the product
   // lands in the transpose's memory, permuted.
   if (auto transpose = value.getDefiningOp<TransposeOp>();
@@ -980,7 +980,7 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
 LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
   auto inType = tensorType(op.getOperand());
   ArrayRef<int64_t> shape = inType.getShape();
-  SmallVector<int64_t> strides = stridesOf(shape);
+  SmallVector<int64_t> strides = rowMajorStrides(shape);
   llvm::SmallDenseSet<int64_t> reduced(op.getAxes().begin(),
                                        op.getAxes().end());
   int64_t count = 1;
@@ -1024,7 +1024,7 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
       leading < static_cast<int64_t>(shape.size()) &&
       llvm::all_of(reduced, [&](int64_t axis) { return axis < leading; });
   if (leadingOnly) {
-    int64_t columns = product(shape.drop_front(leading));
+    int64_t columns = numElements(shape.drop_front(leading));
     constexpr int64_t block = 16;
     std::string n = str(columns), b = str(block);
     kernel.body =
@@ -1110,8 +1110,8 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   Value input = op->getOperand(0), result = op->getResult(0);
   ArrayRef<int64_t> shape = tensorType(input).getShape();
   int64_t length = shape[axis];
-  int64_t inner = product(shape.drop_front(axis + 1));
-  int64_t rows = product(shape) / std::max<int64_t>(1, length);
+  int64_t inner = numElements(shape.drop_front(axis + 1));
+  int64_t rows = numElements(shape) / std::max<int64_t>(1, length);
   FailureOr<std::string> out = typedPointer(result);
   if (failed(out))
     return failure();
@@ -1169,8 +1169,8 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
   ArrayRef<int64_t> shape = tensorType(op.getOperand()).getShape();
   int64_t axis = op.getAxis();
   ArrayRef<int64_t> normalized = shape.drop_front(axis);
-  int64_t size = product(normalized);
-  int64_t rows = product(shape.take_front(axis));
+  int64_t size = numElements(normalized);
+  int64_t rows = numElements(shape.take_front(axis));
   double epsilon = op.getEpsilon().convertToDouble();
   FailureOr<std::string> scale = typedPointer(op.getScale()),
                          y = typedPointer(op.getResult()),
@@ -1227,7 +1227,7 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
                                        bool fromLogits) {
   ArrayRef<int64_t> shape = tensorType(input).getShape();
   int64_t batch = shape[0], classes = shape[1];
-  int64_t spatial = product(shape.drop_front(2));
+  int64_t spatial = numElements(shape.drop_front(2));
   FailureOr<std::string> in = typedPointer(input),
                          targets = typedPointer(target),
                          out = typedPointer(op->getResult(0));
@@ -1417,7 +1417,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
           return emitMatmul(op.getOperand().getDefiningOp<MatmulOp>(),
                             op.getResult());
         ArrayRef<int64_t> inShape = tensorType(op.getOperand()).getShape();
-        SmallVector<int64_t> inStrides = stridesOf(inShape);
+        SmallVector<int64_t> inStrides = rowMajorStrides(inShape);
         SmallVector<int64_t> strides;
         for (int64_t p : op.getPermutation())
           strides.push_back(inStrides[p]);
@@ -1435,7 +1435,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       })
       .Case([&](SliceOp op) {
         SmallVector<int64_t> inStrides =
-            stridesOf(tensorType(op.getOperand()).getShape());
+            rowMajorStrides(tensorType(op.getOperand()).getShape());
         SmallVector<int64_t> strides;
         int64_t base = 0;
         for (auto [d, start, stride] :
@@ -1458,7 +1458,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
         std::string dst = kernel.pointer(storage, false, *out);
         kernel.body = "    " + dst + "[i] = static_cast<" + storage +
                       ">((i / " +
-                      str(product(type.getShape().drop_front(dim + 1))) +
+                      str(numElements(type.getShape().drop_front(dim + 1))) +
                       ") % " + str(type.getDimSize(dim)) + ");\n";
         launch(kernel, type.getNumElements());
         return success();
@@ -1529,7 +1529,7 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
     if (failed(src))
       return failure();
     const Buffer &buffer = buffers[target];
-    int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
+    int64_t bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     std::string dest = "ctx->buffers[" + str(target) + "]";
     if (*src != dest)
       body() += "  sharc::kern::copy(ctx, " + dest + ", " + *src + ", " +
@@ -1582,7 +1582,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.role = buffer.role;
     entry.type = bufferTypeName(buffer.element);
     entry.shape.assign(buffer.shape.begin(), buffer.shape.end());
-    entry.bytes = product(buffer.shape) * elementBytes(buffer.element);
+    entry.bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     entry.trainable = buffer.trainable;
     if (buffer.role == "param") {
       report.paramBytes += entry.bytes;
@@ -1609,8 +1609,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
        << buffer.shape.size() << ", {";
     for (auto [d, size] : llvm::enumerate(buffer.shape))
       os << (d ? ", " : "") << size;
-    int64_t bytes = product(buffer.shape) * elementBytes(buffer.element);
-    os << "}, " << product(buffer.shape) << ", " << bytes << ", "
+    int64_t bytes = numElements(buffer.shape) * elementBytes(buffer.element);
+    os << "}, " << numElements(buffer.shape) << ", " << bytes << ", "
        << (buffer.role == "constant" ? "constant" + str(i) : "nullptr")
        << "},\n";
   }

@@ -115,20 +115,6 @@ inline RankedTensorType tensorType(Value v) {
 }
 inline Type elementOf(Value v) { return tensorType(v).getElementType(); }
 
-inline SmallVector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
-  SmallVector<int64_t> strides(shape.size(), 1);
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d)
-    strides[d] = strides[d + 1] * shape[d + 1];
-  return strides;
-}
-
-inline int64_t product(ArrayRef<int64_t> dims) {
-  int64_t n = 1;
-  for (int64_t d : dims)
-    n *= d;
-  return n;
-}
-
 /// The offset into a tensor of shape `from` (numpy-broadcast to `to`) of the
 /// element at flat index `index` of `to`.  Runs of adjacent dimensions that
 /// are not broadcast are one coordinate (one division and one remainder).
@@ -136,10 +122,10 @@ inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
                                   StringRef index = "i") {
   if (from == to)
     return index.str();
-  if (product(from) == 1)
+  if (numElements(from) == 1)
     return "0";
-  SmallVector<int64_t> toStrides = stridesOf(to);
-  SmallVector<int64_t> fromStrides = stridesOf(from);
+  SmallVector<int64_t> toStrides = rowMajorStrides(to);
+  SmallVector<int64_t> fromStrides = rowMajorStrides(from);
   size_t lead = to.size() - from.size();
   std::string expr;
   for (size_t d = lead; d < to.size();) {
@@ -174,7 +160,7 @@ inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
 inline std::string coordinates(ArrayRef<int64_t> shape, StringRef index,
                                StringRef prefix) {
   std::string code;
-  SmallVector<int64_t> strides = stridesOf(shape);
+  SmallVector<int64_t> strides = rowMajorStrides(shape);
   for (size_t d = 0; d < shape.size(); ++d) {
     code += "    const int64_t " + prefix.str() + str(d) + " = (" + index.str();
     if (strides[d] != 1)

@@ -40,7 +40,7 @@ LogicalResult evalIota(const OpCall &call, IotaOp op) {
 
 LogicalResult evalTranspose(const OpCall &call, TransposeOp op) {
   const Tensor &in = call.operand(0);
-  SmallVector<int64_t> inStrides = contiguousStrides(in.shape());
+  SmallVector<int64_t> inStrides = rowMajorStrides(in.shape());
   SmallVector<int64_t> strides;
   for (int64_t p : op.getPermutation())
     strides.push_back(inStrides[p]);
@@ -50,7 +50,7 @@ LogicalResult evalTranspose(const OpCall &call, TransposeOp op) {
 
 LogicalResult evalSlice(const OpCall &call, SliceOp op) {
   const Tensor &in = call.operand(0);
-  SmallVector<int64_t> inStrides = contiguousStrides(in.shape());
+  SmallVector<int64_t> inStrides = rowMajorStrides(in.shape());
   SmallVector<int64_t> strides;
   int64_t base = 0;
   for (auto [d, start, stride] :
@@ -66,7 +66,7 @@ LogicalResult evalInsertSlice(const OpCall &call, InsertSliceOp op) {
   const Tensor &source = call.operand(0);
   Tensor &out = call.result();
   out = call.operand(1);
-  SmallVector<int64_t> outStrides = contiguousStrides(out.shape());
+  SmallVector<int64_t> outStrides = rowMajorStrides(out.shape());
   SmallVector<int64_t> strides;
   int64_t base = 0;
   for (auto [d, start, stride] :

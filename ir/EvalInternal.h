@@ -49,9 +49,6 @@ void roundInPlace(Tensor &tensor);
 /// Wraps every element of an integer tensor to its dtype.
 void wrapInPlace(Tensor &tensor);
 
-/// Row-major strides of a contiguous tensor of `shape`.
-llvm::SmallVector<int64_t> contiguousStrides(llvm::ArrayRef<int64_t> shape);
-
 /// Strides, one per dimension of `to`, for reading a contiguous tensor of
 /// shape `from` numpy-broadcast to `to` (0 along broadcast dimensions).
 llvm::SmallVector<int64_t> broadcastStrides(llvm::ArrayRef<int64_t> from,

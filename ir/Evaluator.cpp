@@ -60,19 +60,9 @@ void eval::wrapInPlace(Tensor &tensor) {
     v = wrapTo(tensor.dtype(), v);
 }
 
-SmallVector<int64_t> eval::contiguousStrides(ArrayRef<int64_t> shape) {
-  SmallVector<int64_t> strides(shape.size());
-  int64_t stride = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= shape[d];
-  }
-  return strides;
-}
-
 SmallVector<int64_t> eval::broadcastStrides(ArrayRef<int64_t> from,
                                             ArrayRef<int64_t> to) {
-  SmallVector<int64_t> own = contiguousStrides(from);
+  SmallVector<int64_t> own = rowMajorStrides(from);
   SmallVector<int64_t> strides(to.size(), 0);
   size_t offset = to.size() - from.size();
   for (size_t d = 0; d < from.size(); ++d)

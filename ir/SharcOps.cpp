@@ -145,6 +145,13 @@ int64_t sharc::numElements(ArrayRef<int64_t> shape) {
   return n;
 }
 
+SmallVector<int64_t> sharc::rowMajorStrides(ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
+    strides[d] = strides[d + 1] * shape[d + 1];
+  return strides;
+}
+
 ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
   auto func = dyn_cast<FunctionOpInterface>(op);
   if (!func)

@@ -45,6 +45,10 @@ int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
 /// Number of elements of a static shape.
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
 
+/// Row-major strides (in elements) of a static shape: the memory layout of
+/// every tensor the evaluator and the generated code store.
+llvm::SmallVector<int64_t> rowMajorStrides(llvm::ArrayRef<int64_t> shape);
+
 /// True for the elementwise ops that a `sharc.fusion` body may contain (and
 /// sharc-fuse groups): the unary ops, `gelu`, `cast`, the broadcasting binary
 /// ops, `compare` and `select`.  Constants are not included; see

@@ -579,14 +579,6 @@ static void markGemmEpilogues(Block &block) {
   }
 }
 
-/// Row-major strides (in elements) of `shape`.
-static SmallVector<int64_t> rowMajorStrides(ArrayRef<int64_t> shape) {
-  SmallVector<int64_t> strides(shape.size(), 1);
-  for (int64_t d = int64_t(shape.size()) - 2; d >= 0; --d)
-    strides[d] = strides[d + 1] * shape[d + 1];
-  return strides;
-}
-
 /// The strides (in elements) of `transpose`'s dimensions in its operand's
 /// row-major memory.
 static SmallVector<int64_t> transposedStrides(TransposeOp transpose) {
