@@ -1137,8 +1137,9 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   if (length <= kRowBuffer) {
     // The row is read once into x[] (its prologue computed once per element).
     body += "    double x[" + len + "], e[" + len + "];\n" +
-            loop(len, "x[c] = " + load + ";") + "    double max = -HUGE_VAL;\n" +
-            loop(len, "max = max < x[c] ? x[c] : max;") +
+            loop(len, "x[c] = " + load + ";") +
+            "    const double max = sharc::kern::rowMax(" + len +
+            ", [&](int64_t c) { return x[c]; });\n" +
             loop(len, "e[c] = sharc::math::exp(x[c] - max);") +
             "    double sum = 0;\n" + loop(len, "sum += e[c];");
     if (log)
@@ -1147,9 +1148,8 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
     else
       body += loop(len, store + "e[c] / sum);");
   } else {
-    body += "    double max = -HUGE_VAL;\n" +
-            loop(len, "{ const double v = " + load +
-                          "; max = max < v ? v : max; }") +
+    body += "    const double max = sharc::kern::rowMax(" + len +
+            ", [&](int64_t c) { return double(" + load + "); });\n" +
             "    double sum = 0;\n" + expSumChunks(len, [&](StringRef c) {
               return (*x)("base + " + c.str() + " * " + step) + " - max";
             });
@@ -1268,10 +1268,9 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
       x + "[(n * " + str(classes) + " + t) * " + str(spatial) + " + d]";
   body += "        double logProb = double(" + atTarget + ");\n";
   if (fromLogits)
-    body += "        double max = -HUGE_VAL;\n"
-            "        for (int64_t c = 0; c < " +
-            str(classes) + "; ++c) { const double v = double(" + at +
-            "); max = max < v ? v : max; }\n"
+    body += "        const double max = sharc::kern::rowMax(" + str(classes) +
+            ", [&](int64_t c) { return double(" + at +
+            "); });\n"
             "        double sum = 0;\n" +
             expSumChunks(str(classes),
                          [&](StringRef c) {

@@ -80,6 +80,39 @@ SHARC_HD int64_t iabs(int64_t a) { return a < 0 ? wrapNeg(a) : a; }
 SHARC_HD int64_t imax(int64_t a, int64_t b) { return a < b ? b : a; }
 SHARC_HD int64_t imin(int64_t a, int64_t b) { return b < a ? b : a; }
 
+/// The maximum of value(c) for c in [0, n), as the in-order loop
+/// `max = max < v ? v : max` from -inf computes it (NaNs are skipped), in 16
+/// independent lanes so that the loop vectorizes.  The maximum's value does
+/// not depend on the order; only the sign of a zero maximum does (the first
+/// zero seen wins), so a zero maximum is found again in order.
+template <typename Value> SHARC_HD double rowMax(int64_t n, Value value) {
+  constexpr int kLanes = 16;
+  double lane[kLanes];
+  for (int k = 0; k < kLanes; ++k)
+    lane[k] = -HUGE_VAL;
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const double v = value(c + k);
+      lane[k] = lane[k] < v ? v : lane[k];
+    }
+  double max = -HUGE_VAL;
+  for (int k = 0; k < kLanes; ++k)
+    max = max < lane[k] ? lane[k] : max;
+  for (; c < n; ++c) {
+    const double v = value(c);
+    max = max < v ? v : max;
+  }
+  if (max == 0) {
+    max = -HUGE_VAL;
+    for (c = 0; c < n; ++c) {
+      const double v = value(c);
+      max = max < v ? v : max;
+    }
+  }
+  return max;
+}
+
 //===----------------------------------------------------------------------===//
 // Run-time errors inside kernels
 //===----------------------------------------------------------------------===//
