@@ -156,9 +156,10 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
               << "pre-activation: batch " << batch << " row " << i << " column "
               << j;
           // C is the activation of the stored sum, rounded once.
-          if (!is16)
+          if (!is16) {
             ASSERT_EQ(c.get(index),
                       round(applyActivation(shape.activation, aux.get(index))));
+          }
         }
         if (shape.activation != GemmActivation::none) {
           // Both activations are 1.2-Lipschitz; the result is rounded once.
@@ -180,14 +181,16 @@ void checkGemm(DType type, const Shape &shape, std::mt19937 &rng) {
                           &before.bytes[i * elementBytes], elementBytes),
               0)
         << "padding element " << i << " of C was written";
-    if (shape.aux)
+    if (shape.aux) {
       ASSERT_EQ(std::memcmp(&aux.bytes[i * elementBytes],
                             &auxBefore.bytes[i * elementBytes], elementBytes),
                 0)
           << "padding element " << i << " of aux was written";
+    }
   }
-  if (!shape.aux)
+  if (!shape.aux) {
     ASSERT_EQ(aux.bytes, auxBefore.bytes) << "aux written without being set";
+  }
 }
 
 class GemmTypes : public testing::TestWithParam<DType> {};
