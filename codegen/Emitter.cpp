@@ -1090,21 +1090,6 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
 /// Rows up to this length are kept in a stack array by the softmax kernels.
 constexpr int64_t kRowBuffer = 1024;
 
-/// Code adding exp(argument(c)) for c in [0, length) to `sum`, in order: the
-/// exps of a chunk are computed in a loop of their own (which vectorizes),
-/// then added one by one.
-static std::string
-expSumChunks(const std::string &length,
-             llvm::function_ref<std::string(StringRef)> argument) {
-  return "    for (int64_t c0 = 0; c0 < " + length + "; c0 += 256) {\n" +
-         "      const int64_t count = " + length + " - c0 < 256 ? " + length +
-         " - c0 : 256;\n" + "      double e[256];\n" +
-         "      for (int64_t k = 0; k < count; ++k) { const int64_t c = c0 + "
-         "k; e[k] = sharc::math::exp(" +
-         argument("c") + "); }\n" +
-         "      for (int64_t k = 0; k < count; ++k) sum += e[k];\n    }\n";
-}
-
 LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
                                           bool log) {
   Value input = op->getOperand(0), result = op->getResult(0);
@@ -1127,8 +1112,8 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   std::string load = (*x)("base + c * " + step);
   std::string store =
       y + "[base + c * " + step + "] = static_cast<" + type + ">(";
-  // The sums of exp(x - max) run in the evaluator's order; every exp is
-  // computed in a loop of its own, which vectorizes (an in-order sum does not).
+  // The row's maximum and sum run in independent lanes (rowMax, laneSum: the
+  // evaluator's order), so these loops vectorize.
   std::string body = "    const int64_t base = " + at + ";\n";
   auto loop = [&](StringRef count, StringRef statement) {
     return "    for (int64_t c = 0; c < " + count.str() + "; ++c) " +
@@ -1141,7 +1126,8 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
             "    const double max = sharc::kern::rowMax(" + len +
             ", [&](int64_t c) { return x[c]; });\n" +
             loop(len, "e[c] = sharc::math::exp(x[c] - max);") +
-            "    double sum = 0;\n" + loop(len, "sum += e[c];");
+            "    const double sum = sharc::math::laneSum(" + len +
+            ", [&](int64_t c) { return e[c]; });\n";
     if (log)
       body += "    const double logSum = log(sum);\n" +
               loop(len, store + "x[c] - max - logSum);");
@@ -1150,9 +1136,9 @@ LogicalResult ProgramEmitter::emitSoftmax(Operation *op, int64_t axis,
   } else {
     body += "    const double max = sharc::kern::rowMax(" + len +
             ", [&](int64_t c) { return double(" + load + "); });\n" +
-            "    double sum = 0;\n" + expSumChunks(len, [&](StringRef c) {
-              return (*x)("base + " + c.str() + " * " + step) + " - max";
-            });
+            "    const double sum = sharc::math::laneSum(" + len +
+            ", [&](int64_t c) { return sharc::math::exp(" + load +
+            " - max); });\n";
     if (log)
       body += "    const double logSum = log(sum);\n" +
               loop(len, store + load + " - max - logSum);");
@@ -1203,19 +1189,19 @@ LogicalResult ProgramEmitter::emitLayerNorm(LayerNormOp op) {
   std::string invOut = kernel.pointer(type, false, *invStd);
   std::string n = str(size);
   std::string at = (*x)("i * " + n + " + j");
-  kernel.body =
-      std::string("    double sum = 0;\n") + "    for (int64_t j = 0; j < " + n +
-      "; ++j) sum += " + at + ";\n" + "    const double mean = sum / " + n +
-      ".0;\n" + "    double squares = 0;\n" + "    for (int64_t j = 0; j < " +
-      n + "; ++j) { const double d = " + at +
-      " - mean; squares += d * d; }\n" +
-      "    const double invStd = 1 / sqrt(squares / " + n + ".0 + " +
-      doubleLiteral(epsilon) + ");\n" + "    for (int64_t j = 0; j < " + n +
-      "; ++j)\n" + "      " + out + "[i * " + n + " + j] = static_cast<" +
-      type + ">((" + at + " - mean) * invStd * double(" + scaleAt + ") + " +
-      biasAt + ");\n" + "    " + meanOut + "[i] = static_cast<" + type +
-      ">(mean);\n" + "    " + invOut + "[i] = static_cast<" + type +
-      ">(invStd);\n";
+  kernel.body = "    const double mean = sharc::math::laneSum(" + n +
+                ", [&](int64_t j) { return " + at + "; }) / " + n + ".0;\n" +
+                "    const double squares = sharc::math::laneSum(" + n +
+                ", [&](int64_t j) { const double d = " + at +
+                " - mean; return d * d; });\n" +
+                "    const double invStd = 1 / sqrt(squares / " + n + ".0 + " +
+                doubleLiteral(epsilon) + ");\n" +
+                "    for (int64_t j = 0; j < " + n + "; ++j)\n" + "      " +
+                out + "[i * " + n + " + j] = static_cast<" + type + ">((" + at +
+                " - mean) * invStd * double(" + scaleAt + ") + " + biasAt +
+                ");\n" + "    " + meanOut + "[i] = static_cast<" + type +
+                ">(mean);\n" + "    " + invOut + "[i] = static_cast<" + type +
+                ">(invStd);\n";
   kernel.work = 3 * size;
   launch(kernel, rows);
   return success();
@@ -1271,14 +1257,10 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
     body += "        const double max = sharc::kern::rowMax(" + str(classes) +
             ", [&](int64_t c) { return double(" + at +
             "); });\n"
-            "        double sum = 0;\n" +
-            expSumChunks(str(classes),
-                         [&](StringRef c) {
-                           return "double(" + x + "[(n * " + str(classes) +
-                                  " + " + c.str() + ") * " + str(spatial) +
-                                  " + d]) - max";
-                         }) +
-            "        logProb = logProb - max - log(sum);\n";
+            "        const double sum = sharc::math::laneSum(" +
+            str(classes) +
+            ", [&](int64_t c) { return sharc::math::exp(double(" + at +
+            ") - max); });\n" + "        logProb = logProb - max - log(sum);\n";
   body +=
       "        w = " + (weight ? "double(" + w + "[t])" : std::string("1.0")) +
       ";\n        loss = -logProb * w;\n        }\n      }\n";

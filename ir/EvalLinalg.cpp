@@ -217,9 +217,9 @@ LogicalResult evalSoftmax(const OpCall &call, int64_t axis, bool log) {
       double max = -kInfinity;
       for (int64_t c = 0; c < length; ++c)
         max = std::max(max, x[base + c * inner]);
-      double sum = 0;
-      for (int64_t c = 0; c < length; ++c)
-        sum += sharc::math::exp(x[base + c * inner] - max);
+      double sum = sharc::math::laneSum(length, [&](int64_t c) {
+        return sharc::math::exp(x[base + c * inner] - max);
+      });
       double logSum = std::log(sum);
       for (int64_t c = 0; c < length; ++c) {
         double shifted = x[base + c * inner] - max;
@@ -262,13 +262,10 @@ LogicalResult evalLayerNorm(const OpCall &call, LayerNormOp op) {
   MutableArrayRef<double> invStds = call.result(2).floats();
   for (int64_t r = 0; r < rows; ++r) {
     const double *row = &x[r * size];
-    double sum = 0;
-    for (int64_t j = 0; j < size; ++j)
-      sum += row[j];
+    double sum = sharc::math::laneSum(size, [&](int64_t j) { return row[j]; });
     double mean = sum / size;
-    double squares = 0;
-    for (int64_t j = 0; j < size; ++j)
-      squares += (row[j] - mean) * (row[j] - mean);
+    double squares = sharc::math::laneSum(
+        size, [&](int64_t j) { return (row[j] - mean) * (row[j] - mean); });
     double invStd = 1 / std::sqrt(squares / size + epsilon);
     for (int64_t j = 0; j < size; ++j)
       y[r * size + j] = (row[j] - mean) * invStd * scale[j] + bias[j];
@@ -313,9 +310,8 @@ LogicalResult evalLoss(const OpCall &call, LossReduction reduction,
         double max = -kInfinity;
         for (int64_t c = 0; c < classes; ++c)
           max = std::max(max, at(c));
-        double sum = 0;
-        for (int64_t c = 0; c < classes; ++c)
-          sum += sharc::math::exp(at(c) - max);
+        double sum = sharc::math::laneSum(
+            classes, [&](int64_t c) { return sharc::math::exp(at(c) - max); });
         logProb = at(t) - max - std::log(sum);
       }
       double w = weight ? weight->floats()[t] : 1.0;

@@ -90,8 +90,8 @@ template <typename Value> SHARC_HD double rowMax(int64_t n, Value value) {
   double lane[kLanes];
   for (int k = 0; k < kLanes; ++k)
     lane[k] = -HUGE_VAL;
-  int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes)
+  const int64_t whole = n - n % kLanes;
+  for (int64_t c = 0; c < whole; c += kLanes)
     for (int k = 0; k < kLanes; ++k) {
       const double v = value(c + k);
       lane[k] = lane[k] < v ? v : lane[k];
@@ -99,13 +99,13 @@ template <typename Value> SHARC_HD double rowMax(int64_t n, Value value) {
   double max = -HUGE_VAL;
   for (int k = 0; k < kLanes; ++k)
     max = max < lane[k] ? lane[k] : max;
-  for (; c < n; ++c) {
+  for (int64_t c = whole; c < n; ++c) {
     const double v = value(c);
     max = max < v ? v : max;
   }
   if (max == 0) {
     max = -HUGE_VAL;
-    for (c = 0; c < n; ++c) {
+    for (int64_t c = 0; c < n; ++c) {
       const double v = value(c);
       max = max < v ? v : max;
     }

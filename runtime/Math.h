@@ -125,6 +125,28 @@ SHARC_MATH_HD double geluTanh(double x) {
          (1 + math::tanh(::sqrt(2 / 3.14159265358979323846) *
                          (x + 0.044715 * x * x * x)));
 }
+/// The sum in double of value(c) for c in [0, n), in the order the evaluator
+/// and every generated kernel add a row: kSumLanes interleaved partial sums
+/// (lane k adds the values at c = k, k + 16, ... in turn, over the first
+/// n - n % 16 values), the lanes added in order, then the last n % 16 values
+/// in order.  The lanes are independent, so the loop vectorizes; the order is
+/// fixed, so the result has the same bits everywhere.  Below 16 values it is
+/// the plain in-order sum.
+constexpr int kSumLanes = 16;
+template <typename Value> SHARC_MATH_HD double laneSum(int64_t n, Value value) {
+  double lane[kSumLanes] = {};
+  const int64_t whole = n - n % kSumLanes;
+  for (int64_t c = 0; c < whole; c += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k)
+      lane[k] += value(c + k);
+  double sum = 0;
+  for (int k = 0; k < kSumLanes; ++k)
+    sum += lane[k];
+  for (int64_t c = whole; c < n; ++c)
+    sum += value(c);
+  return sum;
+}
+
 /// Maximum and minimum propagating NaN.
 SHARC_MATH_HD double maxNan(double a, double b) {
   if (a != a || b != b)
