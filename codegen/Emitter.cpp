@@ -1014,10 +1014,12 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
     };
   }
   std::string dst = kernel.pointer(type, false, *out);
-  // Reducing the leading axes of a float tensor (bias gradients: a sum over
+  // Float sums add each output's inputs in sharc::math::laneSum's order (the
+  // evaluator's): 16 interleaved lanes over the reduced elements in
+  // row-major order.  Reducing the leading axes (bias gradients: a sum over
   // batch and sequence) is a column sum: one call per block of 16 adjacent
-  // outputs walks the rows once, adding each row's 16 values in a loop that
-  // vectorizes.  Each output still adds its inputs in row order, as below.
+  // outputs walks the rows once, with 16 lanes of 16 columns, so that the
+  // loop over a row's columns vectorizes.
   int64_t leading = static_cast<int64_t>(reduced.size());
   bool leadingOnly =
       fp && kind != ReduceKind::max && leading > 0 &&
@@ -1027,11 +1029,20 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
     int64_t columns = numElements(shape.drop_front(leading));
     constexpr int64_t block = 16;
     std::string n = str(columns), b = str(block);
+    std::string lanes = "sharc::math::kSumLanes";
+    int64_t whole = count - count % 16;
     kernel.body =
+        "    static_assert(" + lanes + " == 16, \"lane count\");\n" +
         "    const int64_t j0 = i * " + b + ", width = " + n + " - j0 < " + b +
-        " ? " + n + " - j0 : " + b + ";\n" + "    double acc[" + b +
-        "] = {};\n" + "    for (int64_t r = 0; r < " + str(count) + "; ++r)\n" +
-        "      for (int64_t k = 0; k < width; ++k) acc[k] += " +
+        " ? " + n + " - j0 : " + b + ";\n" + "    double lane[16][" + b +
+        "] = {};\n" + "    for (int64_t r0 = 0; r0 < " + str(whole) +
+        "; r0 += 16)\n" + "      for (int64_t l = 0; l < 16; ++l)\n" +
+        "        for (int64_t k = 0; k < width; ++k) lane[l][k] += " +
+        load("(r0 + l) * " + n + " + j0 + k") + ";\n" + "    double acc[" + b +
+        "] = {};\n" + "    for (int64_t l = 0; l < 16; ++l)\n" +
+        "      for (int64_t k = 0; k < width; ++k) acc[k] += lane[l][k];\n" +
+        "    for (int64_t r = " + str(whole) + "; r < " + str(count) +
+        "; ++r)\n" + "      for (int64_t k = 0; k < width; ++k) acc[k] += " +
         load("r * " + n + " + j0 + k") + ";\n" +
         "    for (int64_t k = 0; k < width; ++k) " + dst +
         "[j0 + k] = " + "static_cast<" + type + ">(acc[k]" +
@@ -1058,26 +1069,58 @@ LogicalResult ProgramEmitter::emitReduce(ReduceOp op) {
       kind == ReduceKind::max
           ? (fp ? "-HUGE_VAL" : "(-INT64_C(9223372036854775807) - 1)")
           : (fp ? "0.0" : "INT64_C(0)");
-  code += "    " + acc + " acc = " + init + ";\n";
-  std::string offset = "base";
-  std::string indent = "    ";
-  for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size()); ++axis) {
-    if (!reduced.contains(axis))
-      continue;
-    std::string r = "r" + str(axis);
-    code += indent + "for (int64_t " + r + " = 0; " + r + " < " +
-            str(shape[axis]) + "; ++" + r + ")\n";
-    indent += "  ";
-    offset += " + " + r + " * " + str(strides[axis]);
+  if (fp && kind != ReduceKind::max && count == 0) {
+    code += "    double acc = 0.0;\n";
+  } else if (fp && kind != ReduceKind::max) {
+    // The reduced elements' offset from element r of their row-major order;
+    // reduced axes that are contiguous in memory are merged first.
+    SmallVector<std::pair<int64_t, int64_t>> groups; // (size, stride)
+    for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size()); ++axis) {
+      if (!reduced.contains(axis))
+        continue;
+      if (!groups.empty() &&
+          groups.back().second == strides[axis] * shape[axis] &&
+          reduced.contains(axis - 1)) {
+        groups.back() = {groups.back().first * shape[axis], strides[axis]};
+        continue;
+      }
+      groups.push_back({shape[axis], strides[axis]});
+    }
+    std::string offset;
+    if (groups.size() == 1) {
+      offset = "r * " + str(groups.front().second);
+    } else {
+      code += "    const auto offsetOf = [](int64_t r) {\n"
+              "      int64_t off = 0;\n";
+      for (auto [size, stride] : llvm::reverse(groups))
+        code += "      off += (r % " + str(size) + ") * " + str(stride) +
+                "; r /= " + str(size) + ";\n";
+      code += "      return off;\n    };\n";
+      offset = "offsetOf(r)";
+    }
+    code += "    double acc = sharc::math::laneSum(" + str(count) +
+            ", [&](int64_t r) { return " + load("base + " + offset) + "; });\n";
+  } else {
+    code += "    " + acc + " acc = " + init + ";\n";
+    std::string offset = "base";
+    std::string indent = "    ";
+    for (int64_t axis = 0; axis < static_cast<int64_t>(shape.size()); ++axis) {
+      if (!reduced.contains(axis))
+        continue;
+      std::string r = "r" + str(axis);
+      code += indent + "for (int64_t " + r + " = 0; " + r + " < " +
+              str(shape[axis]) + "; ++" + r + ")\n";
+      indent += "  ";
+      offset += " + " + r + " * " + str(strides[axis]);
+    }
+    std::string x = load(offset);
+    if (kind == ReduceKind::max)
+      code += indent + "{ const " + acc + " x = " + x + "; " +
+              (fp ? "if (x != x || x > acc) acc = x; }\n"
+                  : "if (x > acc) acc = x; }\n");
+    else
+      code += indent + "acc = wrapAdd(acc, " + x + ");\n";
   }
-  std::string x = load(offset);
-  if (kind == ReduceKind::max)
-    code += indent + "{ const " + acc + " x = " + x + "; " +
-            (fp ? "if (x != x || x > acc) acc = x; }\n"
-                : "if (x > acc) acc = x; }\n");
-  else
-    code += indent +
-            (fp ? "acc += " + x + ";\n" : "acc = wrapAdd(acc, " + x + ");\n");
   if (kind == ReduceKind::mean)
     code += "    acc /= " + str(count) + ".0;\n";
   code += "    " + dst + "[i] = static_cast<" + type + ">(acc);\n";

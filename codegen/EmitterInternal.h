@@ -192,8 +192,13 @@ struct KernelText {
   /// Adds a pointer member for `pointer` (an expression of the step
   /// function); returns the member name.
   std::string pointer(StringRef type, bool isConst, StringRef pointerExpr) {
-    std::string name = "p" + str(members.size());
-    members.push_back((isConst ? "const " : "") + type.str() + " *" + name);
+    std::string name = "p";
+    name += str(members.size());
+    std::string member = isConst ? "const " : "";
+    member += type.str();
+    member += " *";
+    member += name;
+    members.push_back(std::move(member));
     arguments.push_back(pointerExpr.str());
     return name;
   }

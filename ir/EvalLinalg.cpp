@@ -10,6 +10,7 @@
 #include "ir/SharcOps.h"
 #include "runtime/Math.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cblas.h>
@@ -151,6 +152,34 @@ void reduceInto(ArrayRef<T> in, ArrayRef<int64_t> shape,
                  });
 }
 
+/// acc[o] = the sum of the elements of float tensor `in` that reduce into
+/// output element o (row-major over the kept axes): the reduced elements in
+/// row-major order of the reduced axes, added in sharc::math::laneSum's
+/// order, as the generated reduce kernels add them.
+void sumReduced(const Tensor &in, ArrayRef<int64_t> axes,
+                std::vector<double> &acc) {
+  ArrayRef<int64_t> shape = in.shape();
+  SmallVector<int64_t> strides = rowMajorStrides(shape);
+  llvm::SmallDenseSet<int64_t> reduced(axes.begin(), axes.end());
+  SmallVector<int64_t> keptShape, keptStrides, sumShape, sumStrides;
+  for (auto [axis, size] : llvm::enumerate(shape)) {
+    bool isReduced = reduced.contains(int64_t(axis));
+    (isReduced ? sumShape : keptShape).push_back(size);
+    (isReduced ? sumStrides : keptStrides).push_back(strides[axis]);
+  }
+  std::vector<int64_t> offsets;
+  stridedLoop<1>(
+      sumShape, {sumStrides}, {0},
+      [&](int64_t, std::array<int64_t, 1> at) { offsets.push_back(at[0]); });
+  ArrayRef<double> x = in.floats();
+  stridedLoop<1>(
+      keptShape, {keptStrides}, {0}, [&](int64_t o, std::array<int64_t, 1> at) {
+        acc[o] = sharc::math::laneSum(int64_t(offsets.size()), [&](int64_t r) {
+          return x[at[0] + offsets[r]];
+        });
+      });
+}
+
 LogicalResult evalReduce(const OpCall &call, ReduceOp op) {
   const Tensor &in = call.operand(0);
   Tensor &out = call.result();
@@ -173,8 +202,7 @@ LogicalResult evalReduce(const OpCall &call, ReduceOp op) {
           in.floats(), in.shape(), accStrides, acc,
           [](double a, double x) { return std::isnan(x) || x > a ? x : a; });
     else
-      reduceInto(in.floats(), in.shape(), accStrides, acc,
-                 [](double a, double x) { return a + x; });
+      sumReduced(in, op.getAxes(), acc);
     if (kind == ReduceKind::mean)
       for (double &v : acc)
         v /= static_cast<double>(count);

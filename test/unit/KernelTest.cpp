@@ -349,6 +349,25 @@ public:
       if (e != "i64")
         cases.back().args[0].gen = Gen::uniform;
     }
+    // Float sums with many reduced elements (16-lane order): over leading
+    // axes (the column-sum kernel), and over non-adjacent axes.
+    for (int k = 0; k < 6; ++k) {
+      std::string e = floatType();
+      StringRef kind = k % 2 ? "mean" : "sum";
+      SmallVector<int64_t> s = {uniform(1, 4), uniform(5, 40), uniform(1, 40)};
+      SmallVector<int64_t> axes = {0, 1}, out = {s[2]};
+      if (k >= 4) {
+        axes = {0, 2};
+        out = {s[1]};
+      }
+      std::string t = type(s, e), tr = type(out, e);
+      add(("reduce_" + kind).str(), {{e, s}}, {tr},
+          ("%r = sharc.reduce %a0 {kind = #sharc.reduce_kind<" + kind +
+           ">, axes = " + ints(axes) + "} : (" + t + ") -> " + tr +
+           "\n return %r : " + tr)
+              .str(),
+          kBitwise);
+    }
     for (int k = 0; k < 6; ++k) {
       std::string e = floatType();
       int64_t rank = uniform(1, 3);
