@@ -20,43 +20,7 @@ using namespace sharc::codegen;
 
 namespace {
 
-/// Spatial geometry of a 2-D window op: input [N, C, H, W] (for the
-/// convolutions C is the input channels), output [N, O, OH, OW].
-struct Window {
-  int64_t batch = 0, channels = 0, outChannels = 0;
-  int64_t height = 0, width = 0, outHeight = 0, outWidth = 0;
-  int64_t kernelH = 1, kernelW = 1;
-  int64_t strideH = 1, strideW = 1;
-  int64_t padTop = 0, padLeft = 0, padBottom = 0, padRight = 0;
-  int64_t dilationH = 1, dilationW = 1;
-  int64_t groups = 1;
-};
-
-/// Fills the attributes common to every window op.
-void setAttributes(Window &w, ArrayRef<int64_t> strides,
-                   ArrayRef<int64_t> padding, ArrayRef<int64_t> dilations) {
-  w.strideH = strides[0];
-  w.strideW = strides[1];
-  w.padTop = padding[0];
-  w.padLeft = padding[1];
-  w.padBottom = padding[2];
-  w.padRight = padding[3];
-  if (!dilations.empty()) {
-    w.dilationH = dilations[0];
-    w.dilationW = dilations[1];
-  }
-}
-
-/// Fills the shapes: `input` [N, C, H, W] and `output` [N, O, OH, OW].
-void setShapes(Window &w, ArrayRef<int64_t> input, ArrayRef<int64_t> output) {
-  w.batch = input[0];
-  w.channels = input[1];
-  w.height = input[2];
-  w.width = input[3];
-  w.outChannels = output[1];
-  w.outHeight = output[2];
-  w.outWidth = output[3];
-}
+using Window = WindowGeometry;
 
 /// Statements defining the coordinates `n`, `c`, `h`, `w` (names given by
 /// the caller; an empty name is skipped) of the flat index `i` of an NCHW
@@ -135,7 +99,11 @@ std::string windowRange(StringRef lo, StringRef hi, StringRef coord,
                         int64_t stride, int64_t pad, int64_t extent,
                         int64_t outSize, StringRef indent) {
   std::string in = indent.str();
-  std::string first = "(" + coord.str() + " + " + str(pad - extent + 1) + ")";
+  // Built by appending: GCC 12 reports a false -Wrestrict (bug 105651) for
+  // "literal" + std::string here.
+  std::string first = "(";
+  first += coord;
+  first += " + " + str(pad - extent + 1) + ")";
   std::string last =
       "((" + coord.str() + " + " + str(pad) + ") / " + str(stride) + ")";
   return in + "const int64_t " + lo.str() + " = " + first + " <= 0 ? 0 : (" +
@@ -171,12 +139,9 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   auto shapeOf = [](Value v) { return tensorType(v).getShape(); };
 
   auto emitConv = [&](Conv2DOp conv) {
-    Window w;
-    setShapes(w, shapeOf(conv.getInput()), shapeOf(result));
-    setAttributes(w, conv.getStrides(), conv.getPadding(), conv.getDilations());
     ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
-    w.kernelH = weight[2];
-    w.kernelW = weight[3];
+    Window w(shapeOf(conv.getInput()), shapeOf(result), weight.drop_front(2),
+             conv.getStrides(), conv.getPadding(), conv.getDilations());
     int64_t groupChannels = weight[1];
     int64_t groupOut = w.outChannels / conv.getGroups();
     int64_t patch = groupChannels * w.kernelH * w.kernelW;
@@ -209,12 +174,10 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   };
 
   auto emitConvInputGrad = [&](Conv2DInputGradOp conv) {
-    Window w;
-    setShapes(w, shapeOf(result), shapeOf(conv.getOutputGrad()));
-    setAttributes(w, conv.getStrides(), conv.getPadding(), conv.getDilations());
     ArrayRef<int64_t> weight = shapeOf(conv.getWeight());
-    w.kernelH = weight[2];
-    w.kernelW = weight[3];
+    Window w(shapeOf(result), shapeOf(conv.getOutputGrad()),
+             weight.drop_front(2), conv.getStrides(), conv.getPadding(),
+             conv.getDilations());
     int64_t groupChannels = weight[1];
     int64_t groupOut = w.outChannels / conv.getGroups();
     int64_t taps = w.kernelH * w.kernelW;
@@ -252,12 +215,10 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   };
 
   auto emitConvWeightGrad = [&](Conv2DWeightGradOp conv) {
-    Window w;
-    setShapes(w, shapeOf(conv.getInput()), shapeOf(conv.getOutputGrad()));
-    setAttributes(w, conv.getStrides(), conv.getPadding(), conv.getDilations());
     ArrayRef<int64_t> weight = shapeOf(result);
-    w.kernelH = weight[2];
-    w.kernelW = weight[3];
+    Window w(shapeOf(conv.getInput()), shapeOf(conv.getOutputGrad()),
+             weight.drop_front(2), conv.getStrides(), conv.getPadding(),
+             conv.getDilations());
     int64_t groupChannels = weight[1];
     int64_t groupOut = w.outChannels / conv.getGroups();
     int64_t pixels = w.outHeight * w.outWidth;
@@ -290,11 +251,8 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   };
 
   auto emitMaxPool = [&](MaxPool2DOp pool) {
-    Window w;
-    setShapes(w, shapeOf(pool.getInput()), shapeOf(result));
-    setAttributes(w, pool.getStrides(), pool.getPadding(), pool.getDilations());
-    w.kernelH = pool.getKernel()[0];
-    w.kernelW = pool.getKernel()[1];
+    Window w(shapeOf(pool.getInput()), shapeOf(result), pool.getKernel(),
+             pool.getStrides(), pool.getPadding(), pool.getDilations());
     std::string code = nchw(shapeOf(result), "", "", "oh", "ow");
     code += "    const " + type + " *src = " + in[0] + " + (i / " +
             str(w.outHeight * w.outWidth) + ") * " + str(w.height * w.width) +
@@ -309,11 +267,9 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   };
 
   auto emitMaxPoolGrad = [&](MaxPool2DGradOp pool) {
-    Window w;
-    setShapes(w, shapeOf(pool.getInput()), shapeOf(pool.getOutputGrad()));
-    setAttributes(w, pool.getStrides(), pool.getPadding(), pool.getDilations());
-    w.kernelH = pool.getKernel()[0];
-    w.kernelW = pool.getKernel()[1];
+    Window w(shapeOf(pool.getInput()), shapeOf(pool.getOutputGrad()),
+             pool.getKernel(), pool.getStrides(), pool.getPadding(),
+             pool.getDilations());
     int64_t outPlane = w.outHeight * w.outWidth;
     // dx[n, c, ih, iw]: dy of every window (row-major) whose argmax is here.
     std::string code = nchw(shapeOf(result), "", "", "ih", "iw");
@@ -343,11 +299,8 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   };
 
   auto emitAvgPool = [&](AvgPool2DOp pool) {
-    Window w;
-    setShapes(w, shapeOf(pool.getInput()), shapeOf(result));
-    setAttributes(w, pool.getStrides(), pool.getPadding(), {});
-    w.kernelH = pool.getKernel()[0];
-    w.kernelW = pool.getKernel()[1];
+    Window w(shapeOf(pool.getInput()), shapeOf(result), pool.getKernel(),
+             pool.getStrides(), pool.getPadding());
     std::string code = nchw(shapeOf(result), "", "", "oh", "ow");
     code += "    const " + type + " *src = " + in[0] + " + (i / " +
             str(w.outHeight * w.outWidth) + ") * " + str(w.height * w.width) +
@@ -365,11 +318,8 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   };
 
   auto emitAvgPoolGrad = [&](AvgPool2DGradOp pool) {
-    Window w;
-    setShapes(w, shapeOf(result), shapeOf(pool.getOutputGrad()));
-    setAttributes(w, pool.getStrides(), pool.getPadding(), {});
-    w.kernelH = pool.getKernel()[0];
-    w.kernelW = pool.getKernel()[1];
+    Window w(shapeOf(result), shapeOf(pool.getOutputGrad()), pool.getKernel(),
+             pool.getStrides(), pool.getPadding());
     // dx[n, c, ih, iw]: dy / divisor of every window (row-major) holding it.
     std::string code = nchw(shapeOf(result), "", "", "ih", "iw");
     code += "    const " + type + " *dy = " + in[0] + " + (i / " +

@@ -22,33 +22,7 @@ using namespace sharc::eval;
 
 namespace {
 
-/// Spatial geometry of a 2-D window op.
-struct Window {
-  int64_t height, width;       // input
-  int64_t outHeight, outWidth; // output
-  int64_t kernelH, kernelW;
-  int64_t strideH, strideW;
-  int64_t padTop, padLeft, padBottom, padRight;
-  int64_t dilationH = 1, dilationW = 1;
-};
-
-Window makeWindow(const Tensor &in, const Tensor &out, ArrayRef<int64_t> kernel,
-                  ArrayRef<int64_t> strides, ArrayRef<int64_t> padding) {
-  Window w;
-  w.height = in.shape()[2];
-  w.width = in.shape()[3];
-  w.outHeight = out.shape()[2];
-  w.outWidth = out.shape()[3];
-  w.kernelH = kernel[0];
-  w.kernelW = kernel[1];
-  w.strideH = strides[0];
-  w.strideW = strides[1];
-  w.padTop = padding[0];
-  w.padLeft = padding[1];
-  w.padBottom = padding[2];
-  w.padRight = padding[3];
-  return w;
-}
+using Window = WindowGeometry;
 
 /// Geometry of a conv2d or of one of its gradients: input [N, C, H, W],
 /// weight [O, C/groups, KH, KW], output [N, O, OH, OW].
@@ -64,25 +38,12 @@ struct Conv {
 template <typename OpTy>
 Conv makeConv(OpTy op, ArrayRef<int64_t> input, ArrayRef<int64_t> weight,
               ArrayRef<int64_t> output) {
-  Conv c;
-  Window &w = c.w;
-  w.height = input[2];
-  w.width = input[3];
-  w.outHeight = output[2];
-  w.outWidth = output[3];
-  w.kernelH = weight[2];
-  w.kernelW = weight[3];
-  w.strideH = op.getStrides()[0];
-  w.strideW = op.getStrides()[1];
-  w.padTop = op.getPadding()[0];
-  w.padLeft = op.getPadding()[1];
-  w.padBottom = op.getPadding()[2];
-  w.padRight = op.getPadding()[3];
-  w.dilationH = op.getDilations()[0];
-  w.dilationW = op.getDilations()[1];
-  c.batch = input[0];
-  c.channels = input[1];
-  c.outChannels = output[1];
+  Conv c{Window(input, output, weight.drop_front(2), op.getStrides(),
+                op.getPadding(), op.getDilations())};
+  const Window &w = c.w;
+  c.batch = w.batch;
+  c.channels = w.channels;
+  c.outChannels = w.outChannels;
   c.groups = op.getGroups();
   c.groupChannels = c.channels / c.groups;
   c.groupOutChannels = c.outChannels / c.groups;
@@ -246,20 +207,11 @@ int64_t windowArgmax(const double *plane, const Window &w, int64_t h0,
   return position;
 }
 
-/// The window of a max_pool2d (or its gradient) from `in` to `out`.
-template <typename OpTy>
-Window makePoolWindow(const Tensor &in, const Tensor &out, OpTy op) {
-  Window w =
-      makeWindow(in, out, op.getKernel(), op.getStrides(), op.getPadding());
-  w.dilationH = op.getDilations()[0];
-  w.dilationW = op.getDilations()[1];
-  return w;
-}
-
 LogicalResult evalMaxPool(const OpCall &call, MaxPool2DOp op) {
   const Tensor &in = call.operand(0);
   Tensor &out = call.result();
-  Window w = makePoolWindow(in, out, op);
+  Window w(in.shape(), out.shape(), op.getKernel(), op.getStrides(),
+           op.getPadding(), op.getDilations());
   ArrayRef<double> x = in.floats();
   MutableArrayRef<double> y = out.floats();
   int64_t planeSize = w.height * w.width;
@@ -277,7 +229,8 @@ LogicalResult evalMaxPool(const OpCall &call, MaxPool2DOp op) {
 LogicalResult evalMaxPoolGrad(const OpCall &call, MaxPool2DGradOp op) {
   const Tensor &in = call.operand(0), &grad = call.operand(1);
   Tensor &out = call.result();
-  Window w = makePoolWindow(in, grad, op);
+  Window w(in.shape(), grad.shape(), op.getKernel(), op.getStrides(),
+           op.getPadding(), op.getDilations());
   ArrayRef<double> x = in.floats(), dy = grad.floats();
   MutableArrayRef<double> dx = out.floats();
   int64_t planeSize = w.height * w.width;
@@ -320,8 +273,8 @@ AvgWindow clipAvgWindow(const Window &w, int64_t h0, int64_t w0,
 LogicalResult evalAvgPool(const OpCall &call, AvgPool2DOp op) {
   const Tensor &in = call.operand(0);
   Tensor &out = call.result();
-  Window w =
-      makeWindow(in, out, op.getKernel(), op.getStrides(), op.getPadding());
+  Window w(in.shape(), out.shape(), op.getKernel(), op.getStrides(),
+           op.getPadding());
   bool countPad = op.getCountIncludePad();
   ArrayRef<double> x = in.floats();
   MutableArrayRef<double> y = out.floats();
@@ -344,8 +297,8 @@ LogicalResult evalAvgPool(const OpCall &call, AvgPool2DOp op) {
 LogicalResult evalAvgPoolGrad(const OpCall &call, AvgPool2DGradOp op) {
   const Tensor &grad = call.operand(0);
   Tensor &out = call.result();
-  Window w =
-      makeWindow(out, grad, op.getKernel(), op.getStrides(), op.getPadding());
+  Window w(out.shape(), grad.shape(), op.getKernel(), op.getStrides(),
+           op.getPadding());
   bool countPad = op.getCountIncludePad();
   ArrayRef<double> dy = grad.floats();
   MutableArrayRef<double> dx = out.floats();

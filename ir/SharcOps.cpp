@@ -138,6 +138,23 @@ int64_t sharc::windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
   return out;
 }
 
+sharc::WindowGeometry::WindowGeometry(ArrayRef<int64_t> input,
+                                      ArrayRef<int64_t> output,
+                                      ArrayRef<int64_t> kernel,
+                                      ArrayRef<int64_t> strides,
+                                      ArrayRef<int64_t> padding,
+                                      ArrayRef<int64_t> dilations)
+    : batch(input[0]), channels(input[1]), outChannels(output[1]),
+      height(input[2]), width(input[3]), outHeight(output[2]),
+      outWidth(output[3]), kernelH(kernel[0]), kernelW(kernel[1]),
+      strideH(strides[0]), strideW(strides[1]), padTop(padding[0]),
+      padLeft(padding[1]), padBottom(padding[2]), padRight(padding[3]) {
+  if (!dilations.empty()) {
+    dilationH = dilations[0];
+    dilationW = dilations[1];
+  }
+}
+
 int64_t sharc::numElements(ArrayRef<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape)

@@ -42,6 +42,26 @@ int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
                          int64_t padBegin, int64_t padEnd, int64_t dilation,
                          bool ceilMode);
 
+/// Geometry of a 2-D window op (conv2d, max/avg pooling and their
+/// gradients) on NCHW tensors: `input` [N, C, H, W], `output` [N, O, OH, OW],
+/// `kernel` taps [KH, KW], strides, padding [top, left, bottom, right] and
+/// dilations (1 when empty).  The evaluator and the code generator read the
+/// same geometry from it.
+struct WindowGeometry {
+  WindowGeometry(llvm::ArrayRef<int64_t> input, llvm::ArrayRef<int64_t> output,
+                 llvm::ArrayRef<int64_t> kernel,
+                 llvm::ArrayRef<int64_t> strides,
+                 llvm::ArrayRef<int64_t> padding,
+                 llvm::ArrayRef<int64_t> dilations = {});
+
+  int64_t batch, channels, outChannels;
+  int64_t height, width, outHeight, outWidth;
+  int64_t kernelH, kernelW;
+  int64_t strideH, strideW;
+  int64_t padTop, padLeft, padBottom, padRight;
+  int64_t dilationH = 1, dilationW = 1;
+};
+
 /// Number of elements of a static shape.
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
 

@@ -550,9 +550,13 @@ static void markGemmEpilogues(Block &block) {
     int64_t n = resultType.getShape().back();
     for (auto [i, candidate] : llvm::enumerate(candidates)) {
       std::optional<unsigned> product = operandOf(candidate);
-      std::optional<unsigned> bias =
-          add ? operandOf(candidates[1 - i]) : std::optional<unsigned>();
-      if (!product || (add && (!bias || *bias == *product)))
+      // The bias operand, or -1 without an add.
+      int64_t bias = -1;
+      if (add) {
+        std::optional<unsigned> other = operandOf(candidates[1 - i]);
+        bias = other ? int64_t(*other) : -2;
+      }
+      if (!product || bias == -2 || bias == int64_t(*product))
         continue;
       Value value = op.getOperand(*product);
       auto matmul = value.getDefiningOp<MatmulOp>();
@@ -560,7 +564,7 @@ static void markGemmEpilogues(Block &block) {
           matmul.getType() != resultType)
         continue;
       if (add) {
-        auto biasType = cast<RankedTensorType>(op.getOperand(*bias).getType());
+        auto biasType = cast<RankedTensorType>(op.getOperand(bias).getType());
         if (biasType.getRank() == 0 || biasType.getShape().back() != n ||
             biasType.getNumElements() != n)
           continue;
@@ -568,8 +572,7 @@ static void markGemmEpilogues(Block &block) {
       MLIRContext *context = op.getContext();
       matmul->setAttr("sharc.fuse_into", UnitAttr::get(context));
       op.setAttr("sharc.gemm_epilogue",
-                 DenseI64ArrayAttr::get(context, {int64_t(*product),
-                                                  bias ? int64_t(*bias) : -1,
+                 DenseI64ArrayAttr::get(context, {int64_t(*product), bias,
                                                   outputResult, auxResult}));
       if (act)
         op.setAttr("sharc.gemm_activation",
