@@ -319,7 +319,7 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
             return operand.isF32() ? fn("sqrtf") : dfn("sqrt");
           })
           .Case([&](RsqrtOp) { return "(1.0 / sqrt(double(" + a + ")))"; })
-          .Case([&](ErfOp) { return dfn("erf"); })
+          .Case([&](ErfOp) { return dfn("sharc::math::erf"); })
           .Case([&](TanhOp) { return dfn("sharc::math::tanh"); })
           .Case([&](SigmoidOp) { return dfn("sigmoid"); })
           .Case([&](SinOp) { return dfn("sin"); })

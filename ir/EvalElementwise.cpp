@@ -195,14 +195,12 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
         return mapFloats(call, [](double x) { return 1 / std::sqrt(x); });
       })
       .Case([&](ErfOp) {
-        return mapFloats(call, [](double x) { return std::erf(x); });
+        return mapFloats(call, [](double x) { return sharc::math::erf(x); });
       })
       .Case([&](TanhOp) {
         return mapFloats(call, [](double x) { return sharc::math::tanh(x); });
       })
-      .Case([&](SigmoidOp) {
-        return mapFloats(call, sharc::math::sigmoid);
-      })
+      .Case([&](SigmoidOp) { return mapFloats(call, sharc::math::sigmoid); })
       .Case([&](SinOp) {
         return mapFloats(call, [](double x) { return std::sin(x); });
       })

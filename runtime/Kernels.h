@@ -35,7 +35,9 @@
 #include <cuda_runtime.h>
 #define SHARC_HD __host__ __device__ __forceinline__
 #else
-#define SHARC_HD inline
+/// Always inlined on the host too: a kernel's operator() inlined into its
+/// launch loop is what lets that loop vectorize.
+#define SHARC_HD __attribute__((always_inline)) inline
 #endif
 
 namespace sharc::kern {

@@ -2,7 +2,7 @@
 //
 // The reference evaluator (ir/Eval*.cpp) and every generated kernel (host and
 // CUDA) compute the scalar functions of sharc ops with these definitions.
-// exp and tanh are our own, so a compiled program
+// exp, tanh and erf are our own, so a compiled program
 // reproduces the evaluator bit for bit while its loops still vectorize: the
 // code is branch-free straight-line double arithmetic that GCC if-converts
 // and vectorizes, where libm's scalar calls would stop it.
@@ -11,7 +11,7 @@
 // a few units in the last place of a double, far below the f32 rounding every
 // f32 op applies afterwards.  Special values follow IEEE: exp(-inf) = 0,
 // exp(+inf) = +inf, overflow to +inf, underflow to 0 or subnormals, NaN in,
-// NaN out; tanh(+-inf) = +-1, tanh(-0) = -0.
+// NaN out; tanh(+-inf) = +-1, tanh(-0) = -0; erf(+-inf) = +-1, erf(-0) = -0.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,8 +24,12 @@
 
 #if defined(__CUDACC__)
 #define SHARC_MATH_HD __host__ __device__ __forceinline__
+#define SHARC_MATH_HD_INLINE __host__ __device__ __forceinline__
 #else
 #define SHARC_MATH_HD inline
+/// For functions too large for GCC to inline on its own, whose callers' loops
+/// only vectorize with them inlined.
+#define SHARC_MATH_HD_INLINE __attribute__((always_inline)) inline
 #endif
 
 namespace sharc::math {
@@ -111,6 +115,64 @@ SHARC_MATH_HD double tanh(double x) {
   return x < 0 ? -t : (x == 0 ? x : t);
 }
 
+/// erf(x) (|x| < 1: x P(x^2), P a degree-11 fit of erf(x) / x on x^2 in
+/// [0, 1]; 1 <= |x| < 6: 1 - e^(-x^2) Q(u), Q a degree-28 fit of
+/// erfc(x) e^(x^2) in u = (|x| - 3.5) / 2.5; from 6 on, erf is +-1 in double),
+/// both fits Chebyshev interpolants (relative error below 1e-16) evaluated by
+/// fused multiply-adds.  Branch-free, so loops that call it vectorize, where
+/// libm's erf is a scalar call.
+SHARC_MATH_HD_INLINE double erf(double x) {
+  const double a = x < 0 ? -x : x;
+  const double t = x * x;
+  double p = -0x1.ac9585a44fe29p-31;
+  p = ::fma(p, t, 0x1.d76af6ca49787p-27);
+  p = ::fma(p, t, -0x1.5c131500d3f88p-23);
+  p = ::fma(p, t, 0x1.b981d78881a5dp-20);
+  p = ::fma(p, t, -0x1.f4ca838adb73bp-17);
+  p = ::fma(p, t, 0x1.f9a2be4f731a1p-14);
+  p = ::fma(p, t, -0x1.c02db0665e53dp-11);
+  p = ::fma(p, t, 0x1.565bccfa44156p-8);
+  p = ::fma(p, t, -0x1.b82ce31203772p-6);
+  p = ::fma(p, t, 0x1.ce2f21a040f66p-4);
+  p = ::fma(p, t, -0x1.812746b0379c1p-2);
+  p = ::fma(p, t, 0x1.20dd750429b6dp+0);
+  const double small = x * p;
+  // NaN stays NaN through the clamp (both comparisons are false).
+  const double c = a > 6.0 ? 6.0 : (a < 1.0 ? 1.0 : a);
+  const double u = (c - 3.5) * 0.4;
+  double q = 0x1.d3c7bd2d2e41ap-29;
+  q = ::fma(q, u, -0x1.1c6ec36270ca0p-27);
+  q = ::fma(q, u, -0x1.44993686b4758p-28);
+  q = ::fma(q, u, 0x1.a8fd939bed25dp-27);
+  q = ::fma(q, u, 0x1.9e8c06432b6fep-25);
+  q = ::fma(q, u, -0x1.e85cd5506e228p-24);
+  q = ::fma(q, u, 0x1.de9782507a5cbp-24);
+  q = ::fma(q, u, -0x1.0202f041d1bf9p-22);
+  q = ::fma(q, u, 0x1.7a28a1a45dd69p-21);
+  q = ::fma(q, u, -0x1.9ba6b6d06ebcbp-20);
+  q = ::fma(q, u, 0x1.a3e9a5a8966e5p-19);
+  q = ::fma(q, u, -0x1.bac3fc64de733p-18);
+  q = ::fma(q, u, 0x1.d00596cf21d46p-17);
+  q = ::fma(q, u, -0x1.dc67620a32826p-16);
+  q = ::fma(q, u, 0x1.e1a8b70a9f098p-15);
+  q = ::fma(q, u, -0x1.dffb1d9868fa7p-14);
+  q = ::fma(q, u, 0x1.d6dfe313f39ffp-13);
+  q = ::fma(q, u, -0x1.c66a004826238p-12);
+  q = ::fma(q, u, 0x1.af1938baed377p-11);
+  q = ::fma(q, u, -0x1.91bd602bb6908p-10);
+  q = ::fma(q, u, 0x1.6f7004a4f648ep-9);
+  q = ::fma(q, u, -0x1.4984fb8fbe174p-8);
+  q = ::fma(q, u, 0x1.2174216a5e87ap-7);
+  q = ::fma(q, u, -0x1.f1802347240c3p-7);
+  q = ::fma(q, u, 0x1.a1b820b73afa2p-6);
+  q = ::fma(q, u, -0x1.56274da1063e4p-5);
+  q = ::fma(q, u, 0x1.10eccd7003675p-4);
+  q = ::fma(q, u, -0x1.a72747a5e6b46p-4);
+  q = ::fma(q, u, 0x1.3e0a99a0ee914p-3);
+  const double large = 1.0 - math::exp(-(c * c)) * q;
+  return a < 1.0 ? small : (x < 0 ? -large : large);
+}
+
 //===----------------------------------------------------------------------===//
 // The other scalar semantics of sharc ops (docs/ir.md), one definition each
 //===----------------------------------------------------------------------===//
@@ -118,7 +180,7 @@ SHARC_MATH_HD double tanh(double x) {
 SHARC_MATH_HD double relu(double x) { return x > 0 || x != x ? x : 0.0; }
 SHARC_MATH_HD double sigmoid(double x) { return 1 / (1 + math::exp(-x)); }
 SHARC_MATH_HD double geluErf(double x) {
-  return 0.5 * x * (1 + ::erf(x / ::sqrt(2.0)));
+  return 0.5 * x * (1 + math::erf(x / ::sqrt(2.0)));
 }
 SHARC_MATH_HD double geluTanh(double x) {
   return 0.5 * x *

@@ -11,12 +11,24 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
 namespace {
 
 constexpr double kEpsilon = std::numeric_limits<double>::epsilon();
+
+/// How many doubles lie between a and b (0 when equal; signed zeros equal).
+int64_t ulpDistance(double a, double b) {
+  auto ordered = [](double x) {
+    int64_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    return bits < 0 ? std::numeric_limits<int64_t>::min() - bits : bits;
+  };
+  int64_t ia = ordered(a), ib = ordered(b);
+  return ia > ib ? ia - ib : ib - ia;
+}
 
 /// Arguments over the whole useful range, near zero and at every scale.
 double sample(std::mt19937_64 &rng, int kind) {
@@ -61,6 +73,24 @@ TEST(Math, TanhWithinThreeUlpOfLibm) {
   EXPECT_LE(worst, 3.5 * kEpsilon);
 }
 
+TEST(Math, ErfWithinTwoUlpOfLibm) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> wide(-7, 7);
+  std::uniform_real_distribution<double> exponent(-300, 0);
+  int64_t worst = 0;
+  for (int i = 0; i < 2000000; ++i) {
+    double x = i % 4 ? wide(rng)
+                     : std::copysign(std::pow(10.0, exponent(rng)), wide(rng));
+    int64_t distance = ulpDistance(sharc::math::erf(x), std::erf(x));
+    worst = std::max(worst, distance);
+    ASSERT_LE(distance, 2) << "erf(" << x << ")";
+  }
+  // Around the switch between the two fits and at the end of the second.
+  for (double x :
+       {1.0, std::nextafter(1.0, 0.0), std::nextafter(1.0, 2.0), 5.9, 6.0, 6.5})
+    EXPECT_LE(ulpDistance(sharc::math::erf(x), std::erf(x)), 2) << x;
+}
+
 TEST(Math, RoundsToTheSameFloatAsLibm) {
   // f32 ops round the double result once: over f32-typical arguments the
   // rounded values must agree with libm's.
@@ -73,6 +103,8 @@ TEST(Math, RoundsToTheSameFloatAsLibm) {
                   static_cast<float>(std::exp(x));
     mismatches += static_cast<float>(sharc::math::tanh(x)) !=
                   static_cast<float>(std::tanh(x));
+    mismatches += static_cast<float>(sharc::math::erf(x)) !=
+                  static_cast<float>(std::erf(x));
   }
   EXPECT_EQ(mismatches, 0);
 }
@@ -93,6 +125,11 @@ TEST(Math, SpecialValues) {
   EXPECT_TRUE(std::isnan(sharc::math::exp(nan)));
   EXPECT_TRUE(std::isnan(sharc::math::tanh(nan)));
   EXPECT_TRUE(std::signbit(sharc::math::tanh(-0.0)));
+  for (double x : {0.0, -0.0, 1e-310, -1e-310, 1e300, -1e300, inf, -inf}) {
+    EXPECT_EQ(sharc::math::erf(x), std::erf(x)) << "erf(" << x << ")";
+    EXPECT_EQ(std::signbit(sharc::math::erf(x)), std::signbit(x)) << x;
+  }
+  EXPECT_TRUE(std::isnan(sharc::math::erf(nan)));
 }
 
 } // namespace
