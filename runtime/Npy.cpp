@@ -2,6 +2,7 @@
 //------------------------------===//
 
 #include "runtime/Npy.h"
+#include "runtime/AtomicFile.h"
 
 #include <cstring>
 #include <fstream>
@@ -228,8 +229,8 @@ bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
   return parseNpy(path, bytes.data(), bytes.size(), out, error);
 }
 
-bool writeNpy(const std::string &path, const NpyArray &array,
-              std::string &error) {
+/// The preamble and header of a version 1.0 file holding `array`.
+static std::string npyHeader(const NpyArray &array) {
   std::string header = "{'descr': '" + std::string(descrOf(array.type)) +
                        "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < array.shape.size(); ++i)
@@ -241,29 +242,36 @@ bool writeNpy(const std::string &path, const NpyArray &array,
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    error = path + ": cannot open for writing";
-    return false;
-  }
-  char preamble[10] = {'\x93',
-                       'N',
-                       'U',
-                       'M',
-                       'P',
-                       'Y',
-                       1,
-                       0,
-                       (char)(header.size() & 0xff),
-                       (char)(header.size() >> 8)};
-  out.write(preamble, 10);
-  out.write(header.data(), header.size());
-  out.write(array.data.data(), array.data.size());
-  if (!out) {
-    error = path + ": write failed";
-    return false;
-  }
-  return true;
+  const char preamble[10] = {'\x93',
+                             'N',
+                             'U',
+                             'M',
+                             'P',
+                             'Y',
+                             1,
+                             0,
+                             (char)(header.size() & 0xff),
+                             (char)(header.size() >> 8)};
+  return std::string(preamble, 10) + header;
+}
+
+bool writeNpy(AtomicFile &file, const NpyArray &array, std::string &error) {
+  std::string header = npyHeader(array);
+  return file.write(header.data(), header.size(), error) &&
+         file.write(array.data.data(), array.data.size(), error);
+}
+
+bool writeNpy(AtomicFileSet &files, const std::string &path,
+              const NpyArray &array, std::string &error) {
+  AtomicFile *file = files.add(path, error);
+  return file && writeNpy(*file, array, error);
+}
+
+bool writeNpy(const std::string &path, const NpyArray &array,
+              std::string &error) {
+  AtomicFile file;
+  return file.create(path, error) && writeNpy(file, array, error) &&
+         file.commit(error);
 }
 
 std::string npyFileNameFor(const std::string &name) {

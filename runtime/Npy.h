@@ -2,7 +2,7 @@
 //
 // NumPy's .npy format (versions 1.0-3.0), little-endian, C order.  Used by the
 // compiler tools and by the runtime the generated programs link, so it depends
-// on nothing but the C++ standard library.
+// on nothing but the C++ standard library (and POSIX, for AtomicFile.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +14,9 @@
 #include <vector>
 
 namespace sharc::rt {
+
+class AtomicFile;
+class AtomicFileSet;
 
 /// Element types a .npy file may hold for sharc (`b1` is numpy's bool).
 enum class NpyType { f64, f32, f16, i64, i32, b1 };
@@ -41,10 +44,20 @@ bool readNpy(const std::string &path, NpyArray &out, std::string &error);
 bool parseNpy(const std::string &name, const char *bytes, size_t size,
               NpyArray &out, std::string &error);
 
-/// Writes `array` to `path` (version 1.0 header).  NumPy has no bfloat16, so
-/// callers store bf16 tensors as f32 (exactly representable).
+/// Writes `array` to `path` (version 1.0 header) atomically: under a
+/// temporary name, renamed over `path` only when complete (AtomicFile.h).  On
+/// failure `path` is untouched and `error` reads "PATH: reason".  NumPy has
+/// no bfloat16, so callers store bf16 tensors as f32 (exactly representable).
 bool writeNpy(const std::string &path, const NpyArray &array,
               std::string &error);
+
+/// Writes `array` into `file`, an AtomicFile being written.
+bool writeNpy(AtomicFile &file, const NpyArray &array, std::string &error);
+
+/// Adds `path` to `files` and writes `array` into it; the file replaces
+/// `path` when `files` is committed.
+bool writeNpy(AtomicFileSet &files, const std::string &path,
+              const NpyArray &array, std::string &error);
 
 /// `name` made safe as a file name ([A-Za-z0-9_.-] kept, anything else
 /// becomes '_', a leading '.' or an empty name gets a '_' prefix), plus
