@@ -16,7 +16,9 @@
 #include "llvm/ADT/DenseMap.h"
 
 #include <cstring>
+#include <limits>
 #include <thread>
+#include <unistd.h>
 
 using namespace mlir;
 using namespace sharc;
@@ -108,6 +110,32 @@ int64_t eval::product(ArrayRef<int64_t> shape, size_t begin, size_t end) {
 // Driver
 //===----------------------------------------------------------------------===//
 
+std::optional<std::string>
+sharc::checkEvaluatorMemory(ArrayRef<int64_t> shape) {
+  static const uint64_t physical = [] {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * size
+                                 : std::numeric_limits<uint64_t>::max();
+  }();
+  std::optional<int64_t> count = checkedNumElements(shape);
+  // Every element is held as a double or an int64_t.
+  if (count && static_cast<uint64_t>(*count) * 8 <= physical)
+    return std::nullopt;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (!count)
+    os << "more than " << kMaxElements << " elements";
+  else
+    os << "it needs " << *count * 8 << " bytes (" << *count
+       << " elements of 8 bytes in the evaluator), more than this machine's "
+       << physical << " bytes of memory";
+  return text;
+}
+
+std::optional<std::string> sharc::checkEvaluatorMemory(RankedTensorType type) {
+  return checkEvaluatorMemory(type.getShape());
+}
+
 /// Prints `type` for diagnostics.
 static std::string describeType(Type type) {
   std::string text;
@@ -126,7 +154,8 @@ static bool matchesType(const Tensor &tensor, Type type) {
          ranked.getShape() == tensor.shape();
 }
 
-/// Creates zero-filled tensors for the results of `op`.
+/// Creates zero-filled tensors for the results of `op`, when they fit in
+/// memory.
 static LogicalResult makeResults(const OpCall &call,
                                  SmallVectorImpl<Tensor> &results) {
   for (Type type : call.op->getResultTypes()) {
@@ -135,6 +164,9 @@ static LogicalResult makeResults(const OpCall &call,
         ranked ? dtypeOf(ranked.getElementType()) : std::nullopt;
     if (!dtype || !ranked.hasStaticShape())
       return call.error() << "cannot evaluate a result of type " << type;
+    if (std::optional<std::string> tooBig = checkEvaluatorMemory(ranked))
+      return call.error() << "cannot evaluate a result of type " << type << ": "
+                          << *tooBig;
     results.emplace_back(*dtype, ranked.getShape());
   }
   return success();
@@ -201,21 +233,49 @@ static LogicalResult evalOp(Operation *op, ArrayRef<const Tensor *> operands,
                       << "'";
 }
 
-static FailureOr<std::vector<Tensor>> run(func::FuncOp func,
-                                          ArrayRef<const Tensor *> args,
-                                          CollectiveGroup *group, int rank);
+namespace {
+/// Where a function is being evaluated: the rank, and the functions being
+/// run (callers first), so that a recursive call is an error, not a stack
+/// overflow.
+struct Frame {
+  CollectiveGroup *group;
+  int rank;
+  SmallVector<Operation *, 4> active;
+};
+
+/// The tensors of the values visible in one block being evaluated: its own
+/// and those of the blocks around it.
+struct Scope {
+  const Scope *parent = nullptr;
+  llvm::DenseMap<Value, const Tensor *> values;
+
+  const Tensor *lookup(Value value) const {
+    for (const Scope *scope = this; scope; scope = scope->parent)
+      if (const Tensor *tensor = scope->values.lookup(value))
+        return tensor;
+    return nullptr;
+  }
+};
+} // namespace
+
+static FailureOr<std::vector<Tensor>> runBlock(Block &block,
+                                               ArrayRef<const Tensor *> args,
+                                               const Scope *parent,
+                                               Frame &frame);
 
 /// Evaluates `call` by running its callee, a function of the same module, as
 /// the same rank of the same group.
 static LogicalResult evalCall(func::CallOp call,
                               ArrayRef<const Tensor *> operands,
-                              SmallVectorImpl<Tensor> &results,
-                              CollectiveGroup *group, int rank) {
+                              SmallVectorImpl<Tensor> &results, Frame &frame) {
   auto callee = SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
       call, call.getCalleeAttr());
   if (!callee)
     return call.emitError() << "cannot evaluate a call to unknown function "
                             << call.getCalleeAttr();
+  if (llvm::is_contained(frame.active, callee.getOperation()))
+    return call.emitError() << "cannot evaluate a recursive call to '@"
+                            << callee.getSymName() << "'";
   if (callee.getNumArguments() != operands.size())
     return call.emitError()
            << "calls '" << callee.getSymName() << "' with " << operands.size()
@@ -225,7 +285,15 @@ static LogicalResult evalCall(func::CallOp call,
       return call.emitError()
              << "operand #" << i << " is " << tensor->describe()
              << ", expected " << describeType(callee.getArgumentTypes()[i]);
-  FailureOr<std::vector<Tensor>> values = run(callee, operands, group, rank);
+  if (callee.isExternal())
+    return callee.emitError() << "cannot evaluate a function without a body";
+  if (!callee.getBody().hasOneBlock())
+    return callee.emitError()
+           << "the evaluator supports single-block functions only";
+  frame.active.push_back(callee);
+  FailureOr<std::vector<Tensor>> values =
+      runBlock(callee.getBody().front(), operands, nullptr, frame);
+  frame.active.pop_back();
   if (failed(values))
     return failure();
   results.append(std::make_move_iterator(values->begin()),
@@ -233,89 +301,122 @@ static LogicalResult evalCall(func::CallOp call,
   return success();
 }
 
-/// Evaluates the body of `func`, whose arguments have been checked.
-static FailureOr<std::vector<Tensor>> run(func::FuncOp func,
-                                          ArrayRef<const Tensor *> args,
-                                          CollectiveGroup *group, int rank) {
-  if (func.isExternal())
-    return func.emitError() << "cannot evaluate a function without a body";
-  if (!func.getBody().hasOneBlock())
-    return func.emitError()
-           << "the evaluator supports single-block functions only";
-  Block &body = func.getBody().front();
-
-  // Every value gets a slot; arguments refer to the caller's tensors.
-  llvm::DenseMap<Value, unsigned> slotOf;
-  std::vector<const Tensor *> slots;
-  for (auto [arg, tensor] : llvm::zip(body.getArguments(), args)) {
-    slotOf[arg] = slots.size();
-    slots.push_back(tensor);
-  }
-  for (Operation &op : body)
-    for (Value result : op.getResults()) {
-      slotOf[result] = slots.size();
-      slots.push_back(nullptr);
+/// Evaluates `loop`: its body once per micro-batch, in order, on rows
+/// [k m, (k + 1) m) of every input and the values carried so far.
+static LogicalResult evalMicroBatchLoop(MicroBatchLoopOp loop,
+                                        ArrayRef<const Tensor *> operands,
+                                        SmallVectorImpl<Tensor> &results,
+                                        const Scope &scope, Frame &frame) {
+  size_t numInputs = loop.getInputs().size();
+  int64_t count = loop.getCount();
+  std::vector<Tensor> carried;
+  for (const Tensor *init : operands.drop_front(numInputs))
+    carried.push_back(*init);
+  for (int64_t k = 0; k < count; ++k) {
+    std::vector<Tensor> slices;
+    for (const Tensor *input : operands.take_front(numInputs)) {
+      SmallVector<int64_t> shape(input->shape());
+      shape[0] /= count;
+      Tensor slice(input->dtype(), shape);
+      int64_t n = slice.numElements();
+      copyElements(*input, k * n, slice, 0, n);
+      slices.push_back(std::move(slice));
     }
-  // Index of the op that uses each slot last, so its tensor can be freed.
-  std::vector<size_t> lastUse(slots.size(), 0);
-  std::vector<std::unique_ptr<Tensor>> owned(slots.size());
-  size_t index = 0;
-  for (Operation &op : body) {
-    for (Value operand : op.getOperands()) {
-      auto it = slotOf.find(operand);
-      if (it == slotOf.end())
-        return op.emitError() << "operand defined outside the function body";
-      lastUse[it->second] = index;
-    }
-    ++index;
+    SmallVector<const Tensor *> args;
+    for (const Tensor &slice : slices)
+      args.push_back(&slice);
+    for (const Tensor &value : carried)
+      args.push_back(&value);
+    FailureOr<std::vector<Tensor>> yielded =
+        runBlock(loop.getBody().front(), args, &scope, frame);
+    if (failed(yielded))
+      return failure();
+    carried = std::move(*yielded);
   }
+  results.append(std::make_move_iterator(carried.begin()),
+                 std::make_move_iterator(carried.end()));
+  return success();
+}
 
-  index = 0;
-  for (Operation &op : body) {
+/// Evaluates `block` with its arguments bound to `args` (values of enclosing
+/// blocks come from `parent`) and returns the tensors its terminator
+/// (`func.return` or `sharc.yield`) passes on.  A tensor is freed after the
+/// last op of the block that reads it, directly or inside a region.
+static FailureOr<std::vector<Tensor>> runBlock(Block &block,
+                                               ArrayRef<const Tensor *> args,
+                                               const Scope *parent,
+                                               Frame &frame) {
+  Scope scope;
+  scope.parent = parent;
+  for (auto [arg, tensor] : llvm::zip(block.getArguments(), args))
+    scope.values[arg] = tensor;
+
+  // Each value defined in the block is freed after the last op of the
+  // block that reads it.
+  llvm::DenseMap<Value, size_t> lastUse;
+  for (auto [index, op] : llvm::enumerate(block))
+    op.walk([&, index = index](Operation *nested) {
+      for (Value operand : nested->getOperands())
+        if (operand.getParentBlock() == &block)
+          lastUse[operand] = index;
+    });
+  std::vector<SmallVector<Value>> freeAfter(block.getOperations().size());
+  for (auto [value, index] : lastUse)
+    freeAfter[index].push_back(value);
+
+  llvm::DenseMap<Value, std::unique_ptr<Tensor>> owned;
+  for (auto [index, op] : llvm::enumerate(block)) {
     SmallVector<const Tensor *> operands;
     for (Value operand : op.getOperands()) {
-      const Tensor *tensor = slots[slotOf.lookup(operand)];
+      const Tensor *tensor = scope.lookup(operand);
       if (!tensor)
         return op.emitError() << "operand used before it is defined";
       operands.push_back(tensor);
     }
-    if (isa<func::ReturnOp>(op)) {
+    if (op.hasTrait<OpTrait::IsTerminator>()) {
+      if (!isa<func::ReturnOp, YieldOp>(op))
+        return op.emitError()
+               << "the evaluator does not support '" << op.getName() << "'";
       std::vector<Tensor> results;
       OperandRange values = op.getOperands();
       for (unsigned i = 0; i < values.size(); ++i) {
-        std::unique_ptr<Tensor> &own = owned[slotOf.lookup(values[i])];
+        auto own = owned.find(values[i]);
         // A value returned twice is moved only on its last appearance.
-        if (own && !llvm::is_contained(values.drop_front(i + 1), values[i]))
-          results.push_back(std::move(*own));
+        if (own != owned.end() && own->second &&
+            !llvm::is_contained(values.drop_front(i + 1), values[i]))
+          results.push_back(std::move(*own->second));
         else
           results.push_back(*operands[i]);
       }
       return results;
     }
     SmallVector<Tensor> results;
-    auto call = dyn_cast<func::CallOp>(op);
-    if (failed(call ? evalCall(call, operands, results, group, rank)
-                    : evalOp(&op, operands, results, group, rank)))
+    LogicalResult status = success();
+    if (auto call = dyn_cast<func::CallOp>(op))
+      status = evalCall(call, operands, results, frame);
+    else if (auto loop = dyn_cast<MicroBatchLoopOp>(op))
+      status = evalMicroBatchLoop(loop, operands, results, scope, frame);
+    else
+      status = evalOp(&op, operands, results, frame.group, frame.rank);
+    if (failed(status))
       return failure();
     for (auto [value, tensor] : llvm::zip(op.getResults(), results)) {
-      unsigned slot = slotOf.lookup(value);
-      owned[slot] = std::make_unique<Tensor>(std::move(tensor));
-      slots[slot] = owned[slot].get();
-      if (value.use_empty()) {
-        owned[slot].reset();
-        slots[slot] = nullptr;
+      if (value.use_empty())
+        continue;
+      auto &slot = owned[value];
+      slot = std::make_unique<Tensor>(std::move(tensor));
+      scope.values[value] = slot.get();
+    }
+    for (Value value : freeAfter[index]) {
+      auto own = owned.find(value);
+      if (own != owned.end() && own->second) {
+        own->second.reset();
+        scope.values.erase(value);
       }
     }
-    for (Value operand : op.getOperands()) {
-      unsigned slot = slotOf.lookup(operand);
-      if (lastUse[slot] == index && owned[slot]) {
-        owned[slot].reset();
-        slots[slot] = nullptr;
-      }
-    }
-    ++index;
   }
-  return func.emitError() << "function body has no func.return";
+  return emitError(block.getParent()->getLoc())
+         << "block has no terminator the evaluator knows";
 }
 
 FailureOr<std::vector<Tensor>> sharc::evaluate(func::FuncOp func,
@@ -349,7 +450,17 @@ FailureOr<std::vector<Tensor>> sharc::evaluate(func::FuncOp func,
   SmallVector<const Tensor *> pointers;
   for (const Tensor &tensor : args)
     pointers.push_back(&tensor);
-  FailureOr<std::vector<Tensor>> results = run(func, pointers, group, rank);
+  if (func.isExternal()) {
+    func.emitError() << "cannot evaluate a function without a body";
+    return fail();
+  }
+  if (!func.getBody().hasOneBlock()) {
+    func.emitError() << "the evaluator supports single-block functions only";
+    return fail();
+  }
+  Frame frame{group, rank, {func}};
+  FailureOr<std::vector<Tensor>> results =
+      runBlock(func.getBody().front(), pointers, nullptr, frame);
   if (failed(results))
     return fail();
   if (group)

@@ -1,4 +1,4 @@
-//===- SharcOps.cpp - sharc dialect -----------------------------------------===//
+//===- SharcOps.cpp - sharc dialect --------------------------------------===//
 //
 // Verifiers and shape functions of the sharc operations.
 //
@@ -70,8 +70,8 @@ LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
                                                      unsigned argIndex,
                                                      NamedAttribute attr) {
   Region &region = op->getRegion(regionIndex);
-  Type type = region.empty() ? Type()
-                             : region.front().getArgument(argIndex).getType();
+  Type type =
+      region.empty() ? Type() : region.front().getArgument(argIndex).getType();
   if (attr.getName() == getOutputAttrName() ||
       attr.getName() == getGradAttrName())
     return op->emitError() << "argument #" << argIndex << ": '"
@@ -155,11 +155,64 @@ sharc::WindowGeometry::WindowGeometry(ArrayRef<int64_t> input,
   }
 }
 
+std::optional<int64_t> sharc::checkedNumElements(ArrayRef<int64_t> shape) {
+  if (static_cast<int64_t>(shape.size()) > kMaxRank)
+    return std::nullopt;
+  int64_t product = 1;
+  bool empty = false;
+  for (int64_t d : shape) {
+    if (d < 0)
+      return std::nullopt;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(product, d, &product) || product > kMaxElements)
+      return std::nullopt;
+  }
+  return empty ? 0 : product;
+}
+
 int64_t sharc::numElements(ArrayRef<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
+  return checkedNumElements(shape).value_or(
+      std::numeric_limits<int64_t>::max());
+}
+
+LogicalResult sharc::verifyStaticShapes(Operation *root) {
+  auto check = [](Operation *op, Type type,
+                  const Twine &what) -> LogicalResult {
+    auto tensor = dyn_cast<TensorType>(type);
+    if (!tensor)
+      return success();
+    if (!tensor.hasRank() || !tensor.hasStaticShape())
+      return op->emitError() << what << " has type " << type
+                             << ": sharc needs static shapes (give "
+                                "--input-shape for an ONNX model's symbolic "
+                                "dimensions)";
+    if (!checkedNumElements(tensor.getShape()))
+      return op->emitError()
+             << what << " has type " << type << ": more than " << kMaxElements
+             << " elements or " << kMaxRank << " dimensions";
+    return success();
+  };
+  WalkResult result = root->walk([&](Operation *op) {
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          if (failed(check(op, arg.getType(),
+                           "argument #" + Twine(arg.getArgNumber()))))
+            return WalkResult::interrupt();
+    for (OpResult result : op->getResults())
+      if (failed(check(op, result.getType(),
+                       "result #" + Twine(result.getResultNumber()))))
+        return WalkResult::interrupt();
+    if (auto func = dyn_cast<FunctionOpInterface>(op))
+      for (auto [i, type] : llvm::enumerate(func.getResultTypes()))
+        if (failed(check(op, type, "function result #" + Twine(i))))
+          return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
 }
 
 SmallVector<int64_t> sharc::rowMajorStrides(ArrayRef<int64_t> shape) {
@@ -216,12 +269,12 @@ static LogicalResult inferBroadcast(std::optional<Location> loc,
                                " do not broadcast");
     shape = *merged;
     if (sameElementTypes && common && common != type.getElementType())
-      return emitOptionalError(loc, "operand element types differ: ",
-                               operands.getTypes());
+      return emitOptionalError(
+          loc, "operand element types differ: ", operands.getTypes());
     common = type.getElementType();
   }
-  results.push_back(RankedTensorType::get(shape, elementType ? elementType
-                                                             : common));
+  results.push_back(
+      RankedTensorType::get(shape, elementType ? elementType : common));
   return success();
 }
 
@@ -276,10 +329,10 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
 //===----------------------------------------------------------------------===//
 
 bool sharc::isFusibleElementwiseOp(Operation *op) {
-  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp,
-             TanhOp, SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp,
-             AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
-             CompareOp, SelectOp>(op);
+  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
+             SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp, AddOp,
+             SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp, CompareOp,
+             SelectOp>(op);
 }
 
 bool sharc::isSplatConstant(Operation *op) {
@@ -321,8 +374,7 @@ LogicalResult FusionOp::verifyRegions() {
     return emitOpError() << "body must end with 'sharc.yield'";
   if (yield.getNumOperands() != getNumResults())
     return emitOpError() << "yields " << yield.getNumOperands()
-                         << " values but has " << getNumResults()
-                         << " results";
+                         << " values but has " << getNumResults() << " results";
   for (auto [i, value, result] :
        llvm::enumerate(yield.getOperands(), getResults()))
     if (value.getType() != result.getType())
@@ -367,6 +419,58 @@ LogicalResult FusionOp::verifyRegions() {
 }
 
 //===----------------------------------------------------------------------===//
+// Gradient accumulation
+//===----------------------------------------------------------------------===//
+
+YieldOp MicroBatchLoopOp::getYield() {
+  return cast<YieldOp>(getBody().front().getTerminator());
+}
+
+LogicalResult MicroBatchLoopOp::verifyRegions() {
+  Block &body = getBody().front();
+  size_t numInputs = getInputs().size(), numInits = getInits().size();
+  if (body.getNumArguments() != numInputs + numInits)
+    return emitOpError() << "has " << numInputs << " inputs and " << numInits
+                         << " inits but its body has " << body.getNumArguments()
+                         << " arguments";
+  int64_t count = getCount();
+  for (auto [i, input, arg] :
+       llvm::enumerate(getInputs(), getMicroBatchArgs())) {
+    auto type = tensorType(input);
+    if (type.getRank() == 0 || type.getDimSize(0) % count != 0)
+      return emitOpError() << "input #" << i << " of shape "
+                           << shapeString(type.getShape())
+                           << " does not split into " << count
+                           << " micro-batches along dimension 0";
+    SmallVector<int64_t> micro(type.getShape());
+    micro[0] /= count;
+    if (arg.getType() != type.clone(micro))
+      return emitOpError() << "body argument #" << i << " has type "
+                           << arg.getType() << " but micro-batches of input #"
+                           << i << " have type " << type.clone(micro);
+  }
+  if (getNumResults() != numInits)
+    return emitOpError() << "has " << numInits << " inits but "
+                         << getNumResults() << " results";
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError() << "body must end with 'sharc.yield'";
+  if (yield.getNumOperands() != numInits)
+    return emitOpError() << "yields " << yield.getNumOperands()
+                         << " values but carries " << numInits;
+  for (auto [i, init, arg, value, result] : llvm::enumerate(
+           getInits(), getCarriedArgs(), yield.getOperands(), getResults()))
+    if (arg.getType() != init.getType() || value.getType() != init.getType() ||
+        result.getType() != init.getType())
+      return emitOpError() << "carried value #" << i
+                           << " must have one type as init, body argument, "
+                              "yielded value and result; got "
+                           << init.getType() << ", " << arg.getType() << ", "
+                           << value.getType() << ", " << result.getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Linear algebra, reductions, normalization
 //===----------------------------------------------------------------------===//
 
@@ -380,8 +484,8 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
     return emitOptionalError(loc, "matmul operands must have rank >= 2, got ",
                              lhs, " and ", rhs);
   if (lhs.getElementType() != rhs.getElementType())
-    return emitOptionalError(loc, "matmul element types differ: ", lhs,
-                             " and ", rhs);
+    return emitOptionalError(loc, "matmul element types differ: ", lhs, " and ",
+                             rhs);
   ArrayRef<int64_t> ls = lhs.getShape(), rs = rhs.getShape();
   int64_t m = ls[ls.size() - 2], kl = ls.back();
   if (adaptor.getTransposeLhs())
@@ -394,8 +498,8 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *,
                              " vs ", kr, " (", lhs, " x ", rhs, ")");
   auto batch = broadcastShapes(ls.drop_back(2), rs.drop_back(2));
   if (failed(batch))
-    return emitOptionalError(loc, "matmul batch dimensions do not broadcast: ",
-                             lhs, " x ", rhs);
+    return emitOptionalError(
+        loc, "matmul batch dimensions do not broadcast: ", lhs, " x ", rhs);
   SmallVector<int64_t> shape = *batch;
   shape.push_back(m);
   shape.push_back(n);
@@ -432,12 +536,11 @@ LogicalResult ReduceOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-template <typename OpTy>
-static LogicalResult verifySoftmaxAxis(OpTy op) {
+template <typename OpTy> static LogicalResult verifySoftmaxAxis(OpTy op) {
   int64_t rank = op.getType().getRank();
   if (op.getAxis() < 0 || op.getAxis() >= rank)
-    return op.emitOpError() << "axis " << op.getAxis()
-                            << " is out of range for rank " << rank;
+    return op.emitOpError()
+           << "axis " << op.getAxis() << " is out of range for rank " << rank;
   return success();
 }
 LogicalResult SoftmaxOp::verify() { return verifySoftmaxAxis(*this); }
@@ -484,9 +587,8 @@ LogicalResult ReshapeOp::verify() {
                          << getType();
   if (in.getNumElements() != getType().getNumElements())
     return emitOpError() << "cannot reshape " << in << " ("
-                         << in.getNumElements() << " elements) to "
-                         << getType() << " (" << getType().getNumElements()
-                         << " elements)";
+                         << in.getNumElements() << " elements) to " << getType()
+                         << " (" << getType().getNumElements() << " elements)";
   return success();
 }
 
@@ -587,10 +689,9 @@ LogicalResult collectPieces(Value value, SmallVectorImpl<Piece> &pieces,
     if (!insert->hasOneUse() ||
         llvm::any_of(insert.getStride(), [](int64_t s) { return s != 1; }))
       return failure();
-    pieces.push_back({insert.getSource(),
-                      SmallVector<int64_t>(insert.getStart()),
-                      cast<RankedTensorType>(insert.getSource().getType())
-                          .getShape()});
+    pieces.push_back(
+        {insert.getSource(), SmallVector<int64_t>(insert.getStart()),
+         cast<RankedTensorType>(insert.getSource().getType()).getShape()});
     value = insert.getDest();
   }
   if (!isZeros(value))
@@ -788,8 +889,8 @@ static LogicalResult verifyStridedWindow(Operation *op, RankedTensorType full,
                                          StringRef access) {
   int64_t rank = full.getRank();
   if (full.getElementType() != part.getElementType())
-    return op->emitOpError() << "element types differ: " << full << " and "
-                             << part;
+    return op->emitOpError()
+           << "element types differ: " << full << " and " << part;
   if (part.getRank() != rank || (int64_t)start.size() != rank ||
       (int64_t)stride.size() != rank)
     return op->emitOpError() << "operand, result, start and stride must all "
@@ -806,8 +907,7 @@ static LogicalResult verifyStridedWindow(Operation *op, RankedTensorType full,
         last >= full.getDimSize(d))
       return op->emitOpError()
              << "dimension " << d << " " << access << " indices " << start[d]
-             << " to " << last << ", outside [0, " << full.getDimSize(d)
-             << ")";
+             << " to " << last << ", outside [0, " << full.getDimSize(d) << ")";
   }
   return success();
 }
@@ -963,13 +1063,13 @@ inferWindow(std::optional<Location> loc, RankedTensorType input,
                                   "strides, 2 dilations and 4 paddings");
   SmallVector<int64_t> out;
   for (int d = 0; d < 2; ++d) {
-    if (kernel[d] < 1 || strides[d] < 1 || dilations[d] < 1 ||
-        padding[d] < 0 || padding[d + 2] < 0)
+    if (kernel[d] < 1 || strides[d] < 1 || dilations[d] < 1 || padding[d] < 0 ||
+        padding[d + 2] < 0)
       return emitOptionalError(loc, "window sizes, strides and dilations "
                                     "must be positive, paddings non-negative");
-    int64_t size = windowOutputSize(input.getDimSize(2 + d), kernel[d],
-                                    strides[d], padding[d], padding[d + 2],
-                                    dilations[d], ceilMode);
+    int64_t size =
+        windowOutputSize(input.getDimSize(2 + d), kernel[d], strides[d],
+                         padding[d], padding[d + 2], dilations[d], ceilMode);
     if (size < 1)
       return emitOptionalError(loc, "window of size ", kernel[d],
                                " does not fit input ", input);
@@ -986,8 +1086,9 @@ inferConv2D(std::optional<Location> loc, RankedTensorType in,
             ArrayRef<int64_t> strides, ArrayRef<int64_t> padding,
             ArrayRef<int64_t> dilations) {
   if (w.getRank() != 4 || w.getElementType() != in.getElementType())
-    return emitOptionalError(loc, "conv weight must be OIHW of the input "
-                                  "type, got ",
+    return emitOptionalError(loc,
+                             "conv weight must be OIHW of the input "
+                             "type, got ",
                              w);
   if (in.getRank() != 4)
     return emitOptionalError(loc, "expected an NCHW input, got ", in);
@@ -1030,26 +1131,26 @@ static LogicalResult verifyOutputGrad(Operation *op,
   if (failed(expected))
     return failure();
   if (*expected != outputGrad.getType())
-    return op->emitOpError() << "output gradient " << outputGrad.getType()
-                             << " does not match the forward result "
-                             << *expected;
+    return op->emitOpError()
+           << "output gradient " << outputGrad.getType()
+           << " does not match the forward result " << *expected;
   return success();
 }
 
 LogicalResult Conv2DInputGradOp::verify() {
   return verifyOutputGrad(
       *this,
-      inferConv2D(getLoc(), getType(), tensorType(getWeight()), {},
-                  getGroups(), getStrides(), getPadding(), getDilations()),
+      inferConv2D(getLoc(), getType(), tensorType(getWeight()), {}, getGroups(),
+                  getStrides(), getPadding(), getDilations()),
       getOutputGrad());
 }
 
 LogicalResult Conv2DWeightGradOp::verify() {
-  return verifyOutputGrad(
-      *this,
-      inferConv2D(getLoc(), tensorType(getInput()), getType(), {}, getGroups(),
-                  getStrides(), getPadding(), getDilations()),
-      getOutputGrad());
+  return verifyOutputGrad(*this,
+                          inferConv2D(getLoc(), tensorType(getInput()),
+                                      getType(), {}, getGroups(), getStrides(),
+                                      getPadding(), getDilations()),
+                          getOutputGrad());
 }
 
 LogicalResult MaxPool2DOp::inferReturnTypes(MLIRContext *,
@@ -1057,9 +1158,9 @@ LogicalResult MaxPool2DOp::inferReturnTypes(MLIRContext *,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &results) {
   auto in = tensorType(adaptor.getInput());
-  auto spatial = inferWindow(loc, in, adaptor.getKernel(),
-                             adaptor.getStrides(), adaptor.getPadding(),
-                             adaptor.getDilations(), adaptor.getCeilMode());
+  auto spatial = inferWindow(loc, in, adaptor.getKernel(), adaptor.getStrides(),
+                             adaptor.getPadding(), adaptor.getDilations(),
+                             adaptor.getCeilMode());
   if (failed(spatial))
     return failure();
   results.push_back(RankedTensorType::get(
@@ -1074,9 +1175,8 @@ LogicalResult AvgPool2DOp::inferReturnTypes(MLIRContext *,
                                             SmallVectorImpl<Type> &results) {
   auto in = tensorType(adaptor.getInput());
   int64_t ones[2] = {1, 1};
-  auto spatial = inferWindow(loc, in, adaptor.getKernel(),
-                             adaptor.getStrides(), adaptor.getPadding(), ones,
-                             adaptor.getCeilMode());
+  auto spatial = inferWindow(loc, in, adaptor.getKernel(), adaptor.getStrides(),
+                             adaptor.getPadding(), ones, adaptor.getCeilMode());
   if (failed(spatial))
     return failure();
   results.push_back(RankedTensorType::get(
@@ -1127,13 +1227,12 @@ static LogicalResult checkRanks(std::optional<Location> loc, int64_t ranks) {
   return success();
 }
 
-LogicalResult AllReduceOp::verify() {
-  return checkRanks(getLoc(), getRanks());
-}
+LogicalResult AllReduceOp::verify() { return checkRanks(getLoc(), getRanks()); }
 
-LogicalResult ReduceScatterOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
-    SmallVectorImpl<Type> &results) {
+LogicalResult
+ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
   auto type = tensorType(adaptor.getOperand());
   int64_t ranks = adaptor.getRanks();
   if (failed(checkRanks(loc, ranks)))
@@ -1166,8 +1265,8 @@ LogicalResult BroadcastFromOp::verify() {
   if (failed(checkRanks(getLoc(), getRanks())))
     return failure();
   if (getRoot() < 0 || getRoot() >= getRanks())
-    return emitOpError() << "root " << getRoot() << " is not a rank of a group of "
-                         << getRanks();
+    return emitOpError() << "root " << getRoot()
+                         << " is not a rank of a group of " << getRanks();
   return success();
 }
 

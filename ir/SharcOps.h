@@ -1,4 +1,5 @@
-//===- SharcOps.h - sharc dialect ---------------------------------*- C++ -*-===//
+//===- SharcOps.h - sharc dialect ---------------------------------*- C++
+//-*-===//
 //
 // The sharc dialect, its attributes and operations, and the shape helpers that
 // the verifiers, the importer and the evaluator share.
@@ -35,7 +36,8 @@ mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
 
 /// True when `from` numpy-broadcasts to exactly `to`.
-bool isBroadcastableTo(llvm::ArrayRef<int64_t> from, llvm::ArrayRef<int64_t> to);
+bool isBroadcastableTo(llvm::ArrayRef<int64_t> from,
+                       llvm::ArrayRef<int64_t> to);
 
 /// Output length of one pooled/convolved spatial dimension.
 int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
@@ -62,7 +64,28 @@ struct WindowGeometry {
   int64_t dilationH = 1, dilationW = 1;
 };
 
-/// Number of elements of a static shape.
+/// The most elements (2^40) and dimensions a sharc tensor type may have:
+/// byte sizes of every tensor, and products of element counts with small
+/// factors, then fit in int64_t.  A shape beyond them is refused wherever
+/// shapes enter sharc (the ONNX importer, .mlir files, --input-shape).
+/// Whether a tensor fits in memory is checked where it is allocated.
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+constexpr int64_t kMaxRank = 64;
+
+/// The number of elements of `shape`, or std::nullopt when a dimension is
+/// negative (dynamic), the rank exceeds kMaxRank, or the product of its
+/// nonzero dimensions exceeds kMaxElements (so that no product of its
+/// dimensions overflows, even of an empty shape).
+std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
+
+/// Checks that every tensor type in `op` and the regions inside it (operands,
+/// results, block arguments) has a static shape within kMaxElements;
+/// otherwise emits an error at the offending op and fails.
+mlir::LogicalResult verifyStaticShapes(mlir::Operation *op);
+
+/// Number of elements of a static shape within kMaxElements (shapes are
+/// checked where they enter sharc; a larger product gives INT64_MAX rather
+/// than overflowing).
 int64_t numElements(llvm::ArrayRef<int64_t> shape);
 
 /// Row-major strides (in elements) of a static shape: the memory layout of

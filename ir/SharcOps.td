@@ -223,10 +223,65 @@ def Sharc_FusionOp : Sharc_Op<"fusion", [IsolatedFromAbove, SingleBlock,
 }
 
 def Sharc_YieldOp : Sharc_Op<"yield",
-    [Pure, Terminator, HasParent<"FusionOp">]> {
-  let summary = "the results of a sharc.fusion body";
+    [Pure, Terminator, ParentOneOf<["FusionOp", "MicroBatchLoopOp"]>]> {
+  let summary = "the results of a sharc.fusion body or the carried values of "
+                "a sharc.micro_batch_loop iteration";
   let arguments = (ins Variadic<Sharc_Tensor>:$values);
   let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient accumulation
+//===----------------------------------------------------------------------===//
+
+def Sharc_MicroBatchLoopOp : Sharc_Op<"micro_batch_loop", [SingleBlock,
+    RecursiveMemoryEffects, AttrSizedOperandSegments]> {
+  let summary = "runs its body once per micro-batch, carrying accumulators";
+  let description = [{
+    Gradient accumulation as a loop, so that the IR (and the code compiled
+    from it) does not grow with the number of micro-batches.  Dimension 0 of
+    every `inputs` operand is split into `count` equal micro-batches.  The body
+    runs `count` times, for k = 0, 1, ..., count - 1 in order; its block
+    arguments are micro-batch k of each input (rows [k m, (k + 1) m), m = rows
+    / count) followed by the carried values, which are `inits` in iteration 0
+    and the values the previous iteration yielded after it.  The results are
+    the values the last iteration yielded.  The body may read values defined
+    above the loop.
+
+    ```mlir
+    %loss, %grad = sharc.micro_batch_loop count 4
+        inputs(%x : tensor<32x8xf32>)
+        inits(%zero, %zeros : tensor<f32>, tensor<8xf32>)
+        -> tensor<f32>, tensor<8xf32> {
+    ^bb0(%micro: tensor<8x8xf32>, %loss_acc: tensor<f32>,
+         %grad_acc: tensor<8xf32>):
+      ...
+      sharc.yield %new_loss, %new_grad : tensor<f32>, tensor<8xf32>
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<Sharc_Tensor>:$inputs,
+                       Variadic<Sharc_Tensor>:$inits,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$count);
+  let results = (outs Variadic<Sharc_Tensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `count` $count (`inputs` `(` $inputs^ `:` type($inputs) `)`)?
+    `inits` `(` $inits `:` type($inits) `)` attr-dict `->` type($results) $body
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The terminator of the body.
+    YieldOp getYield();
+    /// The body's micro-batch arguments (one per input) and carried
+    /// arguments (one per init).
+    mlir::Block::BlockArgListType getMicroBatchArgs() {
+      return getBody().front().getArguments().take_front(getInputs().size());
+    }
+    mlir::Block::BlockArgListType getCarriedArgs() {
+      return getBody().front().getArguments().drop_front(getInputs().size());
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//

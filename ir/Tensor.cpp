@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ir/Tensor.h"
+#include "ir/SharcOps.h"
 
 #include "runtime/Npy.h"
 
@@ -243,12 +244,7 @@ Tensor::Tensor(DType type, ArrayRef<int64_t> shape)
     intData.assign(n, 0);
 }
 
-int64_t Tensor::numElements() const {
-  int64_t n = 1;
-  for (int64_t d : dims)
-    n *= d;
-  return n;
-}
+int64_t Tensor::numElements() const { return sharc::numElements(dims); }
 
 double Tensor::getDouble(int64_t index) const {
   if (isFloat())
@@ -525,15 +521,17 @@ Tensor Tensor::convertTo(DType to) const {
   return result;
 }
 
-std::string Tensor::describe() const {
+std::string sharc::describeTensor(DType type, ArrayRef<int64_t> shape) {
   std::string text = dtypeName(type).str() + "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
+  for (size_t i = 0; i < shape.size(); ++i) {
     if (i)
       text += ", ";
-    text += std::to_string(dims[i]);
+    text += std::to_string(shape[i]);
   }
   return text + "]";
 }
+
+std::string Tensor::describe() const { return describeTensor(type, dims); }
 
 bool Tensor::operator==(const Tensor &other) const {
   if (type != other.type || dims != other.dims)

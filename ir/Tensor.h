@@ -1,4 +1,5 @@
-//===- Tensor.h - host tensors for the evaluator ------------------*- C++ -*-===//
+//===- Tensor.h - host tensors for the evaluator ------------------*- C++
+//-*-===//
 //
 // The value type of the reference evaluator, of imported ONNX initializers and
 // of .npy inputs/outputs.  Floating-point elements are held as double, always
@@ -48,6 +49,9 @@ size_t dtypeBytes(DType type);
 double roundTo(DType type, double value);
 /// Wraps `value` to integer dtype `type` (two's complement; i1 is value != 0).
 int64_t wrapTo(DType type, int64_t value);
+
+/// "f32[2, 3]": how diagnostics name a tensor's type.
+std::string describeTensor(DType type, llvm::ArrayRef<int64_t> shape);
 
 /// A dense, row-major host tensor.
 class Tensor {

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/AtomicFile.h"
 #include "runtime/DataLoader.h"
 #include "runtime/Device.h"
 #include "runtime/Errors.h"
@@ -380,9 +381,10 @@ void loadBuffer(const std::string &dir, const BufferSpec &spec, void *device) {
   copyToDevice(device, array.data.data(), spec.bytes);
 }
 
-/// Copies a parameter or state buffer to the host and writes `dir/NAME.npy`.
-void saveBuffer(const std::string &dir, const BufferSpec &spec,
-                const void *device) {
+/// Copies a parameter or state buffer to the host and writes `dir/NAME.npy`
+/// into `files`, the state being saved.
+void saveBuffer(AtomicFileSet &files, const std::string &dir,
+                const BufferSpec &spec, const void *device) {
   std::vector<char> host(spec.bytes);
   copyToHost(host.data(), device, spec.bytes);
   NpyArray array;
@@ -400,8 +402,10 @@ void saveBuffer(const std::string &dir, const BufferSpec &spec,
   std::string path =
       (std::filesystem::path(dir) / npyFileNameFor(spec.name)).string();
   std::string error;
-  if (!writeNpy(path, array, error))
+  if (!writeNpy(files, path, array, error)) {
+    files.discard();
     fatal("--save-state: " + error);
+  }
 }
 
 /// A scalar output as a double.
@@ -722,11 +726,16 @@ int run(int argc, char **argv) {
     if (error)
       fatal("--save-state: cannot create directory '" + options.saveStateDir +
             "': " + error.message());
+    // Every file is written before any replaces its previous version.
+    AtomicFileSet files;
     for (int i = 0; i < info.numBuffers; ++i) {
       const BufferSpec &spec = info.buffers[i];
       if (spec.role == BufferRole::param || spec.role == BufferRole::state)
-        saveBuffer(options.saveStateDir, spec, buffers[i]);
+        saveBuffer(files, options.saveStateDir, spec, buffers[i]);
     }
+    std::string message;
+    if (!files.commit(message))
+      fatal("--save-state: " + message);
   }
 
   for (void *buffer : buffers)

@@ -43,23 +43,6 @@ using namespace sharc::onnx_import;
 // Shapes and element types
 //===----------------------------------------------------------------------===//
 
-std::optional<int64_t>
-sharc::onnx_import::checkedNumElements(ArrayRef<int64_t> shape) {
-  if (static_cast<int64_t>(shape.size()) > kMaxRank)
-    return std::nullopt;
-  if (llvm::any_of(shape, [](int64_t d) { return d < 0 || d > kMaxElements; }))
-    return std::nullopt;
-  if (llvm::is_contained(shape, 0))
-    return 0;
-  int64_t count = 1;
-  for (int64_t d : shape) {
-    if (count > kMaxElements / d)
-      return std::nullopt;
-    count *= d;
-  }
-  return count;
-}
-
 std::string sharc::onnx_import::formatShape(ArrayRef<int64_t> shape) {
   std::string text = "[";
   llvm::raw_string_ostream os(text);
@@ -1064,6 +1047,17 @@ FailureOr<ImportedModel> sharc::importOnnxFile(StringRef path,
                                                MLIRContext &context,
                                                const ImportOptions &options) {
   Location loc = FileLineColLoc::get(&context, path, 0, 0);
+  // A device or a pipe could be read forever; protobuf reads at most 2 GiB
+  // (larger models keep their weights in external data files).
+  llvm::sys::fs::file_status status;
+  if (std::error_code ec = llvm::sys::fs::status(path, status))
+    return emitError(loc) << "cannot read '" << path << "': " << ec.message();
+  if (status.type() != llvm::sys::fs::file_type::regular_file)
+    return emitError(loc) << "'" << path << "' is not a regular file";
+  if (status.getSize() > uint64_t(INT32_MAX))
+    return emitError(loc) << "'" << path << "' has " << status.getSize()
+                          << " bytes, more than the 2 GiB a protobuf can "
+                             "hold (keep the weights in external data files)";
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer)

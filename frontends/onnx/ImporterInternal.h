@@ -26,19 +26,12 @@
 
 namespace sharc::onnx_import {
 
-/// Largest element count of any tensor type the importer builds.
-inline constexpr int64_t kMaxElements = int64_t(1) << 40;
-/// Largest rank of any tensor type the importer builds.
-inline constexpr int64_t kMaxRank = 64;
 /// Largest results folded into constants at import, by element kind, and the
 /// most elements folded in one import (bounds the memory a model can claim).
 inline constexpr int64_t kMaxFoldedFloatElements = int64_t(1) << 20;
 inline constexpr int64_t kMaxFoldedIntElements = int64_t(1) << 24;
 inline constexpr int64_t kFoldBudget = int64_t(1) << 26;
 
-/// Element count of `shape`, or std::nullopt when the rank exceeds kMaxRank,
-/// a dimension is negative, or the count exceeds kMaxElements.
-std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
 /// "[2, 3]", for diagnostics.
 std::string formatShape(llvm::ArrayRef<int64_t> shape);
 

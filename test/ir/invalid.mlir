@@ -568,6 +568,84 @@ func.func @fusion_isolated(%a: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @yield_parent(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{'sharc.yield' op expects parent op 'sharc.fusion'}}
+  // expected-error @+1 {{'sharc.yield' op expects parent op to be one of 'sharc.fusion, sharc.micro_batch_loop'}}
   sharc.yield %a : tensor<4xf32>
+}
+
+// -----
+
+func.func @loop_uneven(%x: tensor<5x3xf32>, %z: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{input #0 of shape [5, 3] does not split into 2 micro-batches along dimension 0}}
+  %r = sharc.micro_batch_loop count 2 inputs(%x : tensor<5x3xf32>) inits(%z : tensor<f32>) -> tensor<f32> {
+  ^bb0(%m: tensor<2x3xf32>, %a: tensor<f32>):
+    sharc.yield %a : tensor<f32>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+func.func @loop_scalar_input(%x: tensor<f32>, %z: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{input #0 of shape [] does not split into 1 micro-batches}}
+  %r = sharc.micro_batch_loop count 1 inputs(%x : tensor<f32>) inits(%z : tensor<f32>) -> tensor<f32> {
+  ^bb0(%m: tensor<f32>, %a: tensor<f32>):
+    sharc.yield %a : tensor<f32>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+func.func @loop_micro_type(%x: tensor<4x3xf32>, %z: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{body argument #0 has type 'tensor<4x3xf32>' but micro-batches of input #0 have type 'tensor<2x3xf32>'}}
+  %r = sharc.micro_batch_loop count 2 inputs(%x : tensor<4x3xf32>) inits(%z : tensor<f32>) -> tensor<f32> {
+  ^bb0(%m: tensor<4x3xf32>, %a: tensor<f32>):
+    sharc.yield %a : tensor<f32>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+func.func @loop_arguments(%x: tensor<4x3xf32>, %z: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{has 1 inputs and 1 inits but its body has 1 arguments}}
+  %r = sharc.micro_batch_loop count 2 inputs(%x : tensor<4x3xf32>) inits(%z : tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: tensor<f32>):
+    sharc.yield %a : tensor<f32>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+func.func @loop_carried_type(%z: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{carried value #0 must have one type as init, body argument, yielded value and result}}
+  %r = sharc.micro_batch_loop count 2 inits(%z : tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: tensor<f32>):
+    %b = sharc.cast %a : tensor<f32> to tensor<f64>
+    sharc.yield %b : tensor<f64>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+func.func @loop_yield_count(%z: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{yields 2 values but carries 1}}
+  %r = sharc.micro_batch_loop count 2 inits(%z : tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: tensor<f32>):
+    sharc.yield %a, %a : tensor<f32>, tensor<f32>
+  }
+  return %r : tensor<f32>
+}
+
+// -----
+
+func.func @loop_count(%z: tensor<f32>) -> tensor<f32> {
+  // expected-error @+1 {{attribute 'count' failed to satisfy constraint}}
+  %r = sharc.micro_batch_loop count 0 inits(%z : tensor<f32>) -> tensor<f32> {
+  ^bb0(%a: tensor<f32>):
+    sharc.yield %a : tensor<f32>
+  }
+  return %r : tensor<f32>
 }

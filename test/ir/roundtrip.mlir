@@ -204,3 +204,32 @@ func.func @fusion(%a: tensor<8x32xf32>, %b: tensor<32xf32>)
   }
   return %r#0, %r#1, %s : tensor<8x32xf32>, tensor<8x32xi1>, tensor<4xf16>
 }
+
+// CHECK-LABEL: func.func @micro_batch_loop
+// CHECK: %[[R:.*]]:2 = sharc.micro_batch_loop count 2 inputs(%{{.*}} : tensor<4x3xf32>) inits(%{{.*}}, %{{.*}} : tensor<f32>, tensor<3xf32>) -> tensor<f32>, tensor<3xf32> {
+// CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<2x3xf32>, %[[L:.*]]: tensor<f32>, %[[G:.*]]: tensor<3xf32>):
+// CHECK: sharc.yield %{{.*}}, %{{.*}} : tensor<f32>, tensor<3xf32>
+// CHECK: sharc.micro_batch_loop count 3 inits(%{{.*}} : tensor<f32>) -> tensor<f32>
+func.func @micro_batch_loop(%x: tensor<4x3xf32>, %w: tensor<3xf32>)
+    -> (tensor<f32>, tensor<3xf32>, tensor<f32>) {
+  %zero = sharc.constant dense<0.0> : tensor<f32>
+  %zeros = sharc.constant dense<0.0> : tensor<3xf32>
+  %r:2 = sharc.micro_batch_loop count 2 inputs(%x : tensor<4x3xf32>)
+      inits(%zero, %zeros : tensor<f32>, tensor<3xf32>) -> tensor<f32>, tensor<3xf32> {
+  ^bb0(%micro: tensor<2x3xf32>, %loss: tensor<f32>, %grad: tensor<3xf32>):
+    %0 = sharc.mul %micro, %w : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    %1 = sharc.reduce %0 {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0, 1>} : (tensor<2x3xf32>) -> tensor<f32>
+    %2 = sharc.add %loss, %1 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    %3 = sharc.reduce %micro {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>} : (tensor<2x3xf32>) -> tensor<3xf32>
+    %4 = sharc.add %grad, %3 : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    sharc.yield %2, %4 : tensor<f32>, tensor<3xf32>
+  }
+  // A loop without inputs runs its body `count` times on the carried values.
+  %c = sharc.micro_batch_loop count 3 inits(%zero : tensor<f32>) -> tensor<f32> {
+  ^bb0(%acc: tensor<f32>):
+    %one = sharc.constant dense<1.0> : tensor<f32>
+    %next = sharc.add %acc, %one : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    sharc.yield %next : tensor<f32>
+  }
+  return %r#0, %r#1, %c : tensor<f32>, tensor<3xf32>, tensor<f32>
+}

@@ -757,6 +757,66 @@ TEST_F(EvalTest, ReturnsArgumentsAndRepeatedValues) {
   expectClose(r[0], {-x.getDouble(0), -x.getDouble(1), -x.getDouble(2)}, 0);
 }
 
+TEST_F(EvalTest, MicroBatchLoopCarriesValuesInOrder) {
+  // Three micro-batches of two rows; the body reads %w from above, carries a
+  // running column sum and the product of the per-micro-batch totals, in
+  // micro-batch order (float reduces sum in double and round once).
+  Tensor x = randomTensor(DType::f32, {6, 3}, 21);
+  Tensor w = randomTensor(DType::f32, {3}, 22);
+  std::vector<Tensor> r = run(R"(
+    func.func @main(%x: tensor<6x3xf32>, %w: tensor<3xf32>) -> (tensor<3xf32>, tensor<f32>) {
+      %zeros = sharc.constant dense<0.0> : tensor<3xf32>
+      %one = sharc.constant dense<1.0> : tensor<f32>
+      %r:2 = sharc.micro_batch_loop count 3 inputs(%x : tensor<6x3xf32>)
+          inits(%zeros, %one : tensor<3xf32>, tensor<f32>) -> tensor<3xf32>, tensor<f32> {
+      ^bb0(%m: tensor<2x3xf32>, %sum: tensor<3xf32>, %prod: tensor<f32>):
+        %0 = sharc.mul %m, %w : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+        %1 = sharc.reduce %0 {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>} : (tensor<2x3xf32>) -> tensor<3xf32>
+        %2 = sharc.add %sum, %1 : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+        %3 = sharc.reduce %1 {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>} : (tensor<3xf32>) -> tensor<f32>
+        %4 = sharc.mul %prod, %3 : (tensor<f32>, tensor<f32>) -> tensor<f32>
+        sharc.yield %2, %4 : tensor<3xf32>, tensor<f32>
+      }
+      return %r#0, %r#1 : tensor<3xf32>, tensor<f32>
+    })",
+                              {x, w});
+  ASSERT_EQ(r.size(), 2u);
+  // f32 arithmetic rounds each exact sum or product once, as the ops do.
+  float sum[3] = {0, 0, 0}, prod = 1;
+  for (int k = 0; k < 3; ++k) {
+    float partial[3];
+    for (int j = 0; j < 3; ++j) {
+      float a = static_cast<float>(x.getDouble((2 * k) * 3 + j)) *
+                static_cast<float>(w.getDouble(j));
+      float b = static_cast<float>(x.getDouble((2 * k + 1) * 3 + j)) *
+                static_cast<float>(w.getDouble(j));
+      partial[j] = a + b;
+      sum[j] += partial[j];
+    }
+    // A sum of three in double, rounded once.
+    prod *= static_cast<float>(double(partial[0]) + partial[1] + partial[2]);
+  }
+  expectClose(r[0], {sum[0], sum[1], sum[2]}, 0, "carried sum");
+  expectClose(r[1], {prod}, 0, "carried product");
+}
+
+TEST_F(EvalTest, RecursiveCallIsAnError) {
+  Tensor x = randomTensor(DType::f32, {2}, 23);
+  std::string errors = runFailing(R"(
+    func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = func.call @again(%x) : (tensor<2xf32>) -> tensor<2xf32>
+      return %0 : tensor<2xf32>
+    }
+    func.func @again(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = func.call @main(%x) : (tensor<2xf32>) -> tensor<2xf32>
+      return %0 : tensor<2xf32>
+    })",
+                                  {x});
+  EXPECT_NE(errors.find("cannot evaluate a recursive call to '@main'"),
+            std::string::npos)
+      << errors;
+}
+
 //===----------------------------------------------------------------------===//
 // A GPT-style toy model
 //===----------------------------------------------------------------------===//
