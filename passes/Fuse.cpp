@@ -339,7 +339,8 @@ static bool rematerializeOnce(Block &block) {
     for (unsigned k = 0; k < fusion->getNumResults(); ++k) {
       Value result = fusion->getResult(k);
       Operation *def = yield->getOperand(k).getDefiningOp();
-      if (result.use_empty() || !isa_and_nonnull<AddOp, SubOp, MulOp, NegOp>(def))
+      if (result.use_empty() ||
+          !isa_and_nonnull<AddOp, SubOp, MulOp, NegOp>(def))
         continue;
       // Where each operand of `def` comes from outside: a fusion input or
       // another result (null for a splat constant, cloned as it is).
@@ -366,16 +367,17 @@ static bool rematerializeOnce(Block &block) {
       }
       auto users = llvm::to_vector(result.getUsers());
       ok = ok && llvm::all_of(users, [&](Operation *user) {
-        return isa<FusionOp>(user) && user->getBlock() == &block &&
-               llvm::all_of(sources, [&](Value source) {
-                 return !source ||
-                        llvm::is_contained(user->getOperands(), source);
-               });
-      });
+             return isa<FusionOp>(user) && user->getBlock() == &block &&
+                    llvm::all_of(sources, [&](Value source) {
+                      return !source ||
+                             llvm::is_contained(user->getOperands(), source);
+                    });
+           });
       if (!ok)
         continue;
       for (Operation *user : llvm::make_early_inc_range(users)) {
-        if (user->getNumOperands() == 0 || !llvm::is_contained(user->getOperands(), result))
+        if (user->getNumOperands() == 0 ||
+            !llvm::is_contained(user->getOperands(), result))
           continue;
         Block &userBody = cast<FusionOp>(user).getBody().front();
         OpBuilder builder(&userBody, userBody.begin());
@@ -404,8 +406,8 @@ static bool rematerializeOnce(Block &block) {
         if (other != result)
           types.push_back(other.getType());
       OpBuilder builder(fusion);
-      auto rebuilt = FusionOp::create(builder, fusion.getLoc(), types,
-                                      fusion.getInputs());
+      auto rebuilt =
+          FusionOp::create(builder, fusion.getLoc(), types, fusion.getInputs());
       rebuilt.getBody().takeBody(fusion.getBody());
       rebuilt.getBody().front().getTerminator()->eraseOperand(k);
       unsigned next = 0;
@@ -460,6 +462,25 @@ SmallVector<Operation *> sharc::readSites(Operation *op, Block &block) {
       sites.push_back(top);
   }
   return sites;
+}
+
+bool sharc::canOverwrite(Operation *producer, Value old, Block &block) {
+  if (!isa<FusionOp>(producer) || producer->getBlock() != &block ||
+      producer->hasAttr("sharc.fuse_into") ||
+      producer->hasAttr("sharc.gemm_epilogue") ||
+      !llvm::is_contained(producer->getOperands(), old))
+    return false;
+  return llvm::none_of(old.getUsers(), [&](Operation *user) {
+    Operation *top = block.findAncestorOpInBlock(*user);
+    if (!top)
+      return false;
+    SmallVector<Operation *> sites = {top};
+    if (top->hasAttr("sharc.fuse_into"))
+      sites = readSites(top, block);
+    return llvm::any_of(sites, [&](Operation *site) {
+      return site != producer && producer->isBeforeInBlock(site);
+    });
+  });
 }
 
 /// The cuBLASLt epilogue activation `op` computes, if any: ReLU, or GELU
@@ -616,10 +637,10 @@ static void markGemmViews(Block &block) {
     if (!element.isF32() && !element.isF64())
       continue;
     SmallVector<int64_t> strides = transposedStrides(transpose);
-    bool readByGemms =
-        !transpose->use_empty() &&
-        llvm::all_of(transpose->getUsers(),
-                     [](Operation *user) { return isa<MatmulOp>(user); });
+    bool readByGemms = !transpose->use_empty() &&
+                       llvm::all_of(transpose->getUsers(), [](Operation *user) {
+                         return isa<MatmulOp>(user);
+                       });
     if (readByGemms && hasUnitMatrixStride(strides)) {
       transpose->setAttr("sharc.fuse_into", UnitAttr::get(op.getContext()));
       continue;
@@ -652,15 +673,23 @@ LogicalResult sharc::fuseElementwiseOps(func::FuncOp func, bool singletons,
     return func.emitError() << "sharc-fuse: function '@" << func.getSymName()
                             << "' has " << func.getBody().getBlocks().size()
                             << " blocks; fusion needs a single block";
-  if (failed(Fuser(func.getBody().front(), singletons).run()))
-    return failure();
-  while (rematerializeOnce(func.getBody().front())) {
-  }
-  if (rowPrologues)
-    markRowPrologues(func.getBody().front());
-  if (gemmFusion) {
-    markGemmEpilogues(func.getBody().front());
-    markGemmViews(func.getBody().front());
+  // The function's block and the body of every micro-batch loop, each fused
+  // on its own.
+  SmallVector<Block *> blocks{&func.getBody().front()};
+  func.walk([&](MicroBatchLoopOp loop) {
+    blocks.push_back(&loop.getBody().front());
+  });
+  for (Block *block : blocks) {
+    if (failed(Fuser(*block, singletons).run()))
+      return failure();
+    while (rematerializeOnce(*block)) {
+    }
+    if (rowPrologues)
+      markRowPrologues(*block);
+    if (gemmFusion) {
+      markGemmEpilogues(*block);
+      markGemmViews(*block);
+    }
   }
   return success();
 }
@@ -671,15 +700,14 @@ struct FusePass : sharc::impl::FuseBase<FusePass> {
 
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (failed(fuseElementwiseOps(func, singletons, rowPrologues,
-                                    gemmFusion)))
+      if (failed(
+              fuseElementwiseOps(func, singletons, rowPrologues, gemmFusion)))
         return signalPassFailure();
   }
 };
 } // namespace
 
-std::unique_ptr<Pass> sharc::createFusePass(bool singletons,
-                                            bool rowPrologues,
+std::unique_ptr<Pass> sharc::createFusePass(bool singletons, bool rowPrologues,
                                             bool gemmFusion) {
   FuseOptions options;
   options.singletons = singletons;

@@ -68,6 +68,30 @@ void place(Buffer &buffer, ArrayRef<Buffer *> placed, int64_t alignment) {
   buffer.offset = offset;
 }
 
+/// The ops of a function in the order they run, outside fusion bodies: a
+/// micro-batch loop's body follows the loop op, and a value that the body
+/// reads from outside the loop lives until the body's last op, since every
+/// iteration reads it.
+struct ProgramOrder {
+  DenseMap<Operation *, int64_t> index;
+  /// For a loop, the index of the last op of its body; for other ops their
+  /// own index.
+  DenseMap<Operation *, int64_t> end;
+  SmallVector<Operation *> ops;
+
+  explicit ProgramOrder(Block &block) { number(block); }
+
+  void number(Block &block) {
+    for (Operation &op : block) {
+      index[&op] = ops.size();
+      ops.push_back(&op);
+      if (auto loop = dyn_cast<MicroBatchLoopOp>(op))
+        number(loop.getBody().front());
+      end[&op] = ops.size() - 1;
+    }
+  }
+};
+
 /// Plans the arena of `func` and records it as attributes.
 LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   if (func.isExternal())
@@ -77,11 +101,7 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
            << "sharc-plan-memory: function '@" << func.getSymName() << "' has "
            << func.getBody().getBlocks().size()
            << " blocks; memory planning needs a single block";
-  Block &block = func.getBody().front();
-
-  DenseMap<Operation *, int64_t> index;
-  for (auto [i, op] : llvm::enumerate(block))
-    index[&op] = i;
+  ProgramOrder order(func.getBody().front());
 
   // A reshape is a view: its result shares its operand's memory (the root of
   // a chain of reshapes), whose live range then covers the reshape's users.
@@ -90,38 +110,71 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       value = reshape.getOperand();
     return value;
   };
-  // An op marked sharc.fuse_into is computed inside its users' kernels: it
-  // has no memory, and its operands are read where those users are.
-  auto useIndex = [&](Operation *user) {
+  // Where `user` reads a value defined in `block`: at the op of the block
+  // that is or contains it; through a whole loop whose body reads it or
+  // whose inputs it is.  An op marked sharc.fuse_into is computed inside its
+  // users' kernels: it has no memory, and its operands are read where those
+  // users are.
+  auto useIndex = [&](Operation *user, Block &block) {
     Operation *top = block.findAncestorOpInBlock(*user);
+    if (isa<MicroBatchLoopOp>(top))
+      return order.end[top];
     if (!top->hasAttr("sharc.fuse_into"))
-      return index[top];
-    int64_t last = index[top];
+      return order.index[top];
+    int64_t last = order.index[top];
     for (Operation *site : readSites(top, block))
-      last = std::max(last, index[site]);
+      last = std::max(last, order.index[site]);
     return last;
   };
+  auto lastUse = [&](Value value, int64_t first) {
+    int64_t last = first;
+    for (Operation *user : value.getUsers())
+      last = std::max(last, useIndex(user, *value.getParentBlock()));
+    return last;
+  };
+
   SmallVector<Buffer> buffers;
   DenseMap<Value, size_t> bufferOf;
-  for (Operation &op : block) {
-    if (isa<ConstantOp>(op))
+  // Values that share the memory of another value's buffer: a loop's carried
+  // values and, where they may, its inits and yielded values (ties).
+  DenseMap<Value, Value> sharesWith;
+  for (Operation *loopOp : order.ops) {
+    auto loop = dyn_cast<MicroBatchLoopOp>(loopOp);
+    if (!loop)
       continue;
-    if (auto reshape = dyn_cast<ReshapeOp>(op)) {
-      auto root = bufferOf.find(aliasRoot(reshape.getResult()));
-      if (root == bufferOf.end())
-        continue;
-      for (Operation *user : reshape.getResult().getUsers())
-        buffers[root->second].last =
-            std::max(buffers[root->second].last, useIndex(user));
-      continue;
+    Block &body = loop.getBody().front();
+    YieldOp yield = loop.getYield();
+    for (auto [init, arg, value, result] :
+         llvm::zip(loop.getInits(), loop.getCarriedArgs(), yield.getOperands(),
+                   loop.getResults())) {
+      sharesWith[arg] = result;
+      // The init's producer writes the loop's buffer when the loop is its
+      // only reader (the zeros an accumulation starts from).
+      Operation *def = init.getDefiningOp();
+      if (def && init.hasOneUse() && def->getBlock() == loop->getBlock() &&
+          isa<BroadcastOp, FusionOp>(def) && !def->hasAttr("sharc.fuse_into") &&
+          !def->hasAttr("sharc.gemm_epilogue") &&
+          !def->hasAttr("sharc.result_buffers"))
+        sharesWith[init] = result;
+      // The yielded value's producer writes over the carried value when it
+      // reads it element for element and nothing after it does.
+      Operation *producer = value.getDefiningOp();
+      if (producer && producer->getBlock() == &body &&
+          llvm::count(yield.getOperands(), value) == 1 &&
+          canOverwrite(producer, arg, body))
+        sharesWith[value] = result;
     }
-    if (op.hasAttr("sharc.fuse_into"))
+  }
+
+  for (Operation *opPointer : order.ops) {
+    Operation &op = *opPointer;
+    int64_t at = order.index[&op];
+    if (isa<ConstantOp, ReshapeOp>(op) || op.hasAttr("sharc.fuse_into"))
       continue;
     // Scratch space a kernel needs while it runs: live at the op only.
     if (auto scratch = op.getAttrOfType<IntegerAttr>("sharc.scratch_bytes")) {
       int64_t bytes = scratch.getInt();
-      Buffer buffer{Value(), &op, alignUp(bytes, alignment), bytes, index[&op],
-                    index[&op]};
+      Buffer buffer{Value(), &op, alignUp(bytes, alignment), bytes, at, at};
       buffers.push_back(buffer);
     }
     // Results an op writes into a function argument's memory (the code
@@ -131,6 +184,8 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       unsigned number = cast<OpResult>(result).getResultNumber();
       if (external && number < external.size() && external[number] >= 0)
         continue;
+      if (sharesWith.count(result))
+        continue;
       auto type = dyn_cast<RankedTensorType>(result.getType());
       if (!type)
         continue;
@@ -138,23 +193,49 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
         return op.emitError() << "sharc-plan-memory: cannot size " << type;
       int64_t elementBytes = (type.getElementTypeBitWidth() + 7) / 8;
       int64_t bytes = type.getNumElements() * elementBytes;
-      Buffer buffer{result, nullptr, alignUp(bytes, alignment), bytes,
-                    index[&op], index[&op]};
-      for (Operation *user : result.getUsers())
-        buffer.last = std::max(buffer.last, useIndex(user));
+      Buffer buffer{result, nullptr, alignUp(bytes, alignment),
+                    bytes,  at,      lastUse(result, at)};
+      // A loop's result is written from its first iteration on and carried
+      // through the body.
+      if (isa<MicroBatchLoopOp>(op))
+        buffer.last = std::max(buffer.last, order.end[&op]);
       bufferOf[result] = buffers.size();
       buffers.push_back(buffer);
     }
   }
+  // Tied values live in their loop result's buffer: it is live from the
+  // first write of any of them to the last read of any.
+  for (auto [value, owner] : sharesWith) {
+    Buffer &buffer = buffers[bufferOf.lookup(owner)];
+    int64_t first = isa<BlockArgument>(value)
+                        ? buffer.first
+                        : order.index[value.getDefiningOp()];
+    buffer.first = std::min(buffer.first, first);
+    buffer.last = std::max(buffer.last, lastUse(value, first));
+  }
+  // A reshape's users read its root's buffer.
+  for (Operation *op : order.ops) {
+    auto reshape = dyn_cast<ReshapeOp>(op);
+    if (!reshape)
+      continue;
+    Value root = aliasRoot(reshape.getResult());
+    root = sharesWith.lookup_or(root, root);
+    auto known = bufferOf.find(root);
+    if (known == bufferOf.end())
+      continue;
+    Buffer &buffer = buffers[known->second];
+    for (Operation *user : reshape.getResult().getUsers())
+      buffer.last = std::max(buffer.last, useIndex(user, *reshape->getBlock()));
+  }
 
-  SmallVector<Buffer *> order;
+  SmallVector<Buffer *> sorted;
   for (Buffer &buffer : buffers)
-    order.push_back(&buffer);
-  llvm::stable_sort(order,
+    sorted.push_back(&buffer);
+  llvm::stable_sort(sorted,
                     [](Buffer *a, Buffer *b) { return a->size > b->size; });
   SmallVector<Buffer *> placed;
   int64_t arenaBytes = 0;
-  for (Buffer *buffer : order) {
+  for (Buffer *buffer : sorted) {
     place(*buffer, placed, alignment);
     placed.push_back(buffer);
     // The peak is the highest byte in use; padding after the topmost
@@ -178,18 +259,20 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     else
       offsets[buffer.value] = buffer.offset;
   }
-  block.walk([&](ReshapeOp reshape) {
+  for (auto [value, owner] : sharesWith)
+    offsets[value] = offsets.lookup(owner);
+  func.walk([&](ReshapeOp reshape) {
     auto root = offsets.find(aliasRoot(reshape.getResult()));
     if (root != offsets.end())
       offsets[reshape.getResult()] = root->second;
   });
-  for (Operation &op : block) {
-    if (op.getNumResults() == 0)
+  for (Operation *op : order.ops) {
+    if (op->getNumResults() == 0)
       continue;
     SmallVector<int64_t> resultOffsets;
-    for (Value result : op.getResults())
+    for (Value result : op->getResults())
       resultOffsets.push_back(offsets.lookup_or(result, -1));
-    op.setAttr("sharc.offsets", builder.getDenseI64ArrayAttr(resultOffsets));
+    op->setAttr("sharc.offsets", builder.getDenseI64ArrayAttr(resultOffsets));
   }
   func->setAttr("sharc.arena_bytes", builder.getI64IntegerAttr(arenaBytes));
   return success();

@@ -137,10 +137,13 @@ sharc::verifyTrainingOptions(const TrainingOptions &options,
       !check.beta("beta2", options.beta2) ||
       !check.atLeast("weight-decay", options.weightDecay, 0) ||
       !check.atLeast("momentum", options.momentum, 0) ||
-      !check.atLeast("grad-accum", options.gradAccum, 1) ||
+      !check.inRange("grad-accum", options.gradAccum, 1,
+                     TrainingOptions::kMaxGradAccum) ||
       !check.atLeast("clip", options.clip, 0) ||
-      !check.atLeast("world-size", options.worldSize, 1) ||
-      !check.atLeast("reduce-bucket-size", options.reduceBucketSize, 1) ||
+      !check.inRange("world-size", options.worldSize, 1,
+                     TrainingOptions::kMaxWorldSize) ||
+      !check.inRange("reduce-bucket-size", options.reduceBucketSize, 1,
+                     kMaxElements) ||
       !check.positive("eps", options.eps))
     return failure();
   if (options.optimizer == OptimizerKind::sgd && options.nesterov &&
@@ -425,13 +428,27 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
   resultTypes.append({stepType, lrType});
   for (unsigned arg : signature.inputs) {
     auto type = cast<RankedTensorType>(gradType.getInput(arg));
+    auto name = gradFunc.getArgAttrOfType<StringAttr>(
+        arg, SharcDialect::getInputAttrName());
+    std::string what = name ? "data input '" + name.str() + "'"
+                            : "data input #" + std::to_string(arg);
+    if (type.getNumElements() == 0)
+      return gradFunc.emitError()
+             << what << " has no elements (type " << type
+             << "): a training step needs at least one row of every input";
     if (microBatches > 1 && type.getRank() == 0)
       return gradFunc.emitError()
-             << "data input #" << arg << " is a scalar: it cannot be split "
+             << what << " is a scalar: it cannot be split "
              << "into " << microBatches << " micro-batches";
     SmallVector<int64_t> shape(type.getShape());
-    if (microBatches > 1)
+    if (microBatches > 1) {
       shape[0] *= microBatches;
+      if (!checkedNumElements(shape))
+        return gradFunc.emitError()
+               << what << " of type " << type << " in " << microBatches
+               << " micro-batches would have more than " << kMaxElements
+               << " elements";
+    }
     argTypes.push_back(type.clone(shape));
   }
 
@@ -477,7 +494,9 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
 
 /// Calls `gradFunc` on each micro-batch, rows [k * micro, (k + 1) * micro)
 /// of every data input, with loss_seed 1/(G N) for N ranks.  Returns the mean
-/// loss and the summed gradient of each trainable parameter.
+/// loss and the summed gradient of each trainable parameter.  With G > 1 the
+/// calls are one `sharc.micro_batch_loop` that carries the sums (starting
+/// from zeros), so the step does not grow with G.
 static std::pair<Value, SmallVector<Value>>
 accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
                     const StepLayout &layout, Block *entry,
@@ -489,35 +508,66 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
       cast<RankedTensorType>(gradType.getResult(0)).getElementType();
   Value seed = math.constant(
       lossElement, 1.0 / (static_cast<double>(microBatches) * worldSize));
-  Value loss;
-  SmallVector<Value> grads(layout.trainable.size());
-  for (int64_t k = 0; k < microBatches; ++k) {
+  SmallVector<Value> inputs;
+  for (size_t index = 0; index < signature.inputs.size(); ++index)
+    inputs.push_back(entry->getArgument(layout.firstInput() + index));
+
+  // Calls the gradient function on one micro-batch; returns its loss and the
+  // gradients of the trainable parameters.
+  auto callOn = [&](ValueRange micro) {
     SmallVector<Value> operands(gradType.getNumInputs());
     for (auto [index, arg] : llvm::enumerate(signature.params))
       operands[arg] = entry->getArgument(index);
-    for (auto [index, arg] : llvm::enumerate(signature.inputs)) {
-      Value data = entry->getArgument(layout.firstInput() + index);
-      if (microBatches > 1) {
-        auto microType = cast<RankedTensorType>(gradType.getInput(arg));
-        SmallVector<int64_t> start(microType.getRank(), 0);
-        SmallVector<int64_t> stride(microType.getRank(), 1);
-        start[0] = k * microType.getDimSize(0);
-        data = SliceOp::create(b, microType, data, start, stride);
-      }
+    for (auto [arg, data] : llvm::zip(signature.inputs, micro))
       operands[arg] = data;
-    }
     operands.back() = seed;
     auto call = func::CallOp::create(b, gradFunc, operands);
-    loss = k ? math.add(loss, call.getResult(0)) : call.getResult(0);
-    for (auto [grad, position] : llvm::zip(grads, layout.trainable)) {
-      Value value = call.getResult(signature.gradients[position]);
-      grad = k ? math.add(grad, value) : value;
-    }
+    SmallVector<Value> values{call.getResult(0)};
+    for (unsigned position : layout.trainable)
+      values.push_back(call.getResult(signature.gradients[position]));
+    return values;
+  };
+  if (microBatches == 1) {
+    SmallVector<Value> values = callOn(inputs);
+    return {values[0], SmallVector<Value>(llvm::drop_begin(values))};
   }
-  if (microBatches > 1)
-    loss = math.div(
-        loss, math.constant(lossElement, static_cast<double>(microBatches)));
-  return {loss, std::move(grads)};
+
+  SmallVector<Value> inits;
+  SmallVector<Type> carriedTypes;
+  inits.push_back(math.constant(lossElement, 0.0));
+  for (unsigned position : layout.trainable) {
+    auto type =
+        cast<RankedTensorType>(gradType.getInput(signature.params[position]));
+    inits.push_back(ConstantOp::create(
+        b, DenseElementsAttr::get(type, b.getZeroAttr(type.getElementType()))));
+  }
+  for (Value init : inits)
+    carriedTypes.push_back(init.getType());
+  auto loop = MicroBatchLoopOp::create(b, carriedTypes, inputs, inits,
+                                       b.getI64IntegerAttr(microBatches));
+  SmallVector<Type> argTypes;
+  SmallVector<Location> argLocs;
+  for (unsigned arg : signature.inputs) {
+    argTypes.push_back(gradType.getInput(arg));
+    argLocs.push_back(b.getLoc());
+  }
+  argTypes.append(carriedTypes);
+  argLocs.append(carriedTypes.size(), b.getLoc());
+  {
+    OpBuilder::InsertionGuard guard(b);
+    Block *body = b.createBlock(&loop.getBody(), {}, argTypes, argLocs);
+    SmallVector<Value> values =
+        callOn(body->getArguments().take_front(signature.inputs.size()));
+    SmallVector<Value> sums;
+    for (auto [carried, value] : llvm::zip(
+             body->getArguments().drop_front(signature.inputs.size()), values))
+      sums.push_back(math.add(carried, value));
+    YieldOp::create(b, sums);
+  }
+  Value loss =
+      math.div(loop.getResult(0),
+               math.constant(lossElement, static_cast<double>(microBatches)));
+  return {loss, SmallVector<Value>(llvm::drop_begin(loop.getResults()))};
 }
 
 /// Sums `grads` over `ranks` ranks in place, in buckets: consecutive

@@ -138,6 +138,14 @@ void registerSharcPipelines();
 llvm::SmallVector<mlir::Operation *> readSites(mlir::Operation *op,
                                                mlir::Block &block);
 
+/// True when `producer`, an op of `block` run as a kernel of its own (a
+/// `sharc.fusion` not computed inside another kernel nor by a GEMM), may
+/// write a result of `old`'s type over `old`'s memory: it reads `old` as an
+/// operand of that type (element for element), and no op of `block` after it
+/// reads `old` (an op computed inside its users' kernels reads there).
+bool canOverwrite(mlir::Operation *producer, mlir::Value old,
+                  mlir::Block &block);
+
 /// Groups the elementwise ops of `func` (a single block) into `sharc.fusion`
 /// ops as sharc-fuse does (docs/passes.md); with `singletons`, an elementwise
 /// op that joins no group becomes a fusion of its own; with `rowPrologues`,

@@ -189,22 +189,7 @@ void sharc::updateInPlace(ModuleOp module) {
     if (!target || !fusion || !value.hasOneUse())
       continue;
     BlockArgument old = block.getArgument(*target);
-    if (old.getType() != value.getType())
-      continue;
-    // The fusion must read the old value element for element, and nothing
-    // after it may read the old value.
-    bool readsElementwise = llvm::is_contained(fusion->getOperands(), old);
-    bool laterUse = llvm::any_of(old.getUsers(), [&](Operation *user) {
-      Operation *top = block.findAncestorOpInBlock(*user);
-      // An op computed inside its users' kernels reads there.
-      SmallVector<Operation *> sites = {top};
-      if (top->hasAttr("sharc.fuse_into"))
-        sites = readSites(top, block);
-      return llvm::any_of(sites, [&](Operation *site) {
-        return site != fusion.getOperation() && fusion->isBeforeInBlock(site);
-      });
-    });
-    if (!readsElementwise || laterUse)
+    if (old.getType() != value.getType() || !canOverwrite(fusion, old, block))
       continue;
     SmallVector<int64_t> &buffers = assigned[fusion];
     if (buffers.empty())

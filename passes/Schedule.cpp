@@ -295,6 +295,15 @@ bool OptionChecker::beta(StringRef name, double value) {
   return false;
 }
 
+bool OptionChecker::inRange(StringRef name, int64_t value, int64_t low,
+                            int64_t high) {
+  if (value >= low && value <= high)
+    return true;
+  emitError() << "option '" << name << "' must be between " << low << " and "
+              << high << ", got " << value;
+  return false;
+}
+
 bool OptionChecker::defaultOrAtLeast(StringRef name, int64_t value,
                                      int64_t low) {
   if (value == -1 || value >= low)

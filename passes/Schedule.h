@@ -85,6 +85,8 @@ public:
   bool fraction(llvm::StringRef name, double value);
   /// value in [0, 1), a decay rate such as Adam's betas.
   bool beta(llvm::StringRef name, double value);
+  /// low <= value <= high (integers).
+  bool inRange(llvm::StringRef name, int64_t value, int64_t low, int64_t high);
   /// value == -1 (meaning "the default") or value >= low.
   bool defaultOrAtLeast(llvm::StringRef name, int64_t value, int64_t low);
 

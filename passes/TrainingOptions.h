@@ -87,6 +87,12 @@ struct TrainingOptions {
   /// always true for AdamW).
   bool adamWMode = true;
 
+  /// The largest number of micro-batches per step and of ranks sharc
+  /// accepts: far beyond any real job, and small enough that products of
+  /// them with batch sizes and their reciprocals stay exact.
+  static constexpr int64_t kMaxGradAccum = int64_t(1) << 31;
+  static constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
+
   /// Micro-batches per optimizer step (gradient_accumulation_steps).
   int64_t gradAccum = 1;
   /// Global-norm gradient clipping threshold; 0 disables clipping.

@@ -244,3 +244,33 @@ func.func @no_new_reads(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %w: tensor<8x8
   %h = sharc.add %g, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   return %h : tensor<4x8xf32>
 }
+
+// The body of a micro-batch loop is fused on its own: the product and the
+// accumulation become one fusion inside the body, which reads the exp
+// (fused outside) from above; nothing moves across the loop.
+// CHECK-LABEL: func.func @loop_body(
+// CHECK: %[[E:.*]] = sharc.fusion %{{.*}} : (tensor<4xf32>) -> tensor<4xf32> {
+// CHECK: sharc.exp
+// CHECK: sharc.micro_batch_loop count 2
+// CHECK-NEXT: ^bb0(%[[M:.*]]: tensor<4x4xf32>, %[[ACC:.*]]: tensor<4xf32>):
+// CHECK-NEXT: %[[P:.*]] = sharc.reduce %[[M]]
+// CHECK-NEXT: %[[U:.*]] = sharc.fusion %[[P]], %[[E]], %[[ACC]]
+// CHECK: sharc.mul
+// CHECK-NEXT: sharc.add
+// CHECK-NEXT: sharc.yield
+// CHECK: sharc.yield %[[U]]
+// CHECK: sharc.fusion
+// CHECK: sharc.neg
+func.func @loop_body(%x: tensor<8x4xf32>, %w: tensor<4xf32>) -> tensor<4xf32> {
+  %z = sharc.constant dense<0.0> : tensor<4xf32>
+  %s = sharc.exp %w : tensor<4xf32>
+  %r = sharc.micro_batch_loop count 2 inputs(%x : tensor<8x4xf32>) inits(%z : tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%m: tensor<4x4xf32>, %acc: tensor<4xf32>):
+    %p = sharc.reduce %m {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>} : (tensor<4x4xf32>) -> tensor<4xf32>
+    %t = sharc.mul %p, %s : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %u = sharc.add %acc, %t : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    sharc.yield %u : tensor<4xf32>
+  }
+  %y = sharc.neg %r : tensor<4xf32>
+  return %y : tensor<4xf32>
+}

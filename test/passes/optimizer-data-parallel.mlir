@@ -22,19 +22,17 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK-LABEL: func.func @train_step(
 // CHECK-SAME: %{{.*}}: tensor<4x3xf32> {sharc.input = "x"})
 // CHECK: %[[SEED:.*]] = sharc.constant dense<2.500000e-01> : tensor<f32>
-// CHECK: %[[G0:.*]]:4 = call @main_grad({{.*}}, %[[SEED]])
-// CHECK: %[[G1:.*]]:4 = call @main_grad({{.*}}, %[[SEED]])
-// CHECK-DAG: %[[W:.*]] = sharc.add %[[G0]]#1, %[[G1]]#1
-// CHECK-DAG: %[[B:.*]] = sharc.add %[[G0]]#2, %[[G1]]#2
-// CHECK-DAG: %[[V:.*]] = sharc.add %[[G0]]#3, %[[G1]]#3
-// CHECK: %[[BF:.*]] = sharc.reshape %[[B]] : tensor<f32> to tensor<1xf32>
-// CHECK: %[[CAT:.*]] = sharc.concat %[[W]], %[[BF]] {axis = 0 : i64} : (tensor<3xf32>, tensor<1xf32>) -> tensor<4xf32>
+// CHECK: %[[SUMS:.*]]:4 = sharc.micro_batch_loop count 2
+// CHECK: %[[G:.*]]:4 = func.call @main_grad({{.*}}, %[[SEED]])
+// CHECK: sharc.yield
+// CHECK: %[[BF:.*]] = sharc.reshape %[[SUMS]]#2 : tensor<f32> to tensor<1xf32>
+// CHECK: %[[CAT:.*]] = sharc.concat %[[SUMS]]#1, %[[BF]] {axis = 0 : i64} : (tensor<3xf32>, tensor<1xf32>) -> tensor<4xf32>
 // CHECK: %[[SUM:.*]] = sharc.all_reduce %[[CAT]] {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<4xf32>
 // CHECK: %[[WS:.*]] = sharc.slice %[[SUM]] {{.*}}start = array<i64: 0>{{.*}} to tensor<3xf32>
 // CHECK: %[[BS:.*]] = sharc.slice %[[SUM]] {{.*}}start = array<i64: 3>{{.*}} to tensor<1xf32>
 // CHECK: %[[BR:.*]] = sharc.reshape %[[BS]] : tensor<1xf32> to tensor<f32>
 // CHECK-NOT: sharc.concat
-// CHECK: %[[VR:.*]] = sharc.all_reduce %[[V]] {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<2xf32>
+// CHECK: %[[VR:.*]] = sharc.all_reduce %[[SUMS]]#3 {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<2xf32>
 // CHECK: %[[LOSS:.*]] = sharc.all_reduce %{{.*}} {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<f32>
 // CHECK: %[[N:.*]] = sharc.constant dense<2.000000e+00> : tensor<f32>
 // CHECK: %[[MEAN:.*]] = sharc.div %[[LOSS]], %[[N]]

@@ -64,7 +64,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 
 // -----
 
-// expected-error @below {{data input #1 is a scalar: it cannot be split into 2 micro-batches}}
+// expected-error @below {{data input 'scale' is a scalar: it cannot be split into 2 micro-batches}}
 func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
                      %scale: tensor<f32> {sharc.input = "scale"},
                      %seed: tensor<f32> {sharc.input = "loss_seed"})
@@ -83,4 +83,24 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // expected-error @below {{cannot build the training step: '@train_step' already exists}}
 func.func @train_step() {
   return
+}
+
+// -----
+
+// expected-error @below {{data input 'x' has no elements (type 'tensor<0x3xf32>'): a training step needs at least one row of every input}}
+func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
+                     %x: tensor<0x3xf32> {sharc.input = "x"},
+                     %seed: tensor<f32> {sharc.input = "loss_seed"})
+    -> (tensor<f32>, tensor<3xf32> {sharc.grad = "w"}) {
+  return %seed, %w : tensor<f32>, tensor<3xf32>
+}
+
+// -----
+
+// expected-error @below {{data input 'x' of type 'tensor<549755813888x2xf32>' in 2 micro-batches would have more than 1099511627776 elements}}
+func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
+                     %x: tensor<549755813888x2xf32> {sharc.input = "x"},
+                     %seed: tensor<f32> {sharc.input = "loss_seed"})
+    -> (tensor<f32>, tensor<3xf32> {sharc.grad = "w"}) {
+  return %seed, %w : tensor<f32>, tensor<3xf32>
 }

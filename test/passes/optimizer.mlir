@@ -73,15 +73,20 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // ADAMW-SAME: tensor<3xf32> {sharc.state = #sharc.state<"w", "exp_avg">}, tensor<3xf32> {sharc.state = #sharc.state<"w", "exp_avg_sq">},
 // ADAMW-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"})
 // ADAMW: %[[SEED:.*]] = sharc.constant dense<5.000000e-01> : tensor<f32>
-// ADAMW: %[[X0:.*]] = sharc.slice %[[X]] {start = array<i64: 0, 0>, stride = array<i64: 1, 1>} : tensor<4x3xf32> to tensor<2x3xf32>
-// ADAMW: %[[G0:.*]]:2 = call @main_grad(%[[W]], %[[X0]], %[[C]], %[[SEED]])
-// ADAMW: %[[X1:.*]] = sharc.slice %[[X]] {start = array<i64: 2, 0>, stride = array<i64: 1, 1>} : tensor<4x3xf32> to tensor<2x3xf32>
-// ADAMW: %[[G1:.*]]:2 = call @main_grad(%[[W]], %[[X1]], %[[C]], %[[SEED]])
-// ADAMW: %[[LOSSES:.*]] = sharc.add %[[G0]]#0, %[[G1]]#0
-// ADAMW: %[[G:.*]] = sharc.add %[[G0]]#1, %[[G1]]#1
+// Gradient accumulation is one loop over the micro-batches, whatever their
+// number: rows [2k, 2k + 2) of x in iteration k, the sums carried from zeros.
+// ADAMW: %[[ZERO:.*]] = sharc.constant dense<0.000000e+00> : tensor<f32>
+// ADAMW: %[[ZEROS:.*]] = sharc.constant dense<0.000000e+00> : tensor<3xf32>
+// ADAMW: %[[SUMS:.*]]:2 = sharc.micro_batch_loop count 2 inputs(%[[X]] : tensor<4x3xf32>) inits(%[[ZERO]], %[[ZEROS]] : tensor<f32>, tensor<3xf32>) -> tensor<f32>, tensor<3xf32> {
+// ADAMW-NEXT: ^bb0(%[[XK:.*]]: tensor<2x3xf32>, %[[LACC:.*]]: tensor<f32>, %[[GACC:.*]]: tensor<3xf32>):
+// ADAMW-NEXT: %[[GK:.*]]:2 = func.call @main_grad(%[[W]], %[[XK]], %[[C]], %[[SEED]])
+// ADAMW-NEXT: %[[LNEXT:.*]] = sharc.add %[[LACC]], %[[GK]]#0
+// ADAMW-NEXT: %[[GNEXT:.*]] = sharc.add %[[GACC]], %[[GK]]#1
+// ADAMW-NEXT: sharc.yield %[[LNEXT]], %[[GNEXT]]
+// ADAMW-NEXT: }
 // ADAMW: %[[TWO:.*]] = sharc.constant dense<2.000000e+00> : tensor<f32>
-// ADAMW: %[[LOSS:.*]] = sharc.div %[[LOSSES]], %[[TWO]]
-// ADAMW: %[[SQ:.*]] = sharc.mul %[[G]], %[[G]]
+// ADAMW: %[[LOSS:.*]] = sharc.div %[[SUMS]]#0, %[[TWO]]
+// ADAMW: %[[SQ:.*]] = sharc.mul %[[SUMS]]#1, %[[SUMS]]#1
 // ADAMW: %[[SUM:.*]] = sharc.reduce %[[SQ]] {axes = array<i64: 0>, kind = #sharc.reduce_kind<sum>} : (tensor<3xf32>) -> tensor<f32>
 // ADAMW: %[[SUM64:.*]] = sharc.cast %[[SUM]] : tensor<f32> to tensor<f64>
 // ADAMW: %[[NORM:.*]] = sharc.sqrt %[[SUM64]] : tensor<f64>
@@ -92,7 +97,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // ADAMW: %[[COMBINED:.*]] = sharc.max %{{.*}}, %[[RATIO]]
 // ADAMW: %[[COEF:.*]] = sharc.div %{{.*}}, %[[COMBINED]]
 // ADAMW: %[[COEF32:.*]] = sharc.cast %[[COEF]] : tensor<f64> to tensor<f32>
-// ADAMW: %[[GC:.*]] = sharc.mul %[[G]], %[[COEF32]]
+// ADAMW: %[[GC:.*]] = sharc.mul %[[SUMS]]#1, %[[COEF32]]
 // ADAMW: %[[T:.*]] = sharc.cast %[[STEP]] : tensor<i64> to tensor<f64>
 // ADAMW: %[[LR:.*]] = sharc.constant dense<1.000000e-03> : tensor<f64>
 // ADAMW: %[[B1:.*]] = sharc.constant dense<9.000000e-01> : tensor<f64>

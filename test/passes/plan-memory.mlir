@@ -202,3 +202,71 @@ func.func @branches(%x: tensor<f32>) -> tensor<f32> {
   %zero = sharc.constant dense<0.0> : tensor<f32>
   return %zero : tensor<f32>
 }
+
+// -----
+
+// A micro-batch loop (every value 64 x 4 = 256 bytes).  Program order: 0 z,
+// 1 before, 2 the loop, 3 t, 4 p, 5 u, 6 the yield, 7 after, 8 return.
+// The loop's result, its carried argument, its init z (read by the loop
+// only) and the yielded u (a fusion that reads the carried value element for
+// element, which nothing after it reads) share one buffer, live [0, 7].
+// `before` is read in the body at op 3 only, but every iteration reads it:
+// it lives to the end of the body, 6, so p (live [4, 5]) cannot reuse it.
+// Placement: before 0, the loop 256, t 512, p 768; after (live [7, 8]) takes
+// before's 0 once the loop is over.
+// CHECK-LABEL: func.func @loop(
+// CHECK-SAME: attributes {sharc.arena_bytes = 1024 : i64}
+// CHECK: sharc.broadcast %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.micro_batch_loop count 2 {{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK: sharc.mul %{{.*}} {sharc.offsets = array<i64: 512>}
+// CHECK-NEXT: sharc.reduce %{{.*}}sharc.offsets = array<i64: 768>}
+// CHECK-NEXT: sharc.fusion %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+func.func @loop(%x: tensor<128x64xf32>, %w: tensor<64xf32>) -> tensor<64xf32> {
+  %s = sharc.constant dense<0.0> : tensor<f32>
+  %z = sharc.broadcast %s : tensor<f32> to tensor<64xf32>
+  %before = sharc.exp %w : tensor<64xf32>
+  %r = sharc.micro_batch_loop count 2 inputs(%x : tensor<128x64xf32>) inits(%z : tensor<64xf32>) -> tensor<64xf32> {
+  ^bb0(%m: tensor<64x64xf32>, %acc: tensor<64xf32>):
+    %t = sharc.mul %before, %before : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+    %p = sharc.reduce %m {kind = #sharc.reduce_kind<sum>, axes = array<i64: 0>} : (tensor<64x64xf32>) -> tensor<64xf32>
+    %u = sharc.fusion %acc, %t, %p : (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32> {
+    ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>, %c: tensor<64xf32>):
+      %0 = sharc.add %a, %b : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+      %1 = sharc.add %0, %c : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+      sharc.yield %1 : tensor<64xf32>
+    }
+    sharc.yield %u : tensor<64xf32>
+  }
+  %after = sharc.exp %r : tensor<64xf32>
+  return %after : tensor<64xf32>
+}
+
+// -----
+
+// Nothing is shared when it may not be: the init is also read after the
+// loop, and the carried value is read after the op that yields the next one
+// (which is not a fusion either).  Program order: 0 z, 1 the loop, 2 u, 3 v,
+// 4 the yield, 5 y, 6 return.  Buffers: z [0, 5], the loop [1, 5],
+// u [2, 4], v [3, 3], y [5, 6]: z 0, the loop 256, u 512, v 768; y reuses
+// u's 512 after the loop.
+// CHECK-LABEL: func.func @loop_copies(
+// CHECK-SAME: attributes {sharc.arena_bytes = 1024 : i64}
+// CHECK: sharc.broadcast %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.micro_batch_loop count 4 {{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK: sharc.exp %{{.*}} {sharc.offsets = array<i64: 512>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 768>}
+// CHECK: sharc.add %{{.*}} {sharc.offsets = array<i64: 512>}
+func.func @loop_copies(%w: tensor<64xf32>) -> tensor<64xf32> {
+  %s = sharc.constant dense<1.0> : tensor<f32>
+  %z = sharc.broadcast %s : tensor<f32> to tensor<64xf32>
+  %r = sharc.micro_batch_loop count 4 inits(%z : tensor<64xf32>) -> tensor<64xf32> {
+  ^bb0(%acc: tensor<64xf32>):
+    %u = sharc.exp %acc : tensor<64xf32>
+    %v = sharc.exp %acc : tensor<64xf32>
+    sharc.yield %u : tensor<64xf32>
+  }
+  %y = sharc.add %r, %z : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
+  return %y : tensor<64xf32>
+}

@@ -18,14 +18,12 @@
 // CHECK-SAME: -> (tensor<f32> {sharc.output = "loss"}, tensor<3x1xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
 // CHECK-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"})
 // CHECK-DAG: %[[SEED:.*]] = sharc.constant dense<5.000000e-01> : tensor<f32>
-// CHECK-DAG: %[[X0:.*]] = sharc.slice %[[X]] {start = array<i64: 0, 0>, stride = array<i64: 1, 1>} : tensor<4x3xf32> to tensor<2x3xf32>
-// CHECK-DAG: %[[Y0:.*]] = sharc.slice %[[Y]] {start = array<i64: 0, 0>, stride = array<i64: 1, 1>} : tensor<4x1xf32> to tensor<2x1xf32>
-// CHECK: %[[G0:.*]]:2 = call @main_grad(%[[X0]], %[[W]], %[[Y0]], %[[SEED]])
-// CHECK-DAG: %[[X1:.*]] = sharc.slice %[[X]] {start = array<i64: 2, 0>, stride = array<i64: 1, 1>} : tensor<4x3xf32> to tensor<2x3xf32>
-// CHECK-DAG: %[[Y1:.*]] = sharc.slice %[[Y]] {start = array<i64: 2, 0>, stride = array<i64: 1, 1>} : tensor<4x1xf32> to tensor<2x1xf32>
-// CHECK: %[[G1:.*]]:2 = call @main_grad(%[[X1]], %[[W]], %[[Y1]], %[[SEED]])
-// CHECK: %[[G:.*]] = sharc.add %[[G0]]#1, %[[G1]]#1
-// CHECK: %[[DELTA:.*]] = sharc.mul %{{.*}}, %[[G]]
+// CHECK: %[[SUMS:.*]]:2 = sharc.micro_batch_loop count 2 inputs(%[[X]], %[[Y]] : tensor<4x3xf32>, tensor<4x1xf32>)
+// CHECK-NEXT: ^bb0(%[[XK:.*]]: tensor<2x3xf32>, %[[YK:.*]]: tensor<2x1xf32>, %{{.*}}: tensor<f32>, %[[GACC:.*]]: tensor<3x1xf32>):
+// CHECK-NEXT: %[[GK:.*]]:2 = func.call @main_grad(%[[XK]], %[[W]], %[[YK]], %[[SEED]])
+// CHECK: sharc.add %[[GACC]], %[[GK]]#1
+// CHECK: sharc.yield
+// CHECK: %[[DELTA:.*]] = sharc.mul %{{.*}}, %[[SUMS]]#1
 // CHECK: %[[NEWW:.*]] = sharc.sub %[[W]], %[[DELTA]]
 // CHECK: return %{{.*}}, %[[NEWW]], %{{.*}}, %{{.*}} :
 
