@@ -39,9 +39,11 @@ std::string sharc::cppStringLiteral(StringRef text) {
     } else if (c >= 0x20 && c < 0x7f) {
       out += static_cast<char>(c);
     } else {
-      // Octal escapes take at most three digits, so the next character can
-      // never extend them.
-      out += llvm::formatv("\\{0:o3}", static_cast<unsigned>(c)).str();
+      // Always three octal digits: an octal escape takes at most three, so
+      // the next character can never extend it.
+      char escape[5];
+      std::snprintf(escape, sizeof(escape), "\\%03o", static_cast<unsigned>(c));
+      out += escape;
     }
   }
   return out + "\"";
@@ -116,7 +118,7 @@ void ProgramEmitter::flushLaunches() {
     stepBody += "}};\n    sharc::kern::launchGroup(ctx, " + str(pending.work) +
                 ", group);\n  }\n";
   }
-  ++report.numKernelLaunches;
+  report.numKernelLaunches += repeat;
   pending = PendingLaunches();
 }
 
@@ -206,6 +208,9 @@ FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
   auto known = bufferOf.find(value);
   if (known != bufferOf.end())
     return "ctx->buffers[" + str(known->second) + "]";
+  auto argument = argumentPointers.find(value);
+  if (argument != argumentPointers.end())
+    return argument->second;
   Operation *op = value.getDefiningOp();
   if (auto constant = dyn_cast_or_null<ConstantOp>(op)) {
     auto attr = dyn_cast<DenseElementsAttr>(constant.getValue());
@@ -296,9 +301,7 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
   };
   // Functions that are not exactly rounded in f32 take their argument as a
   // double, as the evaluator computes them, whatever the operand's type.
-  auto dfn = [&](StringRef name) {
-    return name.str() + "(double(" + a + "))";
-  };
+  auto dfn = [&](StringRef name) { return name.str() + "(double(" + a + "))"; };
   auto location = [&] {
     std::string text;
     llvm::raw_string_ostream os(text);
@@ -444,11 +447,9 @@ FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
 
 /// Emits one kernel for an elementwise op or a `sharc.fusion` group: every
 /// result has the iteration shape; operands broadcast into it.
-LogicalResult ProgramEmitter::emitFusionBody(Operation *fusion,
-                                             KernelText &kernel,
-                                             std::string &code,
-                                             DenseMap<Value, std::string> &scalars,
-                                             StringRef prefix) {
+LogicalResult ProgramEmitter::emitFusionBody(
+    Operation *fusion, KernelText &kernel, std::string &code,
+    DenseMap<Value, std::string> &scalars, StringRef prefix) {
   ArrayRef<int64_t> iteration = tensorType(fusion->getResult(0)).getShape();
   int next = 0;
   auto define = [&](Value value, const std::string &expr) {
@@ -485,8 +486,8 @@ LogicalResult ProgramEmitter::emitFusionBody(Operation *fusion,
   return success();
 }
 
-FailureOr<ProgramEmitter::Loader>
-ProgramEmitter::rowInput(KernelText &kernel, Value input) {
+FailureOr<ProgramEmitter::Loader> ProgramEmitter::rowInput(KernelText &kernel,
+                                                           Value input) {
   auto fusion = input.getDefiningOp<FusionOp>();
   if (fusion && fusion->hasAttr("sharc.fuse_into")) {
     // The producer's body becomes a member function: each element the row
@@ -495,15 +496,13 @@ ProgramEmitter::rowInput(KernelText &kernel, Value input) {
     DenseMap<Value, std::string> scalars;
     if (failed(emitFusionBody(fusion, kernel, code, scalars, "u")))
       return failure();
-    Value yielded =
-        fusion.getBody().front().getTerminator()->getOperand(0);
+    Value yielded = fusion.getBody().front().getTerminator()->getOperand(0);
     std::string name = "in" + str(kernel.helpers.size());
     kernel.helpers.push_back("  SHARC_HD double " + name +
                              "(int64_t i) const {\n" + code + "    return " +
                              scalars.lookup(yielded) + ";\n  }\n");
-    return Loader([name](StringRef index) {
-      return name + "(" + index.str() + ")";
-    });
+    return Loader(
+        [name](StringRef index) { return name + "(" + index.str() + ")"; });
   }
   FailureOr<std::string> pointer = typedPointer(input);
   if (failed(pointer))
@@ -610,7 +609,7 @@ LogicalResult ProgramEmitter::emitCopy(Value from, Value to) {
     return failure();
   int64_t bytes = tensorType(to).getNumElements() * elementBytes(elementOf(to));
   body() += "  sharc::kern::copy(ctx, " + *dest + ", " + *src + ", " +
-              str(bytes) + ");\n";
+            str(bytes) + ");\n";
   return success();
 }
 
@@ -835,8 +834,7 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
     return op.emitError() << "code generation: matmul of " << element
                           << " is not supported yet";
   FailureOr<StridedView> a = stridedView(op.getLhs()),
-                         b = stridedView(op.getRhs()),
-                         c = stridedView(result);
+                         b = stridedView(op.getRhs()), c = stridedView(result);
   if (failed(a) || failed(b) || failed(c))
     return failure();
   int64_t rank = out.getRank();
@@ -922,14 +920,15 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
   std::string type = element.isF32() ? "f32" : "f64";
   code += indent + "sharc::rt::GemmArgs args;\n" + indent +
           "args.type = sharc::rt::DType::" + type + ";\n" + indent +
-          "args.transA = " + (transA ? "true" : "false") + "; args.transB = " +
-          (transB ? "true" : "false") + ";\n" + indent + "args.m = " + str(m) +
-          "; args.n = " + str(n) + "; args.k = " + str(k) + ";\n" + indent +
-          "args.a = " + a->pointer + offsetA + "; args.lda = " + str(*lda) +
-          "; args.strideA = " + str(inner.a) + ";\n" + indent + "args.b = " +
-          b->pointer + offsetB + "; args.ldb = " + str(*ldb) +
-          "; args.strideB = " + str(inner.b) + ";\n" + indent + "args.c = " +
-          c->pointer + offsetC + "; args.ldc = " + str(*ldc) +
+          "args.transA = " + (transA ? "true" : "false") +
+          "; args.transB = " + (transB ? "true" : "false") + ";\n" + indent +
+          "args.m = " + str(m) + "; args.n = " + str(n) +
+          "; args.k = " + str(k) + ";\n" + indent + "args.a = " + a->pointer +
+          offsetA + "; args.lda = " + str(*lda) +
+          "; args.strideA = " + str(inner.a) + ";\n" + indent +
+          "args.b = " + b->pointer + offsetB + "; args.ldb = " + str(*ldb) +
+          "; args.strideB = " + str(inner.b) + ";\n" + indent +
+          "args.c = " + c->pointer + offsetC + "; args.ldc = " + str(*ldc) +
           "; args.strideC = " + str(inner.c) + ";\n" + indent +
           "args.batch = " + str(inner.size) + ";\n";
   if (outer.size > 1)
@@ -967,9 +966,9 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
     code += indent + "}\n";
   }
   body() += code + "  }\n";
-  report.numGemmCalls += calls;
+  report.numGemmCalls += calls * repeat;
   if (epilogue.bias || !epilogue.activation.empty())
-    report.numGemmEpilogues += calls;
+    report.numGemmEpilogues += calls * repeat;
   return success();
 }
 
@@ -1321,16 +1320,16 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
     // parallel, then one in-order sum (the evaluator's order, so the same
     // double sums).
     std::string at = "(ctx->arena + " + str(scratch.getInt()) + ")";
-    std::string parts = kernel.pointer(
-        "double", false, "reinterpret_cast<double *>" + at);
+    std::string parts =
+        kernel.pointer("double", false, "reinterpret_cast<double *>" + at);
     kernel.body = "      const int64_t position = i;\n" + position + body +
                   "      " + parts + "[2 * i] = loss;\n      " + parts +
                   "[2 * i + 1] = w;\n";
     kernel.work = 3 * classes;
     launch(kernel, batch * spatial);
     KernelText sum;
-    std::string in = sum.pointer("double", true,
-                                 "reinterpret_cast<const double *>" + at);
+    std::string in =
+        sum.pointer("double", true, "reinterpret_cast<const double *>" + at);
     std::string out = sum.pointer(type, false, *typedPointer(op->getResult(0)));
     sum.body = "    double total = 0, weightSum = 0;\n"
                "    for (int64_t p = 0; p < " +
@@ -1341,12 +1340,11 @@ LogicalResult ProgramEmitter::emitLoss(Operation *op, Value input, Value target,
     return success();
   }
   // sum / mean without scratch space: one sequential pass.
-  kernel.body =
-      "    double total = 0, weightSum = 0;\n"
-      "    for (int64_t position = 0; position < " +
-      str(batch * spatial) + "; ++position) {\n" + position + body +
-      "      total += loss; weightSum += w;\n    }\n" + "    " + y +
-      "[0] = static_cast<" + type + ">(" + result + ");\n";
+  kernel.body = "    double total = 0, weightSum = 0;\n"
+                "    for (int64_t position = 0; position < " +
+                str(batch * spatial) + "; ++position) {\n" + position + body +
+                "      total += loss; weightSum += w;\n    }\n" + "    " + y +
+                "[0] = static_cast<" + type + ">(" + result + ");\n";
   launch(kernel, 1);
   return success();
 }
@@ -1377,14 +1375,83 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
   std::string ticket =
       "ticket" + str(pendingCollectives.size() + completedCollectives);
   body() += "  const uint64_t " + ticket + " = ctx->comm->startAllReduce(" +
-              *pointer + ", " + str(count) + ", sharc::rt::DType::" + dtype +
-              ", sharc::rt::ReduceOp::" +
-              (op.getKind() == CollectiveKind::sum ? "sum" : "max") + ");\n";
+            *pointer + ", " + str(count) + ", sharc::rt::DType::" + dtype +
+            ", sharc::rt::ReduceOp::" +
+            (op.getKind() == CollectiveKind::sum ? "sum" : "max") + ");\n";
   pendingCollectives[op.getResult()] = ticket;
   uint64_t bytes = count * elementBytes(element);
   uint64_t n = options.worldSize;
   report.collectiveCalls[0] += 1;
   report.collectiveBytes[0] += n > 1 ? 2 * (n - 1) * bytes / n : 0;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient accumulation
+//===----------------------------------------------------------------------===//
+
+LogicalResult ProgramEmitter::emitMicroBatchLoop(MicroBatchLoopOp loop) {
+  bool hasCollective = false;
+  loop.getBody().walk([&](Operation *inner) {
+    hasCollective |=
+        isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastFromOp>(inner);
+    // What the body reads from above is complete before the loop starts.
+    waitForOperands(inner);
+  });
+  if (hasCollective)
+    return loop.emitError() << "code generation: collectives inside a "
+                               "micro-batch loop are not supported yet";
+  Block &loopBody = loop.getBody().front();
+  YieldOp yield = loop.getYield();
+  // Iteration 0 carries the inits (in place when sharc-plan-memory gave an
+  // init its loop's memory).
+  for (auto [init, arg, result] :
+       llvm::zip(loop.getInits(), loop.getCarriedArgs(), loop.getResults())) {
+    FailureOr<std::string> from = pointerTo(init), to = pointerTo(result);
+    if (failed(from) || failed(to))
+      return failure();
+    if (*from != *to && failed(emitCopy(init, result)))
+      return failure();
+    argumentPointers[arg] = *to;
+  }
+  for (auto [input, arg] :
+       llvm::zip(loop.getInputs(), loop.getMicroBatchArgs())) {
+    FailureOr<std::string> base = pointerTo(input);
+    if (failed(base))
+      return failure();
+    int64_t bytes =
+        tensorType(arg).getNumElements() * elementBytes(elementOf(arg));
+    argumentPointers[arg] = "(reinterpret_cast<char *>(" + *base +
+                            ") + micro * " + intLiteral(bytes) + ")";
+  }
+  body() += "  for (int64_t micro = 0; micro < " + intLiteral(loop.getCount()) +
+            "; ++micro) {\n";
+  int64_t outer = repeat;
+  repeat *= loop.getCount();
+  for (Operation &op : loopBody.without_terminator())
+    if (failed(emitOp(&op)))
+      return failure();
+  // The carried values of the next iteration: yielded values that were not
+  // computed in place are copied.  A carried argument yielded as is stays.
+  for (auto [index, value, result] :
+       llvm::enumerate(yield.getOperands(), loop.getResults())) {
+    auto arg = dyn_cast<BlockArgument>(value);
+    if (arg && arg.getOwner() == &loopBody &&
+        arg.getArgNumber() >= loop.getInputs().size()) {
+      if (arg != loop.getCarriedArgs()[index])
+        return yield.emitError() << "code generation: a micro-batch loop "
+                                    "that permutes its carried values is "
+                                    "not supported";
+      continue;
+    }
+    FailureOr<std::string> from = pointerTo(value), to = pointerTo(result);
+    if (failed(from) || failed(to))
+      return failure();
+    if (*from != *to && failed(emitCopy(value, result)))
+      return failure();
+  }
+  body() += "  }\n";
+  repeat = outer;
   return success();
 }
 
@@ -1518,6 +1585,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       .Case([&](GatherOp op) { return emitGather(op); })
       .Case([&](ScatterAddOp op) { return emitScatterAdd(op); })
       .Case([&](AllReduceOp op) { return emitAllReduce(op); })
+      .Case([&](MicroBatchLoopOp op) { return emitMicroBatchLoop(op); })
       .Case([&](func::ReturnOp op) { return emitReturn(op); })
       .Default([](Operation *op) {
         return op->emitError()
@@ -1557,7 +1625,7 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
     std::string dest = "ctx->buffers[" + str(target) + "]";
     if (*src != dest)
       body() += "  sharc::kern::copy(ctx, " + dest + ", " + *src + ", " +
-                  str(bytes) + ");\n";
+                str(bytes) + ");\n";
   }
   return success();
 }

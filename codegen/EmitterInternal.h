@@ -16,11 +16,11 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 
-#include <cmath>
 #include "llvm/ADT/StringSet.h"
+#include <cmath>
 
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -323,6 +323,10 @@ private:
   LogicalResult emitScatterAdd(ScatterAddOp op);
   LogicalResult emitCopy(Value from, Value to);
   LogicalResult emitAllReduce(AllReduceOp op);
+  /// A C++ `for` over the micro-batches running the body's statements; the
+  /// body's micro-batch arguments point into the inputs, its carried
+  /// arguments at the loop's results.
+  LogicalResult emitMicroBatchLoop(MicroBatchLoopOp loop);
   /// conv2d, its gradients, max/avg pooling and their gradients (EmitNN.cpp).
   LogicalResult emitWindowOp(Operation *op);
 
@@ -349,6 +353,11 @@ private:
     llvm::StringSet<> reads, writes;
   } pending;
   std::vector<std::string> messages;
+  /// Pointer expressions of the block arguments of loop bodies.
+  llvm::DenseMap<Value, std::string> argumentPointers;
+  /// How many times per step the statements being emitted run (the product
+  /// of the counts of the loops around them), for the report.
+  int64_t repeat = 1;
   /// Started collectives not waited for yet: result -> ticket variable.
   llvm::DenseMap<Value, std::string> pendingCollectives;
   size_t completedCollectives = 0;
