@@ -6,8 +6,10 @@
 // Builds the training step (the train pipeline), prepares, fuses and plans it,
 // emits OUTDIR/program.cpp (program.cu for CUDA), the initial weights, a
 // manifest of every persistent tensor, and links OUTDIR/train against the
-// runtime.  Everything is written to OUTDIR.partial first and renamed at the
-// end, so a failed compile leaves nothing behind.  docs/cli.md documents it.
+// runtime.  Everything is written to a fresh folder OUTDIR.partial-XXXXXX
+// (created exclusively) and renamed at the end, so a failed compile leaves
+// nothing behind; an earlier OUTDIR is replaced only when it holds nothing
+// but what sharc compile writes.  docs/cli.md documents it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,9 +26,17 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace mlir;
 using namespace sharc;
@@ -66,10 +76,134 @@ struct CompileFlags {
 
 std::unique_ptr<CompileFlags> flags;
 
-/// Removes `path` recursively (best effort).
-void removeTree(const std::string &path) {
-  if (llvm::sys::fs::exists(path))
-    llvm::sys::fs::remove_directories(path);
+namespace fs = std::filesystem;
+
+/// The folder this compile writes into before it becomes OUTDIR: created
+/// exclusively under a fresh name next to OUTDIR, so that it is never
+/// something sharc did not create.  Removed (without following symbolic
+/// links) unless `keep` is called.
+class StagingFolder {
+public:
+  ~StagingFolder() {
+    if (!path.empty()) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  }
+  LogicalResult create(StringRef outDir) {
+    StringRef parent = llvm::sys::path::parent_path(outDir);
+    if (!parent.empty())
+      if (std::error_code ec = llvm::sys::fs::create_directories(parent)) {
+        fail("cannot create '" + parent + "': " + ec.message());
+        return failure();
+      }
+    std::string pattern = (outDir + ".partial-XXXXXX").str();
+    if (!mkdtemp(pattern.data())) {
+      fail("cannot create a folder next to '" + outDir +
+           "': " + std::strerror(errno));
+      return failure();
+    }
+    path = pattern;
+    return success();
+  }
+  const std::string &get() const { return path; }
+  void keep() { path.clear(); }
+
+private:
+  std::string path;
+};
+
+/// What `sharc compile` writes into OUTDIR besides the weight files.
+bool isOutputFile(StringRef name) {
+  return name == "manifest.json" || name == "program.cpp" ||
+         name == "program.cu" || name == "train";
+}
+
+/// Checks that `outDir` may be replaced: it is absent, or it is a folder (not
+/// a symbolic link) holding only what an earlier sharc compile wrote — the
+/// files above and the weight files its manifest lists.  Returns the paths
+/// to remove to replace it (files first, then folders), never anything else.
+FailureOr<std::vector<fs::path>> replaceableOutput(StringRef outDir) {
+  std::error_code ec;
+  fs::path dir(outDir.str());
+  fs::file_status status = fs::symlink_status(dir, ec);
+  if (ec || status.type() == fs::file_type::not_found)
+    return std::vector<fs::path>();
+  auto refuse = [&](const Twine &why) -> FailureOr<std::vector<fs::path>> {
+    fail("'" + outDir + "' " + why +
+         "; not replacing it (remove it or choose "
+         "another -o)");
+    return failure();
+  };
+  if (fs::is_symlink(status))
+    return refuse("is a symbolic link");
+  if (!fs::is_directory(status))
+    return refuse("exists and is not a folder");
+  auto manifestText =
+      llvm::MemoryBuffer::getFile((dir / "manifest.json").string());
+  if (!manifestText)
+    return refuse(
+        "exists and is not a sharc compile output (no manifest.json)");
+  llvm::Expected<llvm::json::Value> manifest =
+      llvm::json::parse((*manifestText)->getBuffer());
+  if (!manifest) {
+    llvm::consumeError(manifest.takeError());
+    return refuse("has a manifest.json that is not sharc's");
+  }
+  std::set<std::string> weights;
+  if (const llvm::json::Object *object = manifest->getAsObject())
+    if (const llvm::json::Array *buffers = object->getArray("buffers"))
+      for (const llvm::json::Value &buffer : *buffers)
+        if (const llvm::json::Object *entry = buffer.getAsObject())
+          if (std::optional<StringRef> file = entry->getString("file"))
+            if (file->starts_with("weights/"))
+              weights.insert(file->drop_front(8).str());
+
+  std::vector<fs::path> files, folders;
+  for (const fs::directory_entry &entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    fs::file_status kind = entry.symlink_status();
+    if (name == "weights" && fs::is_directory(kind)) {
+      for (const fs::directory_entry &weight :
+           fs::directory_iterator(entry.path(), ec)) {
+        std::string file = weight.path().filename().string();
+        if (!weights.count(file) ||
+            !fs::is_regular_file(weight.symlink_status()))
+          return refuse("holds 'weights/" + file +
+                        "', which sharc compile did not write");
+        files.push_back(weight.path());
+      }
+      if (ec)
+        return refuse("cannot be read (" + ec.message() + ")");
+      folders.push_back(entry.path());
+      continue;
+    }
+    if (!isOutputFile(name) || !fs::is_regular_file(kind))
+      return refuse("holds '" + name + "', which sharc compile did not write");
+    files.push_back(entry.path());
+  }
+  if (ec)
+    return refuse("cannot be read (" + ec.message() + ")");
+  files.insert(files.end(), folders.begin(), folders.end());
+  files.push_back(dir);
+  return files;
+}
+
+/// Writes `text` to `path`, checking every write and the close.
+LogicalResult writeFile(const std::string &path, StringRef text) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (!ec) {
+    os << text;
+    os.close();
+    ec = os.error();
+    os.clear_error();
+  }
+  if (ec) {
+    fail("cannot write '" + path + "': " + ec.message());
+    return failure();
+  }
+  return success();
 }
 
 /// Runs `argv`; on failure prints the command and returns failure.
@@ -219,6 +353,13 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                       StringRef modelPath, StringRef outDir) {
   if (outDir.empty() || outDir == "-")
     return fail("sharc compile needs -o OUTDIR");
+  // `-o out/` names the folder `out`.
+  while (outDir.size() > 1 && outDir.ends_with("/"))
+    outDir = outDir.drop_back();
+  if (outDir == "/" || outDir == "." || outDir == ".." ||
+      llvm::sys::path::filename(outDir) == "." ||
+      llvm::sys::path::filename(outDir) == "..")
+    return fail("-o " + outDir + ": name a new folder for the output");
   bool cuda = flags->target == "cuda";
   if (!cuda && flags->target != "cpu")
     return fail("--target must be cpu or cuda, not '" + flags->target + "'");
@@ -241,10 +382,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     return fail("--cuda-arch " + flags->cudaArch +
                 " is not supported: the CUDA runtime is built for sm_80 and "
                 "later (sm_80, sm_86, sm_89, sm_90, ...)");
-  if (llvm::sys::fs::exists(outDir) &&
-      !llvm::sys::fs::exists(outDir + "/manifest.json"))
-    return fail("'" + outDir +
-                "' exists and is not a sharc compile output; not overwriting");
+  if (failed(replaceableOutput(outDir)))
+    return 1;
 
   FailureOr<TrainingOptions> options =
       resolveTrainingOptions(model.entry, /*compiled=*/true);
@@ -292,24 +431,16 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       return 1;
   }
 
-  std::string staging = (outDir + ".partial").str();
-  removeTree(staging);
-  auto abandon = [&](int status) {
-    removeTree(staging);
-    return status;
-  };
+  StagingFolder folder;
+  if (failed(folder.create(outDir)))
+    return 1;
+  const std::string &staging = folder.get();
   if (std::error_code ec =
-          llvm::sys::fs::create_directories(staging + "/weights"))
-    return fail("cannot create '" + staging + "': " + ec.message());
+          llvm::sys::fs::create_directory(staging + "/weights"))
+    return fail("cannot create '" + staging + "/weights': " + ec.message());
   std::string sourcePath = staging + (cuda ? "/program.cu" : "/program.cpp");
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(sourcePath, ec);
-    if (ec)
-      return abandon(
-          fail("cannot write '" + sourcePath + "': " + ec.message()));
-    os << source;
-  }
+  if (failed(writeFile(sourcePath, source)))
+    return 1;
 
   // Initial weights and the manifest.
   llvm::json::Array buffers;
@@ -325,10 +456,10 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       std::string file = "weights/" + rt::npyFileNameFor(buffer.name);
       FailureOr<Tensor> value = initialValue(buffer, model);
       if (failed(value))
-        return abandon(1);
+        return 1;
       std::string error;
       if (!rt::writeNpy(staging + "/" + file, value->toNpy(), error))
-        return abandon(fail(error));
+        return fail(error);
       entry["file"] = file;
     }
     if (buffer.role != "constant")
@@ -357,14 +488,11 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"gemm_epilogues_per_step", report.numGemmEpilogues},
       {"collectives", std::move(collectives)},
       {"buffers", std::move(buffers)}};
-  {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(staging + "/manifest.json", ec);
-    if (ec)
-      return abandon(fail("cannot write the manifest: " + ec.message()));
-    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest)))
-       << "\n";
-  }
+  if (failed(writeFile(
+          staging + "/manifest.json",
+          llvm::formatv("{0:2}\n", llvm::json::Value(std::move(manifest)))
+              .str())))
+    return 1;
 
   if (!flags->emitOnly) {
     TimingScope build = timing.nest("build-binary");
@@ -374,13 +502,33 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                         llvm::sys::path::filename(argv[0]))
                            .str();
     if (failed(runTool(argv, what)))
-      return abandon(1);
+      return 1;
   }
 
-  removeTree(outDir.str());
+  // The output folder is readable as any folder the user makes (mkdtemp
+  // made it private).
+  mode_t mask = umask(0);
+  umask(mask);
+  if (chmod(staging.c_str(), 0777 & ~mask) != 0)
+    return fail("cannot set the permissions of '" + staging +
+                "': " + std::strerror(errno));
+  // Replace an earlier output: checked again now, and only its own files go.
+  FailureOr<std::vector<fs::path>> old = replaceableOutput(outDir);
+  if (failed(old))
+    return 1;
+  for (const fs::path &path : *old) {
+    std::error_code ec;
+    fs::remove(path, ec);
+    if (ec)
+      return fail("cannot remove '" + path.string() +
+                  "' of the earlier "
+                  "output: " +
+                  ec.message());
+  }
   if (std::error_code ec = llvm::sys::fs::rename(staging, outDir))
-    return abandon(fail("cannot move '" + staging + "' to '" + outDir +
-                        "': " + ec.message()));
+    return fail("cannot move '" + staging + "' to '" + outDir +
+                "': " + ec.message());
+  folder.keep();
   if (flags->report)
     printReport(report, emit, llvm::outs());
   llvm::errs() << "sharc: wrote " << outDir
