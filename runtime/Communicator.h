@@ -12,9 +12,12 @@
 #define SHARC_RUNTIME_COMMUNICATOR_H
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace sharc::rt {
 
@@ -24,6 +27,9 @@ enum class DType { f32, f64, f16, bf16, i32, i64 };
 
 /// Bytes per element of `type`.
 size_t dtypeBytes(DType type);
+
+/// The name of `type`: "f32", "f64", "f16", "bf16", "i32" or "i64".
+const char *dtypeName(DType type);
 
 /// Reduction operators.
 enum class ReduceOp { sum, max };
@@ -42,6 +48,26 @@ struct CollectiveStats {
   /// (N-1)B/N (exact: B is N equal slices); broadcast B (nccl-tests' factor 1)
   /// when N > 1.  All are 0 when N = 1.
   uint64_t bytes = 0;
+};
+
+/// The default collective timeout in seconds (torch.distributed's).
+constexpr double kDefaultCollectiveTimeout = 600;
+/// The largest collective timeout accepted, in seconds (one week).
+constexpr double kMaxCollectiveTimeout = 7 * 24 * 3600;
+
+/// Parses a collective timeout in seconds (`3`, `0.5`, `1e3`): a positive,
+/// finite number of at most kMaxCollectiveTimeout.  Otherwise returns false
+/// and sets `error` to what is wrong.
+bool parseCollectiveTimeout(const std::string &text, double &seconds,
+                            std::string &error);
+
+/// One collective or barrier as timeout messages name it.
+struct CollectiveCall {
+  /// Its number among the collectives and barriers of the communicator
+  /// (1, 2, ...): the same on every rank while they issue the same calls.
+  uint64_t number = 0;
+  /// What it is, e.g. `all-reduce #2 of step 5 (4 f32 elements)`.
+  std::string what;
 };
 
 /// A group of ranks running the same program.  Every rank must call the same
@@ -92,7 +118,20 @@ public:
   void broadcast(void *buffer, size_t count, DType type, int root);
 
   /// Waits until every rank has reached the barrier.
-  virtual void barrier() = 0;
+  void barrier();
+
+  /// Bounds every wait for other ranks -- a collective, a barrier, a started
+  /// all-reduce once it runs -- to `seconds`; when one lasts longer, the job
+  /// ends (fatal) with a message naming the call, the context, the timeout
+  /// and the ranks that did not answer.  Fatal unless `seconds` is positive,
+  /// finite and at most kMaxCollectiveTimeout.  Default:
+  /// kDefaultCollectiveTimeout.
+  void setCollectiveTimeout(double seconds);
+  double collectiveTimeout() const { return timeoutSeconds; }
+
+  /// Names what the program is doing (`step 12`, `start-up`) in timeout
+  /// messages; calls are numbered from 1 within each context.
+  void setContext(const std::string &context);
 
   /// Counters of one kind of collective since construction or resetStats().
   const CollectiveStats &stats(CollectiveKind kind) const {
@@ -117,14 +156,26 @@ protected:
                            DType type) = 0;
   virtual void doBroadcast(void *buffer, size_t count, DType type,
                            int root) = 0;
+  virtual void doBarrier() = 0;
 
   /// Tickets handed out so far.
   uint64_t started = 0;
+  /// The call being issued: set before each do* call (doStartAllReduce
+  /// copies it for later).
+  CollectiveCall call;
+  /// Read by the threads that wait (the progress thread, the watchdog).
+  std::atomic<double> timeoutSeconds{kDefaultCollectiveTimeout};
 
 private:
   void count(CollectiveKind kind, uint64_t bytes);
+  /// Numbers and describes the next call in `call`: `kind`, and unless
+  /// `type` is null, `count` elements of `type`.
+  void nextCall(const char *kind, size_t count, const DType *type,
+                const char *note = nullptr);
 
   std::array<CollectiveStats, kNumCollectiveKinds> counters{};
+  std::string context;
+  uint64_t contextCalls = 0;
 };
 
 /// A single rank (runs without mpirun): collectives are copies.
@@ -132,9 +183,9 @@ class LocalCommunicator : public Communicator {
 public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void barrier() override {}
 
 protected:
+  void doBarrier() override {}
   void doAllReduce(void *buffer, size_t count, DType type,
                    ReduceOp op) override;
   void doReduceScatter(const void *send, void *recv, size_t sliceCount,
@@ -148,19 +199,60 @@ protected:
 /// MPI_Finalize after destroying it.  Reductions are a personalized exchange
 /// (MPI_Alltoallv) of the slices followed by a local fold in rank order, and,
 /// for all-reduce, an MPI_Allgatherv of the reduced slices: the same volume as
-/// ring algorithms and independent of MPI's reduction algorithms.
-/// Over MPI_COMM_WORLD.  With MPI initialized at MPI_THREAD_SERIALIZED or
-/// above, started all-reduces run on a progress thread that owns MPI while any
-/// is in flight (every other call waits for them first); otherwise they run at
-/// once.
+/// ring algorithms and independent of MPI's reduction algorithms.  With MPI
+/// initialized at MPI_THREAD_SERIALIZED or above, started all-reduces run on a
+/// progress thread that owns MPI while any is in flight (every other call
+/// waits for them first); otherwise they run at once.
+///
+/// Every MPI operation is nonblocking (MPI_Ialltoallv, MPI_Ibarrier, ...) and
+/// polled with MPI_Test against the collective timeout: first spinning for a
+/// short while (normal steps keep their latency), then sleeping between polls
+/// with a growing interval (a long wait does not keep a core busy).  While a
+/// rank waits it answers its peers' questions on a side channel
+/// (point-to-point messages on MPI_COMM_WORLD with the tags kAskTag and
+/// kAnswerTag, which MPI keeps apart from collective traffic); a rank whose
+/// wait times out asks every other rank what it is doing, so that the error
+/// names the ranks that did not answer -- stopped, hung, or not in any
+/// collective -- and what the others are waiting in.
 class MpiCommunicator : public Communicator {
 public:
-  MpiCommunicator();
+  /// Tags of the side channel's questions and answers on MPI_COMM_WORLD.
+  static constexpr int kAskTag = 0x5AC0;
+  static constexpr int kAnswerTag = 0x5AC1;
+
+  /// `timeoutSeconds` as for setCollectiveTimeout.  Without `progressThread`
+  /// started all-reduces run at once.
+  explicit MpiCommunicator(double timeoutSeconds = kDefaultCollectiveTimeout,
+                           bool progressThread = true);
   ~MpiCommunicator() override;
 
   int rank() const override { return rankId; }
   int size() const override { return numRanks; }
-  void barrier() override;
+
+  /// A barrier and a broadcast of `bytes` bytes described by `call`, neither
+  /// numbered nor counted: the MPI part of NcclCommunicator.
+  void barrierAs(const CollectiveCall &call);
+  void broadcastBytesAs(void *buffer, size_t bytes, int root,
+                        const CollectiveCall &call);
+
+  /// Answers the questions other ranks have sent this one on the side channel:
+  /// this rank `waiting` in call number `callNumber`, or not; `state` says
+  /// what it does, as a predicate (`is waiting in barrier #1 of start-up`).
+  /// The waits of this class call it; another thread may too (MPI calls of
+  /// this class are serialized by one mutex).
+  void answerPeers(uint64_t callNumber, bool waiting, const std::string &state);
+
+  /// Asks every other rank what it does and waits up to `graceSeconds` for
+  /// the answers (answering questions meanwhile with `waiting`, `state`).
+  /// Returns them as text: `no answer from rank 1 (...); rank 2 is waiting in
+  /// it too; rank 3 is waiting in barrier #1 of the end of the run`, where
+  /// "it" is call `callNumber`.
+  std::string askPeers(uint64_t callNumber, const std::string &state,
+                       double graceSeconds);
+
+  /// fatal(message), its MPI calls serialized with the other threads' MPI
+  /// calls of this class.
+  [[noreturn]] static void abortJob(const std::string &message);
 
 protected:
   void doAllReduce(void *buffer, size_t count, DType type,
@@ -170,15 +262,29 @@ protected:
   void doAllGather(const void *send, void *recv, size_t sliceCount,
                    DType type) override;
   void doBroadcast(void *buffer, size_t count, DType type, int root) override;
+  void doBarrier() override;
   uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
                             ReduceOp op) override;
   void doWait(uint64_t ticket) override;
 
 private:
   struct Progress;
+  struct SideChannel;
+
+  void allReduceAs(void *buffer, size_t count, DType type, ReduceOp op,
+                   const CollectiveCall &call);
+  void reduceSlicesAs(const void *send, void *recv,
+                      const std::vector<int> &counts,
+                      const std::vector<int> &offsets, DType type, ReduceOp op,
+                      const CollectiveCall &call, double startSeconds);
+  /// Polls `request` until it completes; fatal with what the peers answer
+  /// once `call` has waited collectiveTimeout() seconds since
+  /// `startSeconds` (monotonic, secondsNow()).
+  void complete(void *request, const CollectiveCall &call, double startSeconds);
 
   int rankId = 0;
   int numRanks = 1;
+  std::unique_ptr<SideChannel> side;
   std::unique_ptr<Progress> progress;
 };
 

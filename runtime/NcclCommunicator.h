@@ -11,6 +11,8 @@
 
 #include "runtime/Communicator.h"
 
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -44,9 +46,24 @@ namespace sharc::rt {
 /// per element), so results may differ from MpiCommunicator's in the last
 /// bits.  Hardware reductions (NVLS, CollNet/SHARP) are outside this promise;
 /// NCCL_ALGO=Ring,Tree excludes them.
+///
+/// Timeouts (setCollectiveTimeout): the communicator is nonblocking
+/// (ncclConfig_t::blocking = 0), so start-up (ncclCommInitRankConfig), the
+/// enqueueing of each collective and ncclCommFinalize are polled with
+/// ncclCommGetAsyncError against the timeout, and ncclCommAbort cancels them
+/// when it expires.  Each collective enqueued is bracketed by two CUDA events;
+/// a watchdog thread polls them every few milliseconds, and when a collective
+/// has been running on the GPU (its first event done, its second not) for
+/// longer than the timeout it ends the job (MPI_Abort kills every rank's
+/// process, GPU work included).  The MPI parts -- the broadcast of the NCCL id
+/// and the barrier -- go through an MpiCommunicator with the same timeout,
+/// whose side channel the watchdog also answers, so the message names the
+/// ranks that did not answer (needs MPI_THREAD_SERIALIZED or above, which the
+/// training binary asks for).  An asynchronous NCCL error is fatal too.
 class NcclCommunicator : public Communicator {
 public:
-  NcclCommunicator();
+  /// `timeoutSeconds` as for setCollectiveTimeout; it bounds start-up too.
+  explicit NcclCommunicator(double timeoutSeconds = kDefaultCollectiveTimeout);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator &) = delete;
   NcclCommunicator &operator=(const NcclCommunicator &) = delete;
@@ -54,11 +71,10 @@ public:
   int rank() const override { return rankId; }
   int size() const override { return numRanks; }
 
-  /// Waits for the stream (so every enqueued collective has completed on
-  /// this rank), then MPI_Barrier.
-  void barrier() override;
-
 protected:
+  /// Waits for the stream (so every enqueued collective has completed on
+  /// this rank), then an MPI barrier.
+  void doBarrier() override;
   void doAllReduce(void *buffer, size_t count, DType type,
                    ReduceOp op) override;
   void doReduceScatter(const void *send, void *recv, size_t sliceCount,
@@ -75,8 +91,28 @@ protected:
   void doWait(uint64_t ticket) override;
 
 private:
+  struct Watchdog;
+
+  /// Waits until the NCCL call that returned `status` (an ncclResult_t) has
+  /// left ncclInProgress; fatal on an error, and, after ncclCommAbort, when
+  /// `call` has waited collectiveTimeout() seconds since `startSeconds`.
+  void settle(int status, const char *function, const CollectiveCall &call,
+              double startSeconds);
+  /// Runs `enqueue` (an NCCL call on `onStream`, returning its
+  /// ncclResult_t) between two events the watchdog watches.
+  template <typename Enqueue>
+  void tracked(void *onStream, const char *function, Enqueue enqueue);
+  /// Ends the job: `call` did not complete within the timeout.
+  [[noreturn]] void timedOut(const CollectiveCall &call,
+                             const std::string &state);
+
   int rankId = 0;
   int numRanks = 1;
+  /// MPI_COMM_WORLD with the same timeout: the id broadcast, the barrier and
+  /// the side channel.
+  std::unique_ptr<MpiCommunicator> host;
+  /// Whether threads other than the caller's may call MPI (the watchdog).
+  bool mpiFromWatchdog = false;
   ncclComm *comm = nullptr;
   /// The device stream and the communication stream, cudaStream_t.
   void *stream = nullptr;
@@ -85,6 +121,7 @@ private:
   /// yet, by ticket, and reusable ones.
   std::vector<std::pair<uint64_t, void *>> inFlight;
   std::vector<void *> spareEvents;
+  std::unique_ptr<Watchdog> watchdog;
 };
 
 } // namespace sharc::rt

@@ -11,8 +11,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 using namespace sharc::rt;
@@ -327,4 +332,81 @@ TEST(MpiCommunicator, StartedAllReducesOverlapAndCompleteInOrder) {
                                       ReduceOp::max);
   comm.barrier();
   comm.wait(last);
+}
+
+TEST(CollectiveTimeout, ParsesPositiveFiniteBoundedSeconds) {
+  double seconds = 0;
+  std::string error;
+  for (auto [text, expected] : {std::pair<const char *, double>{"3", 3.0},
+                                {"0.5", 0.5},
+                                {"1e3", 1000.0},
+                                {"604800", 604800.0}}) {
+    EXPECT_TRUE(parseCollectiveTimeout(text, seconds, error)) << text;
+    EXPECT_EQ(seconds, expected) << text;
+  }
+  for (const char *text :
+       {"", "0", "-1", "3s", "abc", "inf", "nan", "604800.5", "1e400"}) {
+    seconds = -7;
+    EXPECT_FALSE(parseCollectiveTimeout(text, seconds, error)) << text;
+    EXPECT_EQ(error, std::string("expected a positive number of seconds of at "
+                                 "most 604800, got '") +
+                         text + "'");
+    EXPECT_EQ(seconds, -7) << text;
+  }
+}
+
+namespace {
+
+/// CPU seconds this process has used (all threads).
+double cpuSeconds() {
+  timespec time{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time);
+  return double(time.tv_sec) + 1e-9 * double(time.tv_nsec);
+}
+
+double wallSeconds() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+} // namespace
+
+TEST(MpiCommunicator, WaitingForALateRankSleeps) {
+  MpiCommunicator comm(/*timeoutSeconds=*/30);
+  EXPECT_EQ(comm.collectiveTimeout(), 30);
+  int n = comm.size(), me = comm.rank();
+  if (n == 1)
+    GTEST_SKIP() << "needs a peer to wait for";
+  comm.setContext("the sleeping test");
+  // The last rank arrives 1.5 s late at a blocking all-reduce, a started one
+  // and a barrier; the others wait, and must not spin a core meanwhile: a
+  // spinning wait would use about 1.5 s of CPU (less when ranks share cores,
+  // but still far above the bound).
+  const double lateSeconds = 1.5;
+  std::vector<float> buffer(1000);
+  for (int round = 0; round < 3; ++round) {
+    std::fill(buffer.begin(), buffer.end(), float(me + 1));
+    comm.barrier();
+    double cpuStart = cpuSeconds(), wallStart = wallSeconds();
+    if (me == n - 1)
+      std::this_thread::sleep_for(std::chrono::duration<double>(lateSeconds));
+    if (round == 0)
+      comm.allReduce(buffer.data(), buffer.size(), DType::f32, ReduceOp::sum);
+    else if (round == 1)
+      comm.wait(comm.startAllReduce(buffer.data(), buffer.size(), DType::f32,
+                                    ReduceOp::sum));
+    else
+      comm.barrier();
+    double cpu = cpuSeconds() - cpuStart, wall = wallSeconds() - wallStart;
+    if (round < 2) {
+      for (size_t i = 0; i < buffer.size(); ++i)
+        ASSERT_EQ(buffer[i], float(n * (n + 1) / 2)) << round << " " << i;
+    }
+    if (me != n - 1) {
+      EXPECT_GE(wall, lateSeconds - 0.1) << "round " << round;
+      EXPECT_LT(cpu, 0.3) << "round " << round << ": " << cpu
+                          << " CPU seconds in " << wall << " s of waiting";
+    }
+  }
 }

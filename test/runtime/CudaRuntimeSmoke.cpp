@@ -62,7 +62,9 @@ int localRank() {
 } // namespace
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  // NcclCommunicator's watchdog answers the timeout side channel over MPI.
+  int level = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &level);
   deviceInit(localRank());
   {
     NcclCommunicator comm;

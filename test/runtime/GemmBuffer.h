@@ -69,20 +69,6 @@ struct Buffer {
   std::vector<unsigned char> bytes;
 };
 
-/// "f32", "f64", "f16" or "bf16".
-inline const char *typeName(DType type) {
-  switch (type) {
-  case DType::f32:
-    return "f32";
-  case DType::f64:
-    return "f64";
-  case DType::f16:
-    return "f16";
-  default:
-    return "bf16";
-  }
-}
-
 } // namespace sharc::rt::test
 
 #endif // SHARC_TEST_RUNTIME_GEMMBUFFER_H

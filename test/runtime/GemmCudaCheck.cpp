@@ -30,7 +30,6 @@
 
 using namespace sharc::rt;
 using sharc::rt::test::Buffer;
-using sharc::rt::test::typeName;
 
 namespace {
 
@@ -170,7 +169,7 @@ int main() {
         std::printf("gemm-cuda-check: FAIL %s m=%lld n=%lld k=%lld batch=%lld "
                     "outer=%lld transA=%d transB=%d bias=%d activation=%d "
                     "aux=%d ldc=%lld beta=%g: relative difference %g\n",
-                    typeName(type), (long long)args.m, (long long)args.n,
+                    dtypeName(type), (long long)args.m, (long long)args.n,
                     (long long)args.k, (long long)args.batch,
                     (long long)args.outerBatch, int(args.transA),
                     int(args.transB), int(bias), int(args.activation), int(aux),

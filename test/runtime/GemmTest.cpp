@@ -420,7 +420,7 @@ TEST_P(GemmTypes, EmptyProblemsTouchNothing) {
 }
 
 std::string typeName(const testing::TestParamInfo<DType> &info) {
-  return sharc::rt::test::typeName(info.param);
+  return dtypeName(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmTypes,
