@@ -463,6 +463,7 @@ void NcclCommunicator::doBroadcast(void *buffer, size_t count, DType type,
 /// makes TrainMain use it instead of MpiCommunicator; `sharc compile --target
 /// cuda` links it from libSharcRuntimeCuda.a with --undefined=
 /// sharcCreateCommunicator (a weak reference does not pull an archive member).
-extern "C" sharc::rt::Communicator *sharcCreateCommunicator() {
-  return new sharc::rt::NcclCommunicator();
+extern "C" sharc::rt::Communicator *
+sharcCreateCommunicator(double collectiveTimeoutSeconds) {
+  return new sharc::rt::NcclCommunicator(collectiveTimeoutSeconds);
 }

@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace sharc::rt;
@@ -38,8 +39,10 @@ using namespace sharc::rt;
 /// The communicator of the device target, defined (strongly) by an object the
 /// CUDA target links, e.g. one returning `new NcclCommunicator()`.  Weak and
 /// absent on the CPU target, where the binary uses MpiCommunicator.  Called
-/// after deviceInit; the caller owns the result.
-extern "C" __attribute__((weak)) Communicator *sharcCreateCommunicator();
+/// after deviceInit with the collective timeout (--collective-timeout); the
+/// caller owns the result.
+extern "C" __attribute__((weak)) Communicator *
+sharcCreateCommunicator(double collectiveTimeoutSeconds);
 
 namespace {
 
@@ -60,7 +63,11 @@ struct Options {
   int64_t logEvery = 1;
   std::string weightsDir;
   std::string saveStateDir;
+  double collectiveTimeout = kDefaultCollectiveTimeout;
   bool help = false;
+  /// The first command-line error (parsing stops there), reported once the
+  /// communicator exists.
+  std::string error;
 };
 
 const char *bufferTypeName(BufferType type) {
@@ -157,14 +164,21 @@ void floatsToBFloat16(const float *src, uint16_t *dest, size_t count) {
 
 /// Fails on rank 0 with `message`; the other ranks wait for the abort.  Only
 /// for errors every rank detects identically (the command line and the
-/// compiled-in program description), so exactly one message is printed.
+/// compiled-in program description), so exactly one message is printed --
+/// unless rank 0 does not end the job within the collective timeout (stopped
+/// or hung), when every other rank reports it.
 [[noreturn]] void fatalOnce(const Communicator &comm,
                             const std::string &message) {
   if (comm.rank() == 0)
     fatal(message);
-  MPI_Barrier(MPI_COMM_WORLD);
-  // Rank 0 aborts the job; reaching here would mean it did not.
-  fatal(message);
+  Clock::time_point deadline =
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(comm.collectiveTimeout()));
+  while (Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  fatal(message + " (rank 0 did not end the job within the collective "
+                  "timeout)");
 }
 
 /// The node-local rank, for device selection: from the launcher's environment
@@ -186,7 +200,8 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
   std::string text =
       std::string("usage: ") + argv0 +
       " --input NAME=FILE.npy ... [--steps S] [--log-every K]\n"
-      "       [--weights DIR] [--save-state DIR] [--help]\n"
+      "       [--weights DIR] [--save-state DIR]\n"
+      "       [--collective-timeout SECONDS] [--help]\n"
       "\n"
       "Trains " +
       info.model + " (target " + info.target + ", " +
@@ -195,7 +210,9 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
       ") for S steps (default 1), printing every K-th step\n"
       "(default 1).  Parameters and optimizer state come from DIR/NAME.npy\n"
       "(--weights, default: the `weights` folder next to this binary);\n"
-      "--save-state writes them after the last step.\n"
+      "--save-state writes them after the last step.  A collective or barrier\n"
+      "that waits longer than --collective-timeout seconds (default 600) for\n"
+      "the other ranks ends the job with an error naming them.\n"
       "\n"
       "inputs (rows along axis 0, any number of them):\n";
   for (int i = 0; i < info.numBuffers; ++i) {
@@ -211,21 +228,29 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
   return text;
 }
 
-/// Parses a positive integer flag value.
-int64_t parsePositive(const Communicator &comm, const std::string &flag,
-                      const std::string &value) {
+/// Parses a positive integer flag value into `number`, or sets `error`.
+bool parsePositive(const std::string &flag, const std::string &value,
+                   int64_t &number, std::string &error) {
   char *end = nullptr;
   errno = 0;
-  long long number = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno != 0 || number < 1)
-    fatalOnce(comm,
-              flag + ": expected a positive integer, got '" + value + "'");
-  return number;
+  long long parsed = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno != 0 || parsed < 1) {
+    error = flag + ": expected a positive integer, got '" + value + "'";
+    return false;
+  }
+  number = parsed;
+  return true;
 }
 
-/// Parses the command line (every rank parses the same one).
-Options parseOptions(const Communicator &comm, int argc, char **argv) {
+/// Parses the command line (every rank parses the same one).  Needs no
+/// communicator, so that the collective timeout is known when it is created;
+/// the first error ends the parsing and is left in `Options::error`.
+Options parseOptions(int argc, char **argv) {
   Options options;
+  auto fail = [&](const std::string &message) {
+    options.error = message;
+    return options;
+  };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string flag = arg, value;
@@ -238,38 +263,45 @@ Options parseOptions(const Communicator &comm, int argc, char **argv) {
         hasValue = true;
       }
     }
-    auto takeValue = [&]() -> std::string {
-      if (hasValue)
-        return value;
-      if (i + 1 >= argc)
-        fatalOnce(comm, flag + ": missing value");
-      return argv[++i];
-    };
     if (flag == "--help" || flag == "-h") {
       options.help = true;
-    } else if (flag == "--input") {
-      std::string pair = takeValue();
-      size_t equals = pair.find('=');
+      continue;
+    }
+    if (flag != "--input" && flag != "--steps" && flag != "--log-every" &&
+        flag != "--weights" && flag != "--save-state" &&
+        flag != "--collective-timeout")
+      return fail("unknown argument '" + arg + "' (see " +
+                  std::string(argv[0]) + " --help)");
+    if (!hasValue) {
+      if (i + 1 >= argc)
+        return fail(flag + ": missing value");
+      value = argv[++i];
+    }
+    std::string error;
+    if (flag == "--input") {
+      size_t equals = value.find('=');
       if (equals == std::string::npos || equals == 0 ||
-          equals + 1 == pair.size())
-        fatalOnce(comm, "--input: expected NAME=FILE.npy, got '" + pair + "'");
-      options.inputs.emplace_back(pair.substr(0, equals),
-                                  pair.substr(equals + 1));
+          equals + 1 == value.size())
+        return fail("--input: expected NAME=FILE.npy, got '" + value + "'");
+      options.inputs.emplace_back(value.substr(0, equals),
+                                  value.substr(equals + 1));
     } else if (flag == "--steps") {
-      options.steps = parsePositive(comm, flag, takeValue());
+      if (!parsePositive(flag, value, options.steps, error))
+        return fail(error);
     } else if (flag == "--log-every") {
-      options.logEvery = parsePositive(comm, flag, takeValue());
+      if (!parsePositive(flag, value, options.logEvery, error))
+        return fail(error);
     } else if (flag == "--weights") {
-      options.weightsDir = takeValue();
+      options.weightsDir = value;
       if (options.weightsDir.empty())
-        fatalOnce(comm, "--weights: empty directory name");
+        return fail("--weights: empty directory name");
     } else if (flag == "--save-state") {
-      options.saveStateDir = takeValue();
+      options.saveStateDir = value;
       if (options.saveStateDir.empty())
-        fatalOnce(comm, "--save-state: empty directory name");
-    } else {
-      fatalOnce(comm, "unknown argument '" + arg + "' (see " +
-                          std::string(argv[0]) + " --help)");
+        return fail("--save-state: empty directory name");
+    } else if (flag == "--collective-timeout") {
+      if (!parseCollectiveTimeout(value, options.collectiveTimeout, error))
+        return fail("--collective-timeout: " + error);
     }
   }
   if (options.weightsDir.empty()) {
@@ -443,9 +475,13 @@ int run(int argc, char **argv) {
   // Kernels and GEMMs share one pool of threads (ThreadPool.h); BLAS itself
   // runs single-threaded inside it, so no second set of threads spins.
   setBlasThreads(1);
-  std::unique_ptr<Communicator> commOwner(sharcCreateCommunicator
-                                              ? sharcCreateCommunicator()
-                                              : new MpiCommunicator());
+  // Parsed before the communicator, whose start-up the timeout bounds too;
+  // errors are reported below, once.
+  Options options = parseOptions(argc, argv);
+  std::unique_ptr<Communicator> commOwner(
+      sharcCreateCommunicator
+          ? sharcCreateCommunicator(options.collectiveTimeout)
+          : new MpiCommunicator(options.collectiveTimeout));
   Communicator &comm = *commOwner;
 
   const ProgramInfo *infoPointer = sharcProgramInfo();
@@ -474,7 +510,8 @@ int run(int argc, char **argv) {
   if (target != "cpu" && target != "cuda")
     fatalOnce(comm, "unknown program target '" + target + "'");
 
-  Options options = parseOptions(comm, argc, argv);
+  if (!options.error.empty())
+    fatalOnce(comm, options.error);
   if (options.help) {
     if (comm.rank() == 0)
       std::fputs(usage(argv[0], info).c_str(), stdout);
@@ -620,6 +657,7 @@ int run(int argc, char **argv) {
   Clock::time_point lastLine = Clock::now();
   for (int64_t s = 0; s < options.steps; ++s) {
     int64_t globalStep = firstStep + s;
+    comm.setContext("step " + std::to_string(globalStep + 1));
     if (s == 0)
       deviceMemset(arena, kArenaSentinel, info.arenaBytes);
 
@@ -737,6 +775,11 @@ int run(int argc, char **argv) {
     if (!files.commit(message))
       fatal("--save-state: " + message);
   }
+
+  // No rank finalizes MPI (which waits for every rank, without a timeout)
+  // before all have finished, --save-state included.
+  comm.setContext("the end of the run");
+  comm.barrier();
 
   for (void *buffer : buffers)
     deviceFree(buffer);

@@ -11,8 +11,11 @@ the same training computed by numpy.
 import os
 import pathlib
 import re
+import selectors
 import shutil
+import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -277,6 +280,11 @@ def test_wrong_input_shape(data):
         (["--input", "x=a.npy"], "missing --input y=FILE.npy"),
         (["--input", "x=a.npy", "--input", "y=b.npy", "--input", "x=c.npy"],
          "--input 'x' is given more than once"),
+        *[(["--collective-timeout", value],
+           "--collective-timeout: expected a positive number of seconds of at most 604800, "
+           f"got '{value}'")
+          for value in ["0", "-3", "inf", "nan", "3s", "604801", ""]],
+        (["--collective-timeout"], "--collective-timeout: missing value"),
     ],
 )
 @pytest.mark.parametrize("ranks", [1, 2])
@@ -297,3 +305,117 @@ def test_wrong_world_size(data, compiled, launched):
                    f"{'s' if compiled > 1 else ''} (--world-size {compiled}) but runs on "
                    f"{launched}; recompile with sharc compile --world-size {launched} "
                    f"or launch with mpirun -np {compiled}")
+
+
+def test_collective_timeout_flag(data):
+    """A short timeout does not disturb normal steps; --help documents it."""
+    directory, x, y = data
+    result = mpirun(2, binary(2), *inputs(directory), "--steps", 7, "--weights",
+                    directory / "weights", "--collective-timeout=0.5")
+    assert result.returncode == 0, result.stderr
+    lines, _ = parse(result.stdout)
+    expected, _ = reference(x, y, np.load(directory / "weights" / "w.npy"), 2, 7)
+    np.testing.assert_allclose([line[1] for line in lines], expected, rtol=1e-5, atol=1e-6)
+    result = mpirun(1, binary(1), "--help")
+    assert "[--collective-timeout SECONDS]" in result.stdout
+
+
+def stat_fields(pid: int):
+    """The fields of /proc/PID/stat after the command name (field 3 onwards)."""
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def rank_processes(root: int, program: pathlib.Path):
+    """{rank: (pid, start time)} of the MPI ranks running `program` among the
+    descendants of process `root` (the launcher this test started)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(stat_fields(int(entry))[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    descendants, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        descendants |= frontier
+    ranks = {}
+    for pid in descendants:
+        try:
+            command = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environment = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            started = stat_fields(pid)[19]
+        except OSError:
+            continue
+        if command[0] != str(program).encode():
+            continue
+        for item in environment:
+            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                ranks[int(item.split(b"=", 1)[1])] = (pid, started)
+    return ranks
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads)."""
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("stopped", [0, 1])
+def test_stopped_rank_ends_the_job(data, stopped):
+    """A rank stopped with SIGSTOP mid-run: the other waits in a collective
+    without spinning a core, and after --collective-timeout 3 the job ends
+    with an error naming the collective, the step, the timeout and the
+    stopped rank."""
+    directory, _, _ = data
+    program = binary(2)
+    command = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2", str(program),
+               *inputs(directory), "--steps", str(10**15), "--log-every", str(10**15),
+               "--weights", str(directory / "weights"), "--collective-timeout", "3"]
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    ranks = {}
+    try:
+        # Training is under way once step 1 is printed.
+        with selectors.DefaultSelector() as selector:
+            selector.register(launcher.stdout, selectors.EVENT_READ)
+            assert selector.select(timeout=TIMEOUT), "no step line"
+        first = launcher.stdout.readline()
+        assert first.startswith("step 1 "), first
+        deadline = time.monotonic() + TIMEOUT
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            ranks = rank_processes(launcher.pid, program)
+        assert sorted(ranks) == [0, 1], ranks
+        waiting = ranks[1 - stopped][0]
+
+        os.kill(ranks[stopped][0], signal.SIGSTOP)
+        start = time.monotonic()
+        time.sleep(0.5)
+        cpu_start = cpu_seconds(waiting)
+        time.sleep(2)
+        waiting_cpu = cpu_seconds(waiting) - cpu_start
+        _, stderr = launcher.communicate(timeout=TIMEOUT)
+        elapsed = time.monotonic() - start
+    finally:
+        # Only the processes this test started: the launcher and its ranks
+        # (the same pid and start time), should any be left.
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+        for pid, started in ranks.values():
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    if stat_fields(pid)[19] == started:
+                        os.kill(pid, sig)
+                except (OSError, IndexError):
+                    pass
+
+    assert launcher.returncode != 0, stderr
+    # 3 s timeout + 1 s for the peers to answer + the abort; far below TIMEOUT.
+    assert 3 <= elapsed < 20, (elapsed, stderr)
+    assert waiting_cpu < 0.5, f"the waiting rank used {waiting_cpu} s of CPU in 2 s"
+    pattern = (rf"sharc: rank {1 - stopped}: error: all-reduce #[12] of step \d+ "
+               r"\(\d+ f32 elements?\) did not complete within the collective timeout of 3 s "
+               rf"\(--collective-timeout\); no answer from rank {stopped} "
+               r"\(stopped, hung, or busy outside any collective\)")
+    assert re.search(pattern, stderr), stderr
