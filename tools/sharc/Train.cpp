@@ -15,6 +15,7 @@
 #include "ir/Evaluator.h"
 #include "ir/SharcOps.h"
 #include "passes/Passes.h"
+#include "runtime/AtomicFile.h"
 #include "runtime/Npy.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -303,14 +304,26 @@ FailureOr<Tensor> readData(StringRef name, StringRef path,
   return value;
 }
 
-/// Writes `value` (bf16 as f32) to DIR/FILE.
-LogicalResult writeTensor(StringRef dir, StringRef file, const Tensor &value) {
+/// Writes `value` (bf16 as f32) to DIR/FILE in `files`, the set of files
+/// being written.
+LogicalResult writeTensor(rt::AtomicFileSet &files, StringRef dir,
+                          StringRef file, const Tensor &value) {
   SmallString<256> path(dir);
   llvm::sys::path::append(path, file);
   Tensor stored =
       value.dtype() == DType::bf16 ? value.convertTo(DType::f32) : value;
   std::string error;
-  if (!rt::writeNpy(path.str().str(), stored.toNpy(), error)) {
+  if (!rt::writeNpy(files, path.str().str(), stored.toNpy(), error)) {
+    fail(error);
+    return failure();
+  }
+  return success();
+}
+
+/// Renames every file of `files` into place (all or none).
+LogicalResult commitFiles(rt::AtomicFileSet &files) {
+  std::string error;
+  if (!files.commit(error)) {
     fail(error);
     return failure();
   }
@@ -495,16 +508,18 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
       sourceOf[param.getName()] = param.getSource().str();
   if (failed(createDirectory(dir)))
     return failure();
+  rt::AtomicFileSet files;
   for (unsigned r = 1, e = sums.size(); r < e; ++r) {
     auto name = grad.getResultAttrOfType<StringAttr>(
         r, SharcDialect::getGradAttrName());
     if (!name)
       continue;
-    if (failed(writeTensor(dir, fileNameFor(sourceOf[name.getValue()]) + ".npy",
+    if (failed(writeTensor(files, dir,
+                           fileNameFor(sourceOf[name.getValue()]) + ".npy",
                            sums[r])))
       return failure();
   }
-  return success();
+  return commitFiles(files);
 }
 
 /// Writes every parameter and state argument of `step` (their values in
@@ -518,6 +533,7 @@ LogicalResult dumpState(func::FuncOp step, ArrayRef<Tensor> args,
       stemOf[param.getName()] = fileNameFor(param.getSource());
   if (failed(createDirectory(dir)))
     return failure();
+  rt::AtomicFileSet files;
   llvm::StringSet<> written;
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
     std::string file;
@@ -535,10 +551,10 @@ LogicalResult dumpState(func::FuncOp step, ArrayRef<Tensor> args,
       fail("--dump-state: two tensors would be written to " + file);
       return failure();
     }
-    if (failed(writeTensor(dir, file, args[i])))
+    if (failed(writeTensor(files, dir, file, args[i])))
       return failure();
   }
-  return success();
+  return commitFiles(files);
 }
 
 } // namespace

@@ -12,6 +12,7 @@
 #include "frontends/onnx/Importer.h"
 #include "ir/Evaluator.h"
 #include "ir/SharcOps.h"
+#include "runtime/AtomicFile.h"
 #include "runtime/Npy.h"
 #include "tools/sharc/Diagnostics.h"
 #include "tools/sharc/Train.h"
@@ -326,6 +327,9 @@ static int runEval(MLIRContext &context) {
     if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
       return fail("cannot create output directory '" + outputDir +
                   "': " + ec.message());
+  // Every output file is written before any replaces its previous version.
+  rt::AtomicFileSet files;
+  std::string error;
   for (unsigned i = 0, e = results->size(); i < e; ++i) {
     const Tensor &value = (*results)[i];
     std::string name = resultName(func, i);
@@ -342,10 +346,11 @@ static int runEval(MLIRContext &context) {
     llvm::sys::path::append(path, fileNameFor(name) + ".npy");
     Tensor stored =
         value.dtype() == DType::bf16 ? value.convertTo(DType::f32) : value;
-    std::string error;
-    if (!rt::writeNpy(path.str().str(), stored.toNpy(), error))
+    if (!rt::writeNpy(files, path.str().str(), stored.toNpy(), error))
       return fail(error);
   }
+  if (!files.commit(error))
+    return fail(error);
   return 0;
 }
 
