@@ -4,6 +4,7 @@
 #include "runtime/Npy.h"
 #include "runtime/AtomicFile.h"
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -194,25 +195,35 @@ bool parseNpy(const std::string &name, const char *bytes, size_t size,
     return fail("unsupported dtype '" + descr +
                 "' (supported: <f8 <f4 <f2 <i8 <i4 |b1)");
   out.shape = shape;
-  // Multiply with an overflow guard: a forged header must not make a huge
-  // shape look like it matches a small file.
-  size_t need = npyTypeBytes(out.type);
+  std::string dims;
+  for (int64_t d : shape)
+    dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+  // The sizes other than 0 must multiply to at most INT64_MAX, as NumPy
+  // requires: code that multiplies some of them must not overflow.
+  int64_t elements = 1;
+  bool empty = false;
   for (int64_t d : shape) {
-    if (d != 0 && need > size / (size_t)d) {
-      need = size + 1;
-      break;
+    if (d == 0) {
+      empty = true;
+      continue;
     }
-    need *= (size_t)d;
+    if (elements > INT64_MAX / d)
+      return fail("shape (" + dims +
+                  ") has more elements than a 64-bit integer holds");
+    elements *= d;
   }
+  // A forged header must not make a huge shape look like it matches a small
+  // file: compare without multiplying past the file's size.
   size_t dataOffset = offset + headerLen;
-  if (size - dataOffset != need) {
-    std::string dims;
-    for (int64_t d : shape)
-      dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-    return fail("expected " + std::to_string(need) + " data bytes for " +
-                descr + " shape (" + dims + "), found " +
+  size_t typeBytes = npyTypeBytes(out.type);
+  bool tooBig = !empty && (uint64_t)elements > size / typeBytes;
+  size_t need = empty || tooBig ? 0 : (size_t)elements * typeBytes;
+  if (tooBig || size - dataOffset != need)
+    return fail("expected " +
+                (tooBig ? "more data bytes than the file has"
+                        : std::to_string(need) + " data bytes") +
+                " for " + descr + " shape (" + dims + "), found " +
                 std::to_string(size - dataOffset));
-  }
   out.data.assign(bytes + dataOffset, bytes + size);
   return true;
 }

@@ -1,10 +1,11 @@
-//===- AtomicFileTest.cpp - Atomic files and file sets --------------------===//
+//===- AtomicFileTest.cpp - Atomic files, file sets and .npy parsing ------===//
 //
 // AtomicFile and AtomicFileSet (runtime/AtomicFile.h): targets are replaced
 // whole or not at all, temporary files never outlive a failure, nothing that
 // the writer did not create is opened, followed or removed.  Write failures
 // come from the SHARC_TEST_WRITE_LIMIT hook (setWriteLimitForTesting); the
-// end-to-end tests fill a real tmpfs.
+// end-to-end tests fill a real tmpfs.  Also parseNpy on shapes with a zero
+// and shapes whose sizes overflow.
 //
 //===----------------------------------------------------------------------===//
 
@@ -321,6 +322,51 @@ TEST_F(AtomicFileTest, WriteNpyKeepsThePreviousFileOnFailure) {
   EXPECT_EQ(error, path("w.npy") + ": No space left on device");
   EXPECT_EQ(readText(path("w.npy")), previous);
   EXPECT_EQ(names(), std::vector<std::string>{"w.npy"});
+}
+
+/// parseNpy of a version 1.0 file with header dict `dict` and `dataBytes`
+/// zero bytes of data.
+bool parseWith(const std::string &dict, size_t dataBytes, NpyArray &out,
+               std::string &error) {
+  std::string header = dict + "\n";
+  std::string file = std::string("\x93NUMPY\x01\x00", 8);
+  file += char(header.size() & 0xff);
+  file += char(header.size() >> 8);
+  file += header;
+  file.append(dataBytes, '\0');
+  return parseNpy("t.npy", file.data(), file.size(), out, error);
+}
+
+TEST(NpyParseTest, ShapesWithAZeroAreEmpty) {
+  NpyArray array;
+  std::string error;
+  ASSERT_TRUE(parseWith("{'descr': '<f4', 'fortran_order': False, "
+                        "'shape': (1000000, 0), }",
+                        0, array, error))
+      << error;
+  EXPECT_EQ(array.numElements(), 0);
+  EXPECT_FALSE(parseWith("{'descr': '<f4', 'fortran_order': False, "
+                         "'shape': (0, 5), }",
+                         4, array, error));
+  EXPECT_EQ(error, "t.npy: not a valid .npy file: expected 0 data bytes for "
+                   "<f4 shape (0, 5), found 4");
+}
+
+TEST(NpyParseTest, HugeShapesAreRejected) {
+  NpyArray array;
+  std::string error;
+  // As NumPy: the sizes other than 0 must multiply to at most INT64_MAX.
+  EXPECT_FALSE(parseWith("{'descr': '<f8', 'fortran_order': False, "
+                         "'shape': (999999999999999, 999999999999999, 0), }",
+                         0, array, error));
+  EXPECT_EQ(error, "t.npy: not a valid .npy file: shape (999999999999999, "
+                   "999999999999999, 0) has more elements than a 64-bit "
+                   "integer holds");
+  EXPECT_FALSE(parseWith("{'descr': '<f4', 'fortran_order': False, "
+                         "'shape': (1000000000, 5), }",
+                         16, array, error));
+  EXPECT_EQ(error, "t.npy: not a valid .npy file: expected more data bytes "
+                   "than the file has for <f4 shape (1000000000, 5), found 16");
 }
 
 } // namespace
