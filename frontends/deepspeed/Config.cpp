@@ -13,9 +13,10 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,10 +44,13 @@ struct SourceEntry {
   StringRef text;
 };
 
-/// Scans text that llvm::json accepted, recording where every value is by
-/// its path ("optimizer.params.betas", "optimizer.params.betas[0]"), and
-/// finds the first key repeated within one object (DeepSpeed rejects those;
-/// llvm::json keeps the last).
+/// Where values are in text that llvm::json accepted, by their path
+/// ("optimizer.params.betas", "optimizer.params.betas[0]"), and the first key
+/// repeated within one object (DeepSpeed rejects those; llvm::json keeps the
+/// last).  Paths are looked up by scanning the text again (only error
+/// messages need them): recording every path up front would take memory
+/// quadratic in the file's size (a long key above many values).  The
+/// recursion is bounded by checkLimits.
 class SourceMap {
 public:
   explicit SourceMap(StringRef text) : text(text) {
@@ -54,27 +58,33 @@ public:
     for (size_t i = 0, e = text.size(); i < e; ++i)
       if (text[i] == '\n')
         lineStarts.push_back(i + 1);
-    value("", StringRef::npos);
+    size_t pos = 0;
+    SmallVector<std::string, 8> chain;
+    findDuplicate(pos, chain);
   }
 
   /// The entry of `path`, if the file has that path.
-  const SourceEntry *lookup(StringRef path) const {
-    auto it = entries.find(path);
-    return it == entries.end() ? nullptr : &it->second;
+  std::optional<SourceEntry> lookup(StringRef path) const {
+    size_t pos = 0;
+    return lookupBelow(pos, path, /*root=*/true, StringRef::npos);
   }
 
   /// The entry of `path` or, failing that, of its closest ancestor.
-  const SourceEntry *find(StringRef path) const {
-    for (; !path.empty(); path = path.take_front(path.find_last_of(".[")))
-      if (const SourceEntry *entry = lookup(path))
+  std::optional<SourceEntry> find(StringRef path) const {
+    while (true) {
+      if (std::optional<SourceEntry> entry = lookup(path))
         return entry;
-    return nullptr;
+      size_t parent = path.find_last_of(".[");
+      if (parent == StringRef::npos)
+        return std::nullopt;
+      path = path.take_front(parent);
+    }
   }
 
   /// Path and position of the first repeated key, if any.
   std::optional<std::pair<std::string, Position>> duplicate;
 
-private:
+  /// Line and column of the byte at `offset`.
   Position positionOf(size_t offset) const {
     auto next = llvm::upper_bound(lineStarts, offset);
     size_t lineIndex = next - lineStarts.begin() - 1;
@@ -82,84 +92,167 @@ private:
             unsigned(offset - lineStarts[lineIndex] + 1)};
   }
 
-  void skipSpace() {
+private:
+  void skipSpace(size_t &pos) const {
     while (pos < text.size() && isSpace(text[pos]))
       ++pos;
   }
 
-  /// Consumes a string starting at its opening quote; returns its raw text.
-  StringRef string() {
-    size_t start = ++pos;
-    while (pos < text.size() && text[pos] != '"')
+  /// Consumes a string starting at its opening quote; returns whether it
+  /// holds escapes.
+  bool skipString(size_t &pos) const {
+    bool escaped = false;
+    for (++pos; pos < text.size() && text[pos] != '"';) {
+      escaped |= text[pos] == '\\';
       pos += text[pos] == '\\' ? 2 : 1;
-    StringRef raw = text.slice(start, pos);
+    }
     ++pos;
-    return raw;
+    return escaped;
   }
 
-  /// Consumes the value of `path`, whose key starts at `keyOffset` (npos for
-  /// array elements and the root).
-  void value(const std::string &path, size_t keyOffset) {
-    skipSpace();
+  /// Consumes a key starting at its opening quote; returns its value
+  /// (escapes decoded, as in json::Object's keys and so in the paths).
+  std::string key(size_t &pos) const {
     size_t start = pos;
-    if (pos < text.size() && text[pos] == '{') {
-      object(path);
-    } else if (pos < text.size() && text[pos] == '[') {
-      array(path);
-    } else if (pos < text.size() && text[pos] == '"') {
-      string();
-    } else {
+    bool escaped = skipString(pos);
+    StringRef quoted = text.slice(start, pos);
+    if (!escaped)
+      return quoted.drop_front().drop_back().str();
+    Expected<json::Value> value = json::parse(quoted);
+    if (!value) {
+      consumeError(value.takeError());
+      return quoted.str();
+    }
+    return value->getAsString().value_or("").str();
+  }
+
+  /// Calls `member(keyOffset, key)` for each member of the object at `pos`
+  /// (the member consumes its value), or `element(index)` for each element of
+  /// the array at `pos`, or skips a scalar.  Stops early when the callback
+  /// returns true; returns whether one did.
+  template <typename Member, typename Element>
+  bool visit(size_t &pos, Member member, Element element) const {
+    skipSpace(pos);
+    if (pos >= text.size())
+      return false;
+    char open = text[pos];
+    if (open == '"') {
+      skipString(pos);
+      return false;
+    }
+    if (open != '{' && open != '[') {
       while (pos < text.size() && !StringRef(",]} \t\r\n").contains(text[pos]))
         ++pos;
+      return false;
     }
-    entries.try_emplace(
-        path, SourceEntry{
-                  positionOf(keyOffset == StringRef::npos ? start : keyOffset),
-                  text.slice(start, pos)});
-  }
-
-  void object(const std::string &path) {
     ++pos;
-    StringSet<> seen;
+    char close = open == '{' ? '}' : ']';
+    unsigned index = 0;
     while (true) {
-      skipSpace();
-      if (pos >= text.size() || text[pos] == '}')
-        break;
+      skipSpace(pos);
+      if (pos >= text.size())
+        return false;
+      if (text[pos] == close) {
+        ++pos;
+        return false;
+      }
       if (text[pos] == ',') {
         ++pos;
+        continue;
+      }
+      if (open == '[') {
+        if (element(index++))
+          return true;
         continue;
       }
       size_t keyOffset = pos;
-      std::string keyPath = (path.empty() ? "" : path + ".") + string().str();
-      if (!seen.insert(keyPath).second && !duplicate)
-        duplicate = {keyPath, positionOf(keyOffset)};
-      skipSpace();
+      std::string name = key(pos);
+      skipSpace(pos);
       ++pos; // ':'
-      value(keyPath, keyOffset);
+      if (member(keyOffset, name))
+        return true;
     }
-    ++pos;
   }
 
-  void array(const std::string &path) {
-    ++pos;
-    unsigned index = 0;
-    while (true) {
-      skipSpace();
-      if (pos >= text.size() || text[pos] == ']')
-        break;
-      if (text[pos] == ',') {
-        ++pos;
-        continue;
-      }
-      value(path + "[" + std::to_string(index++) + "]", StringRef::npos);
+  /// Skips the value at `pos`.
+  void skip(size_t &pos) const {
+    visit(
+        pos,
+        [&](size_t, StringRef) {
+          skip(pos);
+          return false;
+        },
+        [&](unsigned) {
+          skip(pos);
+          return false;
+        });
+  }
+
+  /// Looks for `rest` (what remains of the path) in the value at `pos`, whose
+  /// key starts at `keyOffset` (npos: the value's own start).
+  std::optional<SourceEntry> lookupBelow(size_t &pos, StringRef rest,
+                                         bool root, size_t keyOffset) const {
+    skipSpace(pos);
+    size_t start = pos;
+    if (rest.empty() && !root) {
+      skip(pos);
+      return SourceEntry{
+          positionOf(keyOffset == StringRef::npos ? start : keyOffset),
+          text.slice(start, pos)};
     }
-    ++pos;
+    std::optional<SourceEntry> found;
+    // A child is on the path when `rest` continues with its key or index and
+    // then ends or goes on with '.' or '['; the search descends into it (a
+    // key may contain '.', so a child on the path may still not hold it).
+    auto child = [&](bool matches, StringRef after, size_t childKeyOffset) {
+      if (!matches ||
+          (!after.empty() && after[0] != '.' && after[0] != '[')) {
+        skip(pos);
+        return false;
+      }
+      found = lookupBelow(pos, after, /*root=*/false, childKeyOffset);
+      return found.has_value();
+    };
+    visit(
+        pos,
+        [&](size_t childKeyOffset, StringRef key) {
+          StringRef after = rest;
+          bool matches = (root || after.consume_front(".")) &&
+                         after.consume_front(key);
+          return child(matches, after, childKeyOffset);
+        },
+        [&](unsigned index) {
+          StringRef after = rest;
+          bool matches = after.consume_front("[" + std::to_string(index) + "]");
+          return child(matches, after, StringRef::npos);
+        });
+    return found;
+  }
+
+  /// Records the first key given twice in one object, in the value at `pos`
+  /// whose path is `chain` joined.
+  void findDuplicate(size_t &pos, SmallVectorImpl<std::string> &chain) {
+    StringSet<> seen;
+    visit(
+        pos,
+        [&](size_t keyOffset, StringRef key) {
+          chain.push_back((chain.empty() ? "" : ".") + key.str());
+          if (!seen.insert(key).second && !duplicate)
+            duplicate = {llvm::join(chain, ""), positionOf(keyOffset)};
+          findDuplicate(pos, chain);
+          chain.pop_back();
+          return duplicate.has_value();
+        },
+        [&](unsigned index) {
+          chain.push_back("[" + std::to_string(index) + "]");
+          findDuplicate(pos, chain);
+          chain.pop_back();
+          return duplicate.has_value();
+        });
   }
 
   StringRef text;
-  size_t pos = 0;
   std::vector<size_t> lineStarts;
-  StringMap<SourceEntry> entries;
 };
 
 //===----------------------------------------------------------------------===//
@@ -425,7 +518,7 @@ private:
   /// "FILE:LINE:COL: PATH: message" (position of the key when known).
   Error fail(StringRef path, const Twine &message) const {
     std::string where = fileName.str();
-    if (const SourceEntry *entry = source.find(path))
+    if (std::optional<SourceEntry> entry = source.find(path))
       where += formatv(":{0}:{1}", entry->position.line, entry->position.column)
                    .str();
     return createStringError(inconvertibleErrorCode(),
@@ -434,7 +527,7 @@ private:
 
   /// The value of `path` as written in the file.
   std::string render(StringRef path, const json::Value &value) const {
-    if (const SourceEntry *entry = source.lookup(path))
+    if (std::optional<SourceEntry> entry = source.lookup(path))
       return shorten(entry->text);
     return shorten(formatv("{0}", value).str());
   }
@@ -996,11 +1089,66 @@ Error jsonError(StringRef fileName, Error error) {
                            fileName + ": invalid JSON: " + text);
 }
 
+/// Rejects text beyond the limits of Config.h, before llvm::json::parse
+/// sees it.  Counts nesting and array elements outside strings without
+/// checking the syntax (the parser does that).
+Error checkLimits(StringRef text, StringRef fileName) {
+  auto failAt = [&](size_t offset, const Twine &message) {
+    StringRef before = text.take_front(offset);
+    size_t lineStart = before.find_last_of('\n') + 1; // npos + 1 == 0
+    return createStringError(
+        inconvertibleErrorCode(),
+        formatv("{0}:{1}:{2}: {3} (the limit of a DeepSpeed config)", fileName,
+                before.count('\n') + 1, offset - lineStart + 1, message.str()));
+  };
+  if (text.size() > kMaxConfigBytes)
+    return createStringError(
+        inconvertibleErrorCode(),
+        formatv("{0}: more than {1} bytes (the limit of a DeepSpeed config)",
+                fileName, kMaxConfigBytes));
+  struct Open {
+    size_t offset;
+    bool array;
+    size_t commas = 0;
+  };
+  SmallVector<Open, 8> open;
+  for (size_t pos = 0, e = text.size(); pos < e; ++pos) {
+    switch (text[pos]) {
+    case '"':
+      for (++pos; pos < e && text[pos] != '"';)
+        pos += text[pos] == '\\' ? 2 : 1;
+      break;
+    case '[':
+    case '{':
+      if (open.size() == kMaxConfigDepth)
+        return failAt(pos, "JSON nested more than " + Twine(kMaxConfigDepth) +
+                               " levels deep");
+      open.push_back({pos, text[pos] == '['});
+      break;
+    case ']':
+    case '}':
+      if (!open.empty())
+        open.pop_back();
+      break;
+    case ',':
+      if (!open.empty() && open.back().array &&
+          ++open.back().commas == kMaxConfigArrayElements)
+        return failAt(open.back().offset,
+                      "an array of more than " +
+                          Twine(kMaxConfigArrayElements) + " elements");
+      break;
+    }
+  }
+  return Error::success();
+}
+
 } // namespace
 
 Expected<DeepSpeedConfig>
 parseDeepSpeedConfig(StringRef text, StringRef fileName,
                      const TrainingOptions &defaults) {
+  if (Error error = checkLimits(text, fileName))
+    return std::move(error);
   Expected<json::Value> root = json::parse(text);
   if (!root)
     return jsonError(fileName, root.takeError());
@@ -1022,13 +1170,32 @@ parseDeepSpeedConfig(StringRef text, StringRef fileName,
 
 Expected<DeepSpeedConfig> readDeepSpeedConfig(StringRef path,
                                               const TrainingOptions &defaults) {
-  ErrorOr<std::unique_ptr<MemoryBuffer>> file =
-      MemoryBuffer::getFile(path, /*IsText=*/true);
+  auto cannotRead = [&](Error error) {
+    std::error_code code = errorToErrorCode(std::move(error));
+    return createStringError(code, "cannot read config '" + path +
+                                       "': " + code.message());
+  };
+  Expected<sys::fs::file_t> file = sys::fs::openNativeFileForRead(path);
   if (!file)
-    return createStringError(file.getError(),
-                             "cannot read config '" + path +
-                                 "': " + file.getError().message());
-  return parseDeepSpeedConfig((*file)->getBuffer(), path, defaults);
+    return cannotRead(file.takeError());
+  // One byte past the limit is enough to reject the file.
+  SmallString<0> text;
+  constexpr size_t chunk = 64 * 1024;
+  while (text.size() <= kMaxConfigBytes) {
+    size_t size = text.size();
+    text.resize_for_overwrite(size + chunk);
+    Expected<size_t> read = sys::fs::readNativeFile(
+        *file, MutableArrayRef<char>(text.data() + size, chunk));
+    if (!read) {
+      sys::fs::closeFile(*file);
+      return cannotRead(read.takeError());
+    }
+    text.truncate(size + *read);
+    if (*read == 0)
+      break;
+  }
+  sys::fs::closeFile(*file);
+  return parseDeepSpeedConfig(text, path, defaults);
 }
 
 Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
@@ -1045,6 +1212,13 @@ Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
     return failWith("train_micro_batch_size_per_gpu is " +
                     Twine(*given.microBatchPerGpu) + " but " + modelMicro);
   std::string world = formatv("world size {0}", worldSize);
+  // Products with an overflow check: a config may give any 64-bit size.
+  auto times = [](int64_t a, int64_t b) -> std::optional<int64_t> {
+    int64_t product;
+    if (MulOverflow(a, b, product))
+      return std::nullopt;
+    return product;
+  };
 
   // The micro-batch is always known, so DeepSpeed's rules reduce to: given
   // train_batch_size, derive (or check) gradient_accumulation_steps;
@@ -1052,12 +1226,21 @@ Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
   // 1).
   if (!given.trainBatchSize) {
     int64_t gas = given.gradAccumSteps.value_or(1);
-    return BatchSizes{micro * gas * worldSize, micro, gas};
+    std::optional<int64_t> perRank = times(micro, gas);
+    std::optional<int64_t> train = perRank ? times(*perRank, worldSize)
+                                           : std::nullopt;
+    if (!train)
+      return failWith(formatv(
+          "gradient_accumulation_steps {0} * the micro-batch {1} * {2} is "
+          "more rows per step than a 64-bit integer holds",
+          gas, micro, world));
+    return BatchSizes{*train, micro, gas};
   }
   int64_t train = *given.trainBatchSize;
   if (given.gradAccumSteps) {
     int64_t gas = *given.gradAccumSteps;
-    if (train == micro * gas * worldSize)
+    std::optional<int64_t> microBatches = times(gas, worldSize);
+    if (microBatches && times(*microBatches, micro) == train)
       return BatchSizes{train, micro, gas};
     if (given.microBatchPerGpu)
       return failWith(formatv(
@@ -1065,7 +1248,7 @@ Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
           "train_micro_batch_size_per_gpu {1} * gradient_accumulation_steps "
           "{2} * {3}",
           train, micro, gas, world));
-    if (train % (gas * worldSize) != 0)
+    if (!microBatches || train % *microBatches != 0)
       return failWith(formatv("inconsistent batch sizes: train_batch_size {0} "
                               "is not divisible by "
                               "gradient_accumulation_steps {1} * {2}",
@@ -1074,15 +1257,16 @@ Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
         "inconsistent batch sizes: train_batch_size {0} / "
         "(gradient_accumulation_steps {1} * {2}) gives a micro-batch of {3}, "
         "but {4}",
-        train, gas, world, train / (gas * worldSize), modelMicro));
+        train, gas, world, train / *microBatches, modelMicro));
   }
-  if (train % (micro * worldSize) != 0)
+  std::optional<int64_t> rows = times(micro, worldSize);
+  if (!rows || train % *rows != 0)
     return failWith(formatv(
         "inconsistent batch sizes: train_batch_size {0} is not a multiple of "
         "the micro-batch {1} ({2}) * {3}, so gradient_accumulation_steps "
         "cannot be derived",
         train, micro, microBatchSource, world));
-  return BatchSizes{train, micro, train / (micro * worldSize)};
+  return BatchSizes{train, micro, train / *rows};
 }
 
 } // namespace sharc

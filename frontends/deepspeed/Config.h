@@ -39,14 +39,25 @@ struct DeepSpeedConfig {
   BatchSizeConfig batch;
 };
 
+/// Limits on a config file, far beyond what DeepSpeed configs hold (a few
+/// kilobytes, objects nested four deep, arrays of two numbers): they stop a
+/// hostile or mistaken file (a gigabyte array, 50,000 nested '[') before
+/// llvm::json::parse, which recurses once per level of nesting and keeps
+/// every value, exhausts the stack or the memory.
+constexpr size_t kMaxConfigBytes = 1 << 20;
+constexpr unsigned kMaxConfigDepth = 64;
+constexpr size_t kMaxConfigArrayElements = 1000;
+
 /// Parses `text`, the contents of the config file `fileName` (used in
 /// messages), over `defaults`.  Errors read "FILE: KEY.PATH: message", or
-/// "FILE:LINE:COL: invalid JSON: message".
+/// "FILE:LINE:COL: invalid JSON: message"; a file beyond the limits above is
+/// an error naming the limit.
 llvm::Expected<DeepSpeedConfig>
 parseDeepSpeedConfig(llvm::StringRef text, llvm::StringRef fileName,
                      const TrainingOptions &defaults = TrainingOptions());
 
-/// Reads and parses the config file at `path`.
+/// Reads and parses the config file at `path` (reading stops after
+/// kMaxConfigBytes + 1 bytes: a device or a pipe may never end).
 llvm::Expected<DeepSpeedConfig>
 readDeepSpeedConfig(llvm::StringRef path,
                     const TrainingOptions &defaults = TrainingOptions());

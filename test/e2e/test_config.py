@@ -7,11 +7,14 @@ override the config.
 """
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import models
+from conftest import sharc_path
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +174,28 @@ CONFIG_ERRORS = {
         "[1, 2]",
         ["expected a JSON object at the top level, got an array"],
     ),
+    "escaped-unknown-key": (
+        '{\n  "train\\u0062atch_size": 8\n}\n',
+        ["ds_config.json:2:3: trainbatch_size: unknown key; did you mean "
+         "'train_batch_size'?"],
+    ),
+    "batch-size-overflow": (
+        {"gradient_accumulation_steps": 2508546779288553244},
+        ["gradient_accumulation_steps 2508546779288553244 * the micro-batch 8 * "
+         "world size 1 is more rows per step than a 64-bit integer holds"],
+    ),
+    # Limits that keep hostile files from exhausting the stack or the memory
+    # (kMaxConfigDepth, kMaxConfigArrayElements in Config.h).
+    "nested-too-deep": (
+        "[" * 50000,
+        ["ds_config.json:1:65: JSON nested more than 64 levels deep (the limit "
+         "of a DeepSpeed config)"],
+    ),
+    "array-too-long": (
+        {"optimizer": {"type": "AdamW", "params": {"betas": [0.9] * 1001}}},
+        ["ds_config.json:5:16: an array of more than 1000 elements (the limit "
+         "of a DeepSpeed config)"],
+    ),
 }
 
 
@@ -184,6 +209,58 @@ def test_missing_config_file(sharc, mlp):
     path, inputs, directory = mlp
     result = sharc("eval", path, "--train", *inputs, "--config", directory / "absent.json")
     assert_error(result, "cannot read config", "absent.json")
+
+
+def run_bounded(sharc_args):
+    """Runs the sharc CLI under an 8 GiB address-space limit (a guard, should
+    the reader ever again grow without bound); returns the CompletedProcess
+    and the peak resident memory of sharc in MiB."""
+    measure = (
+        "import resource, subprocess, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))\n"
+        "result = subprocess.run(sys.argv[1:])\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(f'peak-rss-kib {peak}', file=sys.stderr)\n"
+        "sys.exit(result.returncode)\n")
+    result = subprocess.run([sys.executable, "-c", measure, str(sharc_path()),
+                             *map(str, sharc_args)],
+                            capture_output=True, text=True, timeout=120)
+    stderr, _, peak = result.stderr.rpartition("peak-rss-kib ")
+    result.stderr = stderr
+    return result, int(peak) / 1024
+
+
+def test_config_file_size_is_bounded(mlp, tmp_path):
+    """A 25-million-element `betas` array (100 MB) and an endless device are
+    rejected after reading 1 MiB + 1 byte, in bounded memory."""
+    path, inputs, _ = mlp
+    huge = tmp_path / "huge.json"
+    with open(huge, "w") as file:
+        file.write('{"optimizer": {"type": "AdamW", "params": {"betas": [0.9')
+        chunk = ", 0.9" * 100000
+        for _ in range(250):
+            file.write(chunk)
+        file.write("]}}}\n")
+    for config in (huge, "/dev/zero"):
+        result, peak = run_bounded(["eval", path, "--train", *inputs, "--config", config])
+        assert_error(result, f"{config}: more than 1048576 bytes (the limit of a "
+                     "DeepSpeed config)")
+        assert peak < 1024, f"{peak:.0f} MiB"
+
+
+def test_long_keys_above_many_values(mlp, tmp_path):
+    """Where each value is in the file is found by scanning again, not kept
+    per value: a 400 kB key above 250,000 values is an unknown key, found
+    quickly and in little memory (keeping each value's path took 100 GB)."""
+    path, inputs, _ = mlp
+    config = tmp_path / "long-key.json"
+    key = "k" * 400000
+    rows = "[" + ",".join(["[" + ",".join(["0"] * 500) + "]"] * 500) + "]"
+    config.write_text('{"optimizer": {"type": "AdamW", "params": {"' + key + '": ' +
+                      rows + "}}}")
+    result, peak = run_bounded(["eval", path, "--train", *inputs, "--config", config])
+    assert_error(result, "long-key.json:1:44: optimizer.params.kkkk", ": unknown key")
+    assert peak < 1024, f"{peak:.0f} MiB"
 
 
 def test_features_left_off_are_accepted(sharc, mlp):
