@@ -12,6 +12,7 @@
 #include "codegen/EmitterInternal.h"
 
 #include "ir/SharcOps.h"
+#include "runtime/Npy.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -1668,9 +1669,22 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
 
   report.numKernels = static_cast<int>(kernelNames.size());
   report.arenaBytes = *arenaBytes;
+  // Every parameter and state buffer gets a file of its own, whatever the
+  // model calls its tensors (an initializer named "step", names that differ
+  // only in characters a file name cannot hold).
+  std::vector<std::string> persistentNames;
+  for (const Buffer &buffer : buffers)
+    if (buffer.role == "param" || buffer.role == "state")
+      persistentNames.push_back(buffer.name);
+  std::vector<std::string> files = rt::npyFileNames(persistentNames);
+  size_t nextFile = 0;
+  for (Buffer &buffer : buffers)
+    if (buffer.role == "param" || buffer.role == "state")
+      buffer.file = files[nextFile++];
   for (const Buffer &buffer : buffers) {
     ReportBuffer entry;
     entry.name = buffer.name;
+    entry.file = buffer.file;
     entry.role = buffer.role;
     entry.type = bufferTypeName(buffer.element);
     entry.shape.assign(buffer.shape.begin(), buffer.shape.end());
@@ -1695,7 +1709,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
   os << "const sharc::rt::BufferSpec buffers[] = {\n";
   for (auto [i, buffer] : llvm::enumerate(buffers)) {
     os << "  {" << cppStringLiteral(buffer.name) << ", "
-       << cppStringLiteral(buffer.source)
+       << cppStringLiteral(buffer.source) << ", "
+       << cppStringLiteral(buffer.file)
        << ", sharc::rt::BufferRole::" << buffer.role
        << ", sharc::rt::BufferType::" << bufferTypeName(buffer.element) << ", "
        << buffer.shape.size() << ", {";

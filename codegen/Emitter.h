@@ -36,6 +36,9 @@ struct EmitOptions {
 /// One persistent buffer of the emitted program.
 struct ReportBuffer {
   std::string name;
+  /// The .npy file of a parameter or state buffer in the weights and state
+  /// folders, unique in the program; "" for other buffers.
+  std::string file;
   /// "param", "state", "input", "output" or "constant".
   std::string role;
   /// "f32", "i64", ...

@@ -227,6 +227,8 @@ private:
   struct Buffer {
     std::string name;
     std::string source;
+    /// The .npy file of a parameter or state buffer (rt::npyFileNames).
+    std::string file;
     std::string role;
     Type element;
     SmallVector<int64_t> shape;

@@ -5,8 +5,10 @@
 #include "runtime/AtomicFile.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace sharc::rt {
@@ -285,16 +287,62 @@ bool writeNpy(const std::string &path, const NpyArray &array,
          file.commit(error);
 }
 
-std::string npyFileNameFor(const std::string &name) {
-  std::string result;
-  for (char c : name) {
-    bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-    result += safe ? c : '_';
+std::vector<std::string> npyFileNames(const std::vector<std::string> &names) {
+  constexpr size_t kMaxStem = 200;
+  std::set<std::string> taken;
+  std::vector<std::string> files;
+  for (const std::string &name : names) {
+    std::string stem;
+    for (char c : name) {
+      bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+      stem += safe ? c : '_';
+    }
+    if (stem.empty() || stem[0] == '.')
+      stem.insert(stem.begin(), '_');
+    if (stem.size() > kMaxStem || taken.count(stem)) {
+      // FNV-1a of the name: the same name always gets the same file.
+      uint32_t hash = 2166136261u;
+      for (unsigned char c : name)
+        hash = (hash ^ c) * 16777619u;
+      char suffix[16];
+      std::snprintf(suffix, sizeof(suffix), "~%08x", hash);
+      stem = stem.substr(0, kMaxStem) + suffix;
+      std::string base = stem;
+      for (int k = 2; taken.count(stem); ++k)
+        stem = base + "~" + std::to_string(k);
+    }
+    taken.insert(stem);
+    files.push_back(stem + ".npy");
   }
-  if (result.empty() || result[0] == '.')
-    result.insert(result.begin(), '_');
-  return result + ".npy";
+  return files;
+}
+
+bool splitInputSpec(const std::string &spec,
+                    const std::vector<std::string> &names, std::string &name,
+                    std::string &file, std::string &error) {
+  size_t first = spec.find('=');
+  if (first == std::string::npos || first == 0 || first + 1 == spec.size()) {
+    error = "expected NAME=FILE.npy, got '" + spec + "'";
+    return false;
+  }
+  std::vector<size_t> fits;
+  for (size_t at = first; at != std::string::npos; at = spec.find('=', at + 1))
+    if (at + 1 < spec.size())
+      for (const std::string &known : names)
+        if (known.size() == at && spec.compare(0, at, known) == 0)
+          fits.push_back(at);
+  if (fits.size() > 1) {
+    error = "'" + spec + "' is ambiguous: input '" + spec.substr(0, fits[0]) +
+            "' with file '" + spec.substr(fits[0] + 1) + "', or input '" +
+            spec.substr(0, fits[1]) + "' with file '" +
+            spec.substr(fits[1] + 1) + "'";
+    return false;
+  }
+  size_t at = fits.empty() ? first : fits.front();
+  name = spec.substr(0, at);
+  file = spec.substr(at + 1);
+  return true;
 }
 
 const char *npyTypeName(NpyType type) {

@@ -59,11 +59,26 @@ bool writeNpy(AtomicFile &file, const NpyArray &array, std::string &error);
 bool writeNpy(AtomicFileSet &files, const std::string &path,
               const NpyArray &array, std::string &error);
 
-/// `name` made safe as a file name ([A-Za-z0-9_.-] kept, anything else
-/// becomes '_', a leading '.' or an empty name gets a '_' prefix), plus
-/// ".npy".  The compiler writes initial weights under these names and the
-/// training binary reads them back.
-std::string npyFileNameFor(const std::string &name);
+/// One .npy file name per name, all distinct: each name made safe as a file
+/// name ([A-Za-z0-9_.-] kept, anything else becomes '_', a leading '.' or an
+/// empty name gets a '_' prefix) plus ".npy".  Where that is taken by an
+/// earlier name of `names`, or longer than 200 bytes, the stem is cut to 200
+/// bytes and "~" and 8 hex digits of a hash of the name are appended (then
+/// "~2", "~3", ... if still taken); '~' is never in a plain name, so these
+/// cannot collide with one.  The compiler assigns every persistent buffer's
+/// file this way (the manifest and the program's buffer table list them);
+/// the evaluator names its output and state files the same way.
+std::vector<std::string> npyFileNames(const std::vector<std::string> &names);
+
+/// Splits `spec`, an `--input NAME=FILE.npy` value, where NAME may itself
+/// contain '=': at the '=' before which stands one of `names` (the inputs
+/// the program or model has).  When no prefix is one of `names`, at the first
+/// '=' (the caller reports the unknown name).  Fails, with `error`, when
+/// `spec` has no '=' with text on both sides, or when two of `names` fit
+/// (`x=y=f.npy` with inputs `x` and `x=y`).
+bool splitInputSpec(const std::string &spec,
+                    const std::vector<std::string> &names, std::string &name,
+                    std::string &file, std::string &error);
 
 } // namespace sharc::rt
 

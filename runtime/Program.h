@@ -18,15 +18,15 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 1;
+constexpr int kProgramAbiVersion = 2;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
 enum class BufferRole {
-  /// A trainable (or frozen) parameter: loaded from `weights/NAME.npy`, updated
+  /// A trainable (or frozen) parameter: loaded from `weights/FILE`, updated
   /// in place by every step.
   param,
-  /// Optimizer state (`weights/NAME.npy`, initially zeros) or the step
+  /// Optimizer state (`weights/FILE`, initially zeros) or the step
   /// counter; updated in place by every step.
   state,
   /// This rank's share of one data input for one step (micro-batch x GAS rows),
@@ -49,6 +49,11 @@ struct BufferSpec {
   const char *name;
   /// The ONNX initializer a parameter comes from ("" otherwise).
   const char *source;
+  /// The .npy file of a parameter or state buffer in a weights or state
+  /// folder ("" otherwise): distinct for every buffer of the program
+  /// (rt::npyFileNames), so that no name, however chosen, can make two
+  /// buffers share a file.
+  const char *file;
   BufferRole role;
   BufferType type;
   int rank;

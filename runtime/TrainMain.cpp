@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,7 +59,8 @@ using Clock = std::chrono::steady_clock;
 /// The command line.
 struct Options {
   /// `--input NAME=FILE` pairs, in order.
-  std::vector<std::pair<std::string, std::string>> inputs;
+  /// The values of the --input flags, NAME=FILE.npy.
+  std::vector<std::string> inputs;
   int64_t steps = 1;
   int64_t logEvery = 1;
   std::string weightsDir;
@@ -279,12 +281,12 @@ Options parseOptions(int argc, char **argv) {
     }
     std::string error;
     if (flag == "--input") {
-      size_t equals = value.find('=');
-      if (equals == std::string::npos || equals == 0 ||
-          equals + 1 == value.size())
-        return fail("--input: expected NAME=FILE.npy, got '" + value + "'");
-      options.inputs.emplace_back(value.substr(0, equals),
-                                  value.substr(equals + 1));
+      // Split once the program's input names are known (a name may hold
+      // '='); only the form is checked here.
+      std::string name, file;
+      if (!splitInputSpec(value, {}, name, file, error))
+        return fail("--input: " + error);
+      options.inputs.push_back(value);
     } else if (flag == "--steps") {
       if (!parsePositive(flag, value, options.steps, error))
         return fail(error);
@@ -325,6 +327,7 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
          std::to_string(info.microBatch) + ", gradient accumulation " +
          std::to_string(info.gradientAccumulation) + ", arena bytes " +
          std::to_string(info.arenaBytes));
+  std::set<std::string> files;
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
     std::string name = spec.name ? spec.name : "";
@@ -349,6 +352,14 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
     if (spec.role == BufferRole::constant && spec.bytes > 0 &&
         !spec.constantData)
       fail("constant '" + name + "' has no data");
+    if (spec.role == BufferRole::param || spec.role == BufferRole::state) {
+      std::string file = spec.file ? spec.file : "";
+      if (file.empty() || file.find('/') != std::string::npos ||
+          file[0] == '.')
+        fail("buffer '" + name + "' has file name '" + file + "'");
+      if (!files.insert(file).second)
+        fail("two buffers have file '" + file + "'");
+    }
     if (spec.role == BufferRole::input &&
         (spec.rank < 1 ||
          spec.shape[0] != info.microBatch * info.gradientAccumulation))
@@ -387,11 +398,10 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
   }
 }
 
-/// Reads `dir/NAME.npy` for a parameter or state buffer, checks its type and
+/// Reads `dir/FILE` for a parameter or state buffer, checks its type and
 /// shape against `spec`, and copies it to `device`.
 void loadBuffer(const std::string &dir, const BufferSpec &spec, void *device) {
-  std::string path =
-      (std::filesystem::path(dir) / npyFileNameFor(spec.name)).string();
+  std::string path = (std::filesystem::path(dir) / spec.file).string();
   NpyArray array;
   std::string error;
   if (!readNpy(path, array, error))
@@ -413,7 +423,7 @@ void loadBuffer(const std::string &dir, const BufferSpec &spec, void *device) {
   copyToDevice(device, array.data.data(), spec.bytes);
 }
 
-/// Copies a parameter or state buffer to the host and writes `dir/NAME.npy`
+/// Copies a parameter or state buffer to the host and writes `dir/FILE`
 /// into `files`, the state being saved.
 void saveBuffer(AtomicFileSet &files, const std::string &dir,
                 const BufferSpec &spec, const void *device) {
@@ -431,8 +441,7 @@ void saveBuffer(AtomicFileSet &files, const std::string &dir,
   } else {
     array.data = std::move(host);
   }
-  std::string path =
-      (std::filesystem::path(dir) / npyFileNameFor(spec.name)).string();
+  std::string path = (std::filesystem::path(dir) / spec.file).string();
   std::string error;
   if (!writeNpy(files, path, array, error)) {
     files.discard();
@@ -534,14 +543,24 @@ int run(int argc, char **argv) {
   std::vector<DataInput> dataInputs;
   std::vector<InputSlot> slots;
   std::string inputNames;
+  std::vector<std::string> names;
   for (int i = 0; i < info.numBuffers; ++i)
-    if (info.buffers[i].role == BufferRole::input)
+    if (info.buffers[i].role == BufferRole::input) {
       inputNames +=
           (inputNames.empty() ? "" : ", ") + std::string(info.buffers[i].name);
-  for (size_t j = 0; j < options.inputs.size(); ++j) {
-    const auto &[name, path] = options.inputs[j];
+      names.push_back(info.buffers[i].name);
+    }
+  std::vector<std::pair<std::string, std::string>> inputs;
+  for (const std::string &spec : options.inputs) {
+    std::string name, path, error;
+    if (!splitInputSpec(spec, names, name, path, error))
+      fatalOnce(comm, "--input " + error);
+    inputs.emplace_back(name, path);
+  }
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    const auto &[name, path] = inputs[j];
     for (size_t k = 0; k < j; ++k)
-      if (options.inputs[k].first == name)
+      if (inputs[k].first == name)
         fatalOnce(comm, "--input '" + name + "' is given more than once");
     bool known = false;
     for (int i = 0; i < info.numBuffers; ++i)
@@ -557,7 +576,7 @@ int run(int argc, char **argv) {
     if (spec.role != BufferRole::input)
       continue;
     const std::string *path = nullptr;
-    for (const auto &[name, file] : options.inputs)
+    for (const auto &[name, file] : inputs)
       if (name == spec.name)
         path = &file;
     if (!path)

@@ -59,6 +59,7 @@ constexpr uint64_t allReduceBytes(uint64_t bytes) {
 const BufferSpec kBuffers[kNumBuffers] = {
     {"w",
      "w",
+     "w.npy",
      BufferRole::param,
      BufferType::f32,
      1,
@@ -66,8 +67,10 @@ const BufferSpec kBuffers[kNumBuffers] = {
      kFeatures,
      kFeatures * 4,
      nullptr},
-    {"step", "", BufferRole::state, BufferType::i64, 0, {}, 1, 8, nullptr},
+    {"step", "", "step.npy", BufferRole::state, BufferType::i64, 0, {}, 1, 8,
+     nullptr},
     {"x",
+     "",
      "",
      BufferRole::input,
      BufferType::f32,
@@ -78,6 +81,7 @@ const BufferSpec kBuffers[kNumBuffers] = {
      nullptr},
     {"y",
      "",
+     "",
      BufferRole::input,
      BufferType::f32,
      1,
@@ -85,9 +89,9 @@ const BufferSpec kBuffers[kNumBuffers] = {
      kRows,
      kRows * 4,
      nullptr},
-    {"loss", "", BufferRole::output, BufferType::f32, 0, {}, 1, 4, nullptr},
-    {"lr", "", BufferRole::output, BufferType::f64, 0, {}, 1, 8, nullptr},
-    {"const0", "", BufferRole::constant, BufferType::f32, 0, {}, 1, 4, &kTwo},
+    {"loss", "", "", BufferRole::output, BufferType::f32, 0, {}, 1, 4, nullptr},
+    {"lr", "", "", BufferRole::output, BufferType::f64, 0, {}, 1, 8, nullptr},
+    {"const0", "", "", BufferRole::constant, BufferType::f32, 0, {}, 1, 4, &kTwo},
 };
 
 const ProgramInfo kInfo = {

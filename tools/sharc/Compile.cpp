@@ -359,7 +359,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (outDir == "/" || outDir == "." || outDir == ".." ||
       llvm::sys::path::filename(outDir) == "." ||
       llvm::sys::path::filename(outDir) == "..")
-    return fail("-o " + outDir + ": name a new folder for the output");
+    return fail("'" + outDir +
+                "' cannot be the output folder; give -o a new folder's name");
   bool cuda = flags->target == "cuda";
   if (!cuda && flags->target != "cpu")
     return fail("--target must be cpu or cuda, not '" + flags->target + "'");
@@ -453,7 +454,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     if (buffer.role == "param")
       entry["trainable"] = buffer.trainable;
     if (buffer.role == "param" || buffer.role == "state") {
-      std::string file = "weights/" + rt::npyFileNameFor(buffer.name);
+      std::string file = "weights/" + buffer.file;
       FailureOr<Tensor> value = initialValue(buffer, model);
       if (failed(value))
         return 1;

@@ -296,7 +296,7 @@ FailureOr<Tensor> readData(StringRef name, StringRef path,
   ArrayRef<int64_t> shape = value->shape(), expected = type.getShape();
   if (shape.empty() || shape[0] == 0 ||
       shape.drop_front() != expected.drop_front()) {
-    std::string row = Tensor(value->dtype(), expected.drop_front()).describe();
+    std::string row = describeTensor(value->dtype(), expected.drop_front());
     fail("input '" + name + "' (" + path + "): shape " + value->describe() +
          " is not a non-empty stack of rows of " + row);
     return failure();
@@ -508,52 +508,53 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
       sourceOf[param.getName()] = param.getSource().str();
   if (failed(createDirectory(dir)))
     return failure();
+  std::vector<unsigned> written;
+  std::vector<std::string> names;
+  for (unsigned r = 1, e = sums.size(); r < e; ++r)
+    if (auto name = grad.getResultAttrOfType<StringAttr>(
+            r, SharcDialect::getGradAttrName())) {
+      written.push_back(r);
+      names.push_back(sourceOf[name.getValue()]);
+    }
+  std::vector<std::string> fileNames = rt::npyFileNames(names);
   rt::AtomicFileSet files;
-  for (unsigned r = 1, e = sums.size(); r < e; ++r) {
-    auto name = grad.getResultAttrOfType<StringAttr>(
-        r, SharcDialect::getGradAttrName());
-    if (!name)
-      continue;
-    if (failed(writeTensor(files, dir,
-                           fileNameFor(sourceOf[name.getValue()]) + ".npy",
-                           sums[r])))
+  for (auto [r, file] : llvm::zip(written, fileNames))
+    if (failed(writeTensor(files, dir, file, sums[r])))
       return failure();
-  }
   return commitFiles(files);
 }
 
 /// Writes every parameter and state argument of `step` (their values in
-/// `args`) to DIR: params as <ONNX name>.npy, state as <param>.<role>.npy or
-/// <role>.npy.
+/// `args`) to DIR: params as <ONNX name>.npy, state as <ONNX name>.<role>.npy
+/// or <role>.npy (the step counter), file names made distinct by
+/// rt::npyFileNames.
 LogicalResult dumpState(func::FuncOp step, ArrayRef<Tensor> args,
                         StringRef dir) {
-  llvm::StringMap<std::string> stemOf;
+  llvm::StringMap<std::string> sourceOf;
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
     if (ParamAttr param = getParamAttr(step, i))
-      stemOf[param.getName()] = fileNameFor(param.getSource());
+      sourceOf[param.getName()] = param.getSource().str();
+  std::vector<unsigned> written;
+  std::vector<std::string> names;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
+    if (ParamAttr param = getParamAttr(step, i))
+      names.push_back(param.getSource().str());
+    else if (StateAttr state = getStateAttr(step, i))
+      names.push_back(state.getParam().empty()
+                          ? state.getRole().str()
+                          : sourceOf[state.getParam()] + "." +
+                                state.getRole().str());
+    else
+      continue;
+    written.push_back(i);
+  }
+  std::vector<std::string> fileNames = rt::npyFileNames(names);
   if (failed(createDirectory(dir)))
     return failure();
   rt::AtomicFileSet files;
-  llvm::StringSet<> written;
-  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
-    std::string file;
-    if (ParamAttr param = getParamAttr(step, i)) {
-      file = stemOf[param.getName()] + ".npy";
-    } else if (StateAttr state = getStateAttr(step, i)) {
-      std::string role = fileNameFor(state.getRole());
-      file = state.getParam().empty()
-                 ? role + ".npy"
-                 : stemOf[state.getParam()] + "." + role + ".npy";
-    } else {
-      continue;
-    }
-    if (!written.insert(file).second) {
-      fail("--dump-state: two tensors would be written to " + file);
-      return failure();
-    }
+  for (auto [i, file] : llvm::zip(written, fileNames))
     if (failed(writeTensor(files, dir, file, args[i])))
       return failure();
-  }
   return commitFiles(files);
 }
 
@@ -606,8 +607,21 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
   // Initial values: parameters from --input or the ONNX initializers,
   // optimizer state zero, data from the --input files.
   unsigned numArgs = step.getNumArguments();
+  // Every argument of a step must fit in memory (a step's inputs hold
+  // micro-batch x GAS rows).
+  for (unsigned i = 0; i < numArgs; ++i) {
+    auto type = cast<RankedTensorType>(step.getArgument(i).getType());
+    if (std::optional<std::string> tooBig = checkEvaluatorMemory(type))
+      return fail("cannot train on the evaluator: '" + argumentName(step, i) +
+                  "' of the training step (" +
+                  describeTensor(*dtypeOf(type.getElementType()),
+                                 type.getShape()) +
+                  "): " + *tooBig);
+  }
+
   std::vector<Tensor> args(numArgs);
   std::vector<std::pair<unsigned, Tensor>> data;
+  std::vector<std::string> dataPaths;
   std::vector<std::string> missing;
   llvm::StringSet<> used;
   for (unsigned i = 0; i < numArgs; ++i) {
@@ -629,8 +643,10 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
         return 1;
       if (param)
         args[i] = std::move(*value);
-      else
+      else {
         data.emplace_back(i, std::move(*value));
+        dataPaths.push_back(it->second);
+      }
       continue;
     }
     auto known = model.parameters.find(name);
@@ -653,7 +669,17 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     }
   if (!missing.empty())
     return fail("missing --input for " + llvm::join(missing, ", "));
-
+  // Row k of every data input belongs to one sample, as in the training
+  // binary's loader.
+  for (auto [k, entry] : llvm::enumerate(data))
+    if (entry.second.shape()[0] != data.front().second.shape()[0])
+      return fail("input '" + argumentName(step, entry.first) + "' (" +
+                  dataPaths[k] + ") has " + Twine(entry.second.shape()[0]) +
+                  " rows but input '" +
+                  argumentName(step, data.front().first) + "' (" +
+                  dataPaths.front() + ") has " +
+                  Twine(data.front().second.shape()[0]) +
+                  "; every data input needs the same number of rows");
   // Where each result goes back in: equal sharc.param / sharc.state.
   std::vector<std::pair<unsigned, unsigned>> feedback;
   std::optional<unsigned> lossResult, lrResult;

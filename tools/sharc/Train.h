@@ -41,9 +41,6 @@ struct LoadedModel {
 /// input name, or "arg<index>".
 std::string argumentName(mlir::func::FuncOp func, unsigned index);
 
-/// Makes `name` safe as a file name.
-std::string fileNameFor(llvm::StringRef name);
-
 /// Reads `path` as a tensor of `type`'s element type (bf16 may be given as
 /// f32); the shape is not checked.
 mlir::FailureOr<Tensor> readNpyAs(llvm::StringRef name, llvm::StringRef path,

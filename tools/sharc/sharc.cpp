@@ -134,6 +134,15 @@ static FailureOr<LoadedModel> loadModel(MLIRContext &context) {
       fail("--input-shape applies to ONNX models only");
       return failure();
     }
+    llvm::sys::fs::file_status status;
+    if (std::error_code ec = llvm::sys::fs::status(modelPath, status)) {
+      fail("cannot read '" + modelPath + "': " + ec.message());
+      return failure();
+    }
+    if (status.type() != llvm::sys::fs::file_type::regular_file) {
+      fail("'" + modelPath + "' is not a regular file");
+      return failure();
+    }
     llvm::SourceMgr sourceMgr;
     std::string error;
     auto file = openInputFile(modelPath, &error);
@@ -153,6 +162,8 @@ static FailureOr<LoadedModel> loadModel(MLIRContext &context) {
     for (auto &[name, value] : imported->parameters)
       model.parameters[name] = std::move(value);
   }
+  if (failed(verifyStaticShapes(*model.module)))
+    return failure();
   auto funcs = model.module->getOps<func::FuncOp>();
   for (func::FuncOp func : funcs)
     if (func.getSymName() == options.functionName)
@@ -181,11 +192,6 @@ static std::string resultName(func::FuncOp func, unsigned index) {
           index, SharcDialect::getOutputAttrName()))
     return name.str();
   return "result" + std::to_string(index);
-}
-
-std::string sharc::fileNameFor(StringRef name) {
-  std::string file = rt::npyFileNameFor(name.str());
-  return file.substr(0, file.size() - 4);
 }
 
 FailureOr<Tensor> sharc::readNpyAs(StringRef name, StringRef path,
@@ -221,9 +227,9 @@ FailureOr<Tensor> sharc::readArgument(StringRef name, StringRef path,
   if (failed(value))
     return failure();
   if (value->shape() != type.getShape()) {
-    std::string expected = Tensor(value->dtype(), type.getShape()).describe();
     fail("input '" + name + "' (" + path + "): shape " + value->describe() +
-         " does not match the model's " + expected);
+         " does not match the model's " +
+         describeTensor(value->dtype(), type.getShape()));
     return failure();
   }
   return value;
@@ -263,13 +269,19 @@ static int runEval(MLIRContext &context) {
     return 1;
   func::FuncOp func = model->entry;
 
-  // Collect --input values by name.
+  // Collect --input values by name (a name may hold '=').
+  std::vector<std::string> argumentNames;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    argumentNames.push_back(argumentName(func, i));
+    if (ParamAttr param = getParamAttr(func, i))
+      argumentNames.push_back(param.getSource().str());
+  }
   std::map<std::string, std::string> given;
   for (const std::string &spec : inputFiles) {
-    auto [name, path] = StringRef(spec).split('=');
-    if (name.empty() || path.empty())
-      return fail("--input expects NAME=FILE.npy, got '" + spec + "'");
-    if (!given.emplace(name.str(), path.str()).second)
+    std::string name, path, error;
+    if (!rt::splitInputSpec(spec, argumentNames, name, path, error))
+      return fail("--input " + error);
+    if (!given.emplace(name, path).second)
       return fail("--input " + name + " is given twice");
   }
   if (trainingRequested()) {
@@ -330,9 +342,13 @@ static int runEval(MLIRContext &context) {
   // Every output file is written before any replaces its previous version.
   rt::AtomicFileSet files;
   std::string error;
+  std::vector<std::string> names;
+  for (unsigned i = 0, e = results->size(); i < e; ++i)
+    names.push_back(resultName(func, i));
+  std::vector<std::string> fileNames = rt::npyFileNames(names);
   for (unsigned i = 0, e = results->size(); i < e; ++i) {
     const Tensor &value = (*results)[i];
-    std::string name = resultName(func, i);
+    const std::string &name = names[i];
     if (value.rank() == 0) {
       llvm::outs() << name << " = ";
       printScalar(value, llvm::outs());
@@ -343,7 +359,7 @@ static int runEval(MLIRContext &context) {
     if (outputDir.empty())
       continue;
     llvm::SmallString<256> path(outputDir);
-    llvm::sys::path::append(path, fileNameFor(name) + ".npy");
+    llvm::sys::path::append(path, fileNames[i]);
     Tensor stored =
         value.dtype() == DType::bf16 ? value.convertTo(DType::f32) : value;
     if (!rt::writeNpy(files, path.str().str(), stored.toNpy(), error))
