@@ -222,6 +222,34 @@ void AtomicFile::discard() {
   temporaryPath.clear();
 }
 
+bool AtomicFileSet::createDirectories(const std::string &dir,
+                                      std::string &error) {
+  // Each prefix of `dir` that ends a component, shortest first.
+  for (size_t end = 0; end != std::string::npos;) {
+    end = dir.find('/', end + 1);
+    std::string prefix = dir.substr(0, end);
+    if (prefix.empty() || prefix.back() == '/')
+      continue;
+    if (::mkdir(prefix.c_str(), 0777) == 0) {
+      createdDirectories.push_back(prefix);
+      continue;
+    }
+    int reason = errno;
+    struct stat info;
+    if (reason == EEXIST && ::stat(prefix.c_str(), &info) == 0 &&
+        S_ISDIR(info.st_mode))
+      continue;
+    // A file where a parent directory should be.
+    bool parent = end != std::string::npos &&
+                  dir.find_first_not_of('/', end) != std::string::npos;
+    if (reason == EEXIST && parent)
+      reason = ENOTDIR;
+    error = "cannot create directory '" + dir + "': " + std::strerror(reason);
+    return false;
+  }
+  return true;
+}
+
 AtomicFile *AtomicFileSet::add(const std::string &target, std::string &error) {
   for (const std::unique_ptr<AtomicFile> &file : files)
     if (file->target() == target) {
@@ -258,6 +286,7 @@ bool AtomicFileSet::commit(std::string &error) {
       directories.push_back(dir);
   }
   files.clear();
+  createdDirectories.clear();
   for (const std::string &dir : directories)
     if (!syncDirectory(dir, error))
       return false;
@@ -268,6 +297,12 @@ void AtomicFileSet::discard() {
   for (const std::unique_ptr<AtomicFile> &file : files)
     file->discard();
   files.clear();
+  // Deepest first; rmdir() removes only an empty directory and never follows
+  // a symbolic link that has taken its place.
+  for (auto it = createdDirectories.rbegin(); it != createdDirectories.rend();
+       ++it)
+    ::rmdir(it->c_str());
+  createdDirectories.clear();
 }
 
 } // namespace sharc::rt

@@ -81,15 +81,22 @@ private:
 
 /// A set of files replaced together: every file is written to its temporary
 /// name first, and commit() renames them into place only when all of them
-/// were written; on any failure every temporary file is removed and the
-/// previous files are untouched.  The destructor removes the temporary files
-/// of a set that was not committed.
+/// were written; on any failure every temporary file (and every directory the
+/// set created) is removed and the previous files are untouched.  The
+/// destructor does that for a set that was not committed.
 class AtomicFileSet {
 public:
   AtomicFileSet() = default;
   AtomicFileSet(const AtomicFileSet &) = delete;
   AtomicFileSet &operator=(const AtomicFileSet &) = delete;
   ~AtomicFileSet() { discard(); }
+
+  /// Creates the directory `dir` and its missing parents, remembering those
+  /// it made: discard() removes them again (those still empty), so that a
+  /// failed set leaves nothing behind.  An existing directory (or a symbolic
+  /// link to one) is used as it is.  Errors read "cannot create directory
+  /// 'DIR': reason".
+  bool createDirectories(const std::string &dir, std::string &error);
 
   /// Finishes the file added last, creates the temporary file of `target`
   /// (AtomicFile::create) and returns it for writing; on failure (also:
@@ -102,13 +109,15 @@ public:
   /// all files were written, is the only way a set ends up partly replaced).
   bool commit(std::string &error);
 
-  /// Removes every temporary file not yet renamed.  Code that ends the
-  /// process on an error (exit(), MPI_Abort) calls it first: destructors do
-  /// not run there.
+  /// Removes every temporary file not yet renamed and the directories
+  /// createDirectories made.  Code that ends the process on an error (exit(),
+  /// MPI_Abort) calls it first: destructors do not run there.
   void discard();
 
 private:
   std::vector<std::unique_ptr<AtomicFile>> files;
+  /// Directories createDirectories made, parents first.
+  std::vector<std::string> createdDirectories;
 };
 
 /// Test hook: simulates a disk with `bytes` free (in 4 KiB blocks) for every

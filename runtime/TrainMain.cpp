@@ -778,19 +778,17 @@ int run(int argc, char **argv) {
   }
 
   if (!options.saveStateDir.empty() && isRoot) {
-    std::error_code error;
-    std::filesystem::create_directories(options.saveStateDir, error);
-    if (error)
-      fatal("--save-state: cannot create directory '" + options.saveStateDir +
-            "': " + error.message());
-    // Every file is written before any replaces its previous version.
+    // Every file is written before any replaces its previous version; a
+    // failure leaves neither them nor a directory the set created.
     AtomicFileSet files;
+    std::string message;
+    if (!files.createDirectories(options.saveStateDir, message))
+      fatal("--save-state: " + message);
     for (int i = 0; i < info.numBuffers; ++i) {
       const BufferSpec &spec = info.buffers[i];
       if (spec.role == BufferRole::param || spec.role == BufferRole::state)
         saveBuffer(files, options.saveStateDir, spec, buffers[i]);
     }
-    std::string message;
     if (!files.commit(message))
       fatal("--save-state: " + message);
   }

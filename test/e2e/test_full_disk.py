@@ -114,3 +114,20 @@ def test_dump_state_on_a_full_disk(sharc, monkeypatch, disk, mlp, free_pages):
     replaced = full_disk.snapshot(state)
     assert sorted(replaced) == sorted(previous)
     assert replaced != previous
+
+
+def test_new_directories_on_a_full_disk_are_removed(sharc, monkeypatch, disk, two_outputs,
+                                                    mlp):
+    """Directories that --output-dir and --dump-state create for a set that
+    then fails are removed again: the disk holds what it held before."""
+    model, x1, _ = two_outputs
+    disk.fill(0)
+    before = sorted(p.name for p in disk.path.iterdir())
+    result = run_on(sharc, monkeypatch, disk, "eval", model, "--input", f"x={x1}",
+                    "--output-dir", disk.path / "new" / "out")
+    assert_no_space(result, disk.path / "new" / "out" / "y1.npy")
+    mlp_model, inputs, _ = mlp
+    result = run_on(sharc, monkeypatch, disk, "eval", mlp_model, "--train", *inputs,
+                    "--dump-state", disk.path / "state")
+    assert result.returncode == 1 and "No space left on device" in result.stderr, result.stderr
+    assert sorted(p.name for p in disk.path.iterdir()) == before

@@ -283,6 +283,39 @@ TEST_F(AtomicFileTest, SetFailingToRenameRemovesTheRemainingTemporaries) {
   EXPECT_EQ(names(), (std::vector<std::string>{"a.txt", "b.txt"}));
 }
 
+TEST_F(AtomicFileTest, SetRemovesTheDirectoriesItCreated) {
+  fs::create_directory(path("kept"));
+  std::string error;
+  {
+    AtomicFileSet files;
+    ASSERT_TRUE(files.createDirectories(path("kept/new/newer"), error))
+        << error;
+    AtomicFile *file = files.add(path("kept/new/newer/a.txt"), error);
+    ASSERT_TRUE(file && writeString(*file, "a", error)) << error;
+    // Something else puts a file into a directory the set made.
+    fs::create_directory(path("kept/new/other"));
+  }
+  // "newer" was empty again and is removed; "new" holds what the set did not
+  // write and stays, as does "kept", which existed.
+  EXPECT_FALSE(fs::exists(path("kept/new/newer")));
+  EXPECT_TRUE(fs::is_directory(path("kept/new/other")));
+
+  AtomicFileSet files;
+  ASSERT_TRUE(files.createDirectories(path("made/") + "/deeper/", error))
+      << error;
+  EXPECT_TRUE(fs::is_directory(path("made/deeper")));
+  ASSERT_TRUE(files.commit(error)) << error;
+  EXPECT_TRUE(fs::is_directory(path("made/deeper"))); // kept once committed
+
+  writeText(path("a-file"), "x");
+  EXPECT_FALSE(files.createDirectories(path("a-file/sub"), error));
+  EXPECT_EQ(error, "cannot create directory '" + path("a-file/sub") +
+                       "': Not a directory");
+  EXPECT_FALSE(files.createDirectories(path("a-file"), error));
+  EXPECT_EQ(error,
+            "cannot create directory '" + path("a-file") + "': File exists");
+}
+
 TEST_F(AtomicFileTest, SetKeepsOneDescriptorOpen) {
   // More files than the process may have descriptors.
   struct rlimit saved;

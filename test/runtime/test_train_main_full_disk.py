@@ -45,3 +45,16 @@ def test_save_state_on_a_full_disk(data, disk, ranks, free_pages):
     assert result.returncode == 0, result.stderr
     assert sorted(full_disk.snapshot(state)) == ["step.npy", "w.npy"]
     assert np.load(state / "step.npy") == 2
+
+
+def test_save_state_to_a_new_directory_on_a_full_disk(data, disk):
+    """The directories --save-state creates for a save that fails are removed
+    again."""
+    directory, _, _ = data
+    disk.fill(0)
+    before = sorted(p.name for p in disk.path.iterdir())
+    result = mpirun(1, binary(1), *inputs(directory), "--weights", directory / "weights",
+                    "--save-state", disk.path / "new" / "state", env=disk.env())
+    expect_failure(result, f"--save-state: {disk.path / 'new' / 'state' / 'w.npy'}: "
+                   "No space left on device")
+    assert sorted(p.name for p in disk.path.iterdir()) == before

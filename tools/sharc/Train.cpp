@@ -330,9 +330,11 @@ LogicalResult commitFiles(rt::AtomicFileSet &files) {
   return success();
 }
 
-LogicalResult createDirectory(StringRef dir) {
-  if (std::error_code ec = llvm::sys::fs::create_directories(dir)) {
-    fail("cannot create directory '" + dir + "': " + ec.message());
+/// Creates DIR for `files` (removed again if the set fails).
+LogicalResult createDirectory(rt::AtomicFileSet &files, StringRef dir) {
+  std::string error;
+  if (!files.createDirectories(dir.str(), error)) {
+    fail(error);
     return failure();
   }
   return success();
@@ -506,7 +508,8 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
   for (unsigned i = 0; i + 1 < numArgs; ++i)
     if (ParamAttr param = getParamAttr(grad, i))
       sourceOf[param.getName()] = param.getSource().str();
-  if (failed(createDirectory(dir)))
+  rt::AtomicFileSet files;
+  if (failed(createDirectory(files, dir)))
     return failure();
   std::vector<unsigned> written;
   std::vector<std::string> names;
@@ -517,7 +520,6 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
       names.push_back(sourceOf[name.getValue()]);
     }
   std::vector<std::string> fileNames = rt::npyFileNames(names);
-  rt::AtomicFileSet files;
   for (auto [r, file] : llvm::zip(written, fileNames))
     if (failed(writeTensor(files, dir, file, sums[r])))
       return failure();
@@ -549,9 +551,9 @@ LogicalResult dumpState(func::FuncOp step, ArrayRef<Tensor> args,
     written.push_back(i);
   }
   std::vector<std::string> fileNames = rt::npyFileNames(names);
-  if (failed(createDirectory(dir)))
-    return failure();
   rt::AtomicFileSet files;
+  if (failed(createDirectory(files, dir)))
+    return failure();
   for (auto [i, file] : llvm::zip(written, fileNames))
     if (failed(writeTensor(files, dir, file, args[i])))
       return failure();

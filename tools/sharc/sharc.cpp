@@ -335,13 +335,12 @@ static int runEval(MLIRContext &context) {
   if (failed(results))
     return 1;
 
-  if (!outputDir.empty())
-    if (std::error_code ec = llvm::sys::fs::create_directories(outputDir))
-      return fail("cannot create output directory '" + outputDir +
-                  "': " + ec.message());
-  // Every output file is written before any replaces its previous version.
+  // Every output file is written before any replaces its previous version;
+  // a failure leaves neither them nor a directory the set created.
   rt::AtomicFileSet files;
   std::string error;
+  if (!outputDir.empty() && !files.createDirectories(outputDir, error))
+    return fail(error);
   std::vector<std::string> names;
   for (unsigned i = 0, e = results->size(); i < e; ++i)
     names.push_back(resultName(func, i));
