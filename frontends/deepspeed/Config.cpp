@@ -559,7 +559,8 @@ private:
   Expected<double> number(StringRef path, const json::Value &value,
                           const Range &range) const {
     std::optional<double> number = value.getAsNumber();
-    if (!number || !range.contains(*number) || std::isnan(*number))
+    // 1e999 reads as infinity: no setting takes one.
+    if (!number || !range.contains(*number) || !std::isfinite(*number))
       return wrongType(path, value, range.describe(false));
     return *number;
   }
@@ -1091,7 +1092,10 @@ Error jsonError(StringRef fileName, Error error) {
 
 /// Rejects text beyond the limits of Config.h, before llvm::json::parse
 /// sees it.  Counts nesting and array elements outside strings without
-/// checking the syntax (the parser does that).
+/// checking the syntax (the parser does that), within the first
+/// kMaxConfigBytes and before checking the size, so that a file over the size
+/// limit is reported where it goes wrong if it can be (a 100 MB array at its
+/// position).
 Error checkLimits(StringRef text, StringRef fileName) {
   auto failAt = [&](size_t offset, const Twine &message) {
     StringRef before = text.take_front(offset);
@@ -1101,18 +1105,14 @@ Error checkLimits(StringRef text, StringRef fileName) {
         formatv("{0}:{1}:{2}: {3} (the limit of a DeepSpeed config)", fileName,
                 before.count('\n') + 1, offset - lineStart + 1, message.str()));
   };
-  if (text.size() > kMaxConfigBytes)
-    return createStringError(
-        inconvertibleErrorCode(),
-        formatv("{0}: more than {1} bytes (the limit of a DeepSpeed config)",
-                fileName, kMaxConfigBytes));
   struct Open {
     size_t offset;
     bool array;
     size_t commas = 0;
   };
   SmallVector<Open, 8> open;
-  for (size_t pos = 0, e = text.size(); pos < e; ++pos) {
+  for (size_t pos = 0, e = std::min(text.size(), kMaxConfigBytes); pos < e;
+       ++pos) {
     switch (text[pos]) {
     case '"':
       for (++pos; pos < e && text[pos] != '"';)
@@ -1133,12 +1133,17 @@ Error checkLimits(StringRef text, StringRef fileName) {
     case ',':
       if (!open.empty() && open.back().array &&
           ++open.back().commas == kMaxConfigArrayElements)
-        return failAt(open.back().offset,
-                      "an array of more than " +
-                          Twine(kMaxConfigArrayElements) + " elements");
+        return failAt(open.back().offset, "an array of more than " +
+                                              Twine(kMaxConfigArrayElements) +
+                                              " elements");
       break;
     }
   }
+  if (text.size() > kMaxConfigBytes)
+    return createStringError(
+        inconvertibleErrorCode(),
+        formatv("{0}: more than {1} bytes (the limit of a DeepSpeed config)",
+                fileName, kMaxConfigBytes));
   return Error::success();
 }
 

@@ -179,6 +179,10 @@ CONFIG_ERRORS = {
         ["ds_config.json:2:3: trainbatch_size: unknown key; did you mean "
          "'train_batch_size'?"],
     ),
+    "infinite-number": (
+        '{"optimizer": {"type": "AdamW", "params": {"lr": 1e999}}}',
+        ["ds_config.json:1:44: optimizer.params.lr: expected a number >= 0, got 1e999"],
+    ),
     "batch-size-overflow": (
         {"gradient_accumulation_steps": 2508546779288553244},
         ["gradient_accumulation_steps 2508546779288553244 * the micro-batch 8 * "
@@ -231,20 +235,25 @@ def run_bounded(sharc_args):
 
 
 def test_config_file_size_is_bounded(mlp, tmp_path):
-    """A 25-million-element `betas` array (100 MB) and an endless device are
-    rejected after reading 1 MiB + 1 byte, in bounded memory."""
+    """A 25-million-element `betas` array (125 MB; it took 3.6 GB), a 2 MB
+    string and an endless device are rejected after reading 1 MiB + 1 byte,
+    in bounded memory; the array at its position."""
     path, inputs, _ = mlp
-    huge = tmp_path / "huge.json"
-    with open(huge, "w") as file:
+    betas = tmp_path / "betas.json"
+    with open(betas, "w") as file:
         file.write('{"optimizer": {"type": "AdamW", "params": {"betas": [0.9')
         chunk = ", 0.9" * 100000
         for _ in range(250):
             file.write(chunk)
         file.write("]}}}\n")
-    for config in (huge, "/dev/zero"):
+    long_string = tmp_path / "long-string.json"
+    long_string.write_text('{"optimizer": {"type": "' + "A" * (2 << 20) + '"}}')
+    for config, message in (
+            (betas, f"{betas}:1:53: an array of more than 1000 elements"),
+            (long_string, f"{long_string}: more than 1048576 bytes"),
+            ("/dev/zero", "/dev/zero: more than 1048576 bytes")):
         result, peak = run_bounded(["eval", path, "--train", *inputs, "--config", config])
-        assert_error(result, f"{config}: more than 1048576 bytes (the limit of a "
-                     "DeepSpeed config)")
+        assert_error(result, message + " (the limit of a DeepSpeed config)")
         assert peak < 1024, f"{peak:.0f} MiB"
 
 
