@@ -838,9 +838,7 @@ def config_case(d, a, content, name="ds.json"):
     return ["eval", a.tiny, "--train", *a.data, "--config", name]
 
 
-@case("config-infinite-lr", "ds.json", "optimizer.params.lr",
-      mark=xfail("lr 1e999 (inf) in a config is reported as \"option 'lr' "
-                 "must be at least 0, got inf\", without the file and key"))
+@case("config-infinite-lr", "ds.json", "optimizer.params.lr")
 def _(d, a):
     return config_case(d, a, '{"optimizer": {"type": "AdamW", "params": '
                              '{"lr": 1e999}}}')
@@ -867,25 +865,19 @@ def _(d, a):
     return config_case(d, a, '{"train_batch_size": 6}')
 
 
-@case("config-nested-50000-arrays", "ds.json", bound=10,
-      mark=xfail("50,000 nested arrays overflow the JSON parser's stack "
-                 "(crash)"))
+@case("config-nested-50000-arrays", "ds.json", bound=10)
 def _(d, a):
     return config_case(d, a, '{"optimizer": ' + "[" * 50000 + "]" * 50000 + "}")
 
 
-@case("config-nested-50000-objects", "ds.json", bound=10,
-      mark=xfail("50,000 nested objects overflow the JSON parser's stack "
-                 "(crash, then a hang)"))
+@case("config-nested-50000-objects", "ds.json", bound=10)
 def _(d, a):
     return config_case(d, a, '{"a": ' * 50000 + "1" + "}" * 50000)
 
 
 @case("config-25M-element-betas", "ds.json",
       ("optimizer.params.betas", "ds.json:1:"),
-      bound=15,
-      mark=xfail("a 25M-element betas array takes gigabytes and over a "
-                 "minute"))
+      bound=15)
 def _(d, a):
     return config_case(d, a, '{"optimizer": {"type": "Adam", "params": '
                              '{"betas": [' + ",".join(["0.5"] * 25_000_000)
@@ -947,9 +939,7 @@ def _(d, a):
     return ["eval", a.tiny, "--train", *a.data, "--config", "loop1"]
 
 
-@case("config-endless-device", "/dev/zero", memory=3 << 29,
-      mark=xfail("--config /dev/zero is read until memory runs out: LLVM "
-                 "ERROR: out of memory"))
+@case("config-endless-device", "/dev/zero", memory=3 << 29)
 def _(d, a):
     # Only read, never written: an input that never ends.
     return ["eval", a.tiny, "--train", *a.data, "--config", "/dev/zero"]
@@ -1645,8 +1635,6 @@ def previous_files(directory):
     np.save(directory / "w.npy", np.arange(3, dtype=np.float32))
 
 
-@xfail("eval --output-dir on a full disk truncates the previous h.npy and "
-       "says 'write failed' without the reason")
 def test_eval_output_dir_on_a_full_disk(assets, tmp_path):
     with small_disk(tmp_path, 128) as disk:
         previous_files(disk.root / "od")
@@ -1657,8 +1645,6 @@ def test_eval_output_dir_on_a_full_disk(assets, tmp_path):
         assert_full_disk_refusal(result, before, disk, "h.npy")
 
 
-@xfail("eval --output-dir of small outputs on a full disk succeeds with "
-       "empty .npy files (the error at close is not checked)")
 def test_eval_output_dir_on_a_full_disk_small_outputs(assets, tmp_path):
     with small_disk(tmp_path, 128) as disk:
         disk.fill()
@@ -1669,8 +1655,6 @@ def test_eval_output_dir_on_a_full_disk_small_outputs(assets, tmp_path):
         assert_full_disk_refusal(result, before, disk, "loss.npy")
 
 
-@xfail("eval --train --dump-state on a full disk truncates the previous "
-       "files and says 'write failed' without the reason")
 def test_eval_dump_state_on_a_full_disk(assets, tmp_path):
     with small_disk(tmp_path, 128) as disk:
         previous_files(disk.root / "state")
@@ -1681,8 +1665,6 @@ def test_eval_dump_state_on_a_full_disk(assets, tmp_path):
         assert_full_disk_refusal(result, before, disk, "w.npy")
 
 
-@xfail("eval --train --dump-state of small tensors on a full disk succeeds "
-       "with empty .npy files")
 def test_eval_dump_state_on_a_full_disk_small_tensors(assets, tmp_path):
     with small_disk(tmp_path, 128) as disk:
         disk.fill()
@@ -1693,8 +1675,6 @@ def test_eval_dump_state_on_a_full_disk_small_tensors(assets, tmp_path):
         assert_full_disk_refusal(result, before, disk, "state")
 
 
-@xfail("eval --train --dump-grads on a full disk succeeds with empty .npy "
-       "files")
 def test_eval_dump_grads_on_a_full_disk(assets, tmp_path):
     with small_disk(tmp_path, 128) as disk:
         disk.fill()
@@ -1705,8 +1685,6 @@ def test_eval_dump_grads_on_a_full_disk(assets, tmp_path):
         assert_full_disk_refusal(result, before, disk, "grads")
 
 
-@xfail("train --save-state on a full disk truncates the previous files and "
-       "says 'write failed' without the reason")
 def test_binary_save_state_on_a_full_disk(assets, tmp_path):
     binary = assets.binary("big") / "train"
     with small_disk(tmp_path, 128) as disk:
@@ -1717,8 +1695,6 @@ def test_binary_save_state_on_a_full_disk(assets, tmp_path):
         assert_full_disk_refusal(result, before, disk, "w.npy", status=None)
 
 
-@xfail("train --save-state of small tensors on a full disk succeeds with "
-       "empty .npy files")
 def test_binary_save_state_on_a_full_disk_small_tensors(assets, tmp_path):
     binary = assets.binary() / "train"
     with small_disk(tmp_path, 128) as disk:
