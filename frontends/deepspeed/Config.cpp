@@ -190,8 +190,8 @@ private:
 
   /// Looks for `rest` (what remains of the path) in the value at `pos`, whose
   /// key starts at `keyOffset` (npos: the value's own start).
-  std::optional<SourceEntry> lookupBelow(size_t &pos, StringRef rest,
-                                         bool root, size_t keyOffset) const {
+  std::optional<SourceEntry> lookupBelow(size_t &pos, StringRef rest, bool root,
+                                         size_t keyOffset) const {
     skipSpace(pos);
     size_t start = pos;
     if (rest.empty() && !root) {
@@ -205,8 +205,7 @@ private:
     // then ends or goes on with '.' or '['; the search descends into it (a
     // key may contain '.', so a child on the path may still not hold it).
     auto child = [&](bool matches, StringRef after, size_t childKeyOffset) {
-      if (!matches ||
-          (!after.empty() && after[0] != '.' && after[0] != '[')) {
+      if (!matches || (!after.empty() && after[0] != '.' && after[0] != '[')) {
         skip(pos);
         return false;
       }
@@ -217,8 +216,8 @@ private:
         pos,
         [&](size_t childKeyOffset, StringRef key) {
           StringRef after = rest;
-          bool matches = (root || after.consume_front(".")) &&
-                         after.consume_front(key);
+          bool matches =
+              (root || after.consume_front(".")) && after.consume_front(key);
           return child(matches, after, childKeyOffset);
         },
         [&](unsigned index) {
@@ -1232,8 +1231,8 @@ Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
   if (!given.trainBatchSize) {
     int64_t gas = given.gradAccumSteps.value_or(1);
     std::optional<int64_t> perRank = times(micro, gas);
-    std::optional<int64_t> train = perRank ? times(*perRank, worldSize)
-                                           : std::nullopt;
+    std::optional<int64_t> train =
+        perRank ? times(*perRank, worldSize) : std::nullopt;
     if (!train)
       return failWith(formatv(
           "gradient_accumulation_steps {0} * the micro-batch {1} * {2} is "
