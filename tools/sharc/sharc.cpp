@@ -243,13 +243,26 @@ static int runImport(MLIRContext &context) {
   auto model = loadModel(context);
   if (failed(model))
     return 1;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  model->module->print(os);
+  os << "\n";
+  if (outputPath == "-") {
+    llvm::outs() << text;
+    llvm::outs().flush();
+    if (llvm::outs().has_error()) {
+      std::error_code ec = llvm::outs().error();
+      llvm::outs().clear_error();
+      return fail("cannot write the standard output: " + ec.message());
+    }
+    return 0;
+  }
+  // The file is replaced whole or not at all.
+  rt::AtomicFile file;
   std::string error;
-  auto output = openOutputFile(outputPath, &error);
-  if (!output)
+  if (!file.create(outputPath, error) ||
+      !file.write(text.data(), text.size(), error) || !file.commit(error))
     return fail(error);
-  model->module->print(output->os());
-  output->os() << "\n";
-  output->keep();
   return 0;
 }
 
