@@ -4,12 +4,15 @@
 #include "runtime/Npy.h"
 #include "runtime/AtomicFile.h"
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace sharc::rt {
 
@@ -231,14 +234,45 @@ bool parseNpy(const std::string &name, const char *bytes, size_t size,
 }
 
 bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    error = path + ": cannot open file";
+  // O_NONBLOCK: opening a pipe must not wait for a writer (it has no
+  // effect on the reads of a regular file).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    error = path + ": cannot open file: " + std::strerror(errno);
     return false;
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string bytes = buffer.str();
+  auto failWith = [&](const std::string &message) {
+    ::close(fd);
+    error = path + ": " + message;
+    return false;
+  };
+  // A device or a pipe could be read forever; a file must fit in memory.
+  struct stat status;
+  if (::fstat(fd, &status) != 0)
+    return failWith(std::string("cannot read file: ") + std::strerror(errno));
+  if (!S_ISREG(status.st_mode))
+    return failWith("not a regular file");
+  uint64_t size = static_cast<uint64_t>(status.st_size);
+  long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && pageSize > 0 &&
+      size > static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize))
+    return failWith("the file has " + std::to_string(size) +
+                    " bytes, more than this machine's memory");
+  std::string bytes(size, '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return failWith(std::string("cannot read file: ") +
+                      std::strerror(errno));
+    if (n == 0)
+      break; // The file shrank while being read: parse what is there.
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  ::close(fd);
   return parseNpy(path, bytes.data(), bytes.size(), out, error);
 }
 

@@ -2,7 +2,7 @@
 //
 // rt::npyFileNames gives every tensor a file of its own whatever the names;
 // rt::splitInputSpec finds the input a `--input NAME=FILE` value names even
-// when NAME holds '='.
+// when NAME holds '='; rt::readNpy reads regular files only.
 //
 //===----------------------------------------------------------------------===//
 
@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <set>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace sharc::rt;
 
@@ -89,6 +92,30 @@ TEST(SplitInputSpec, MalformedAndAmbiguous) {
   }
   EXPECT_FALSE(splitInputSpec("x=y=f.npy", {"x", "x=y"}, name, file, error));
   EXPECT_NE(error.find("ambiguous"), std::string::npos) << error;
+}
+
+} // namespace
+
+namespace {
+
+TEST(ReadNpy, OnlyRegularFiles) {
+  char folder[] = "/tmp/sharc-npy-XXXXXX";
+  ASSERT_NE(mkdtemp(folder), nullptr);
+  std::string fifo = std::string(folder) + "/pipe.npy";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  NpyArray array;
+  std::string error;
+  // A pipe nobody writes, a device that never ends, a folder.
+  for (const std::string &path : {fifo, std::string("/dev/zero"),
+                                  std::string(folder)}) {
+    EXPECT_FALSE(readNpy(path, array, error)) << path;
+    EXPECT_NE(error.find(path + ": "), std::string::npos) << error;
+  }
+  EXPECT_FALSE(readNpy(std::string(folder) + "/missing.npy", array, error));
+  EXPECT_NE(error.find("No such file or directory"), std::string::npos)
+      << error;
+  unlink(fifo.c_str());
+  rmdir(folder);
 }
 
 } // namespace
