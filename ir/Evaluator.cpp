@@ -12,13 +12,12 @@
 #include "ir/Collectives.h"
 #include "ir/EvalInternal.h"
 #include "ir/SharcOps.h"
+#include "runtime/System.h"
 
 #include "llvm/ADT/DenseMap.h"
 
 #include <cstring>
-#include <limits>
 #include <thread>
-#include <unistd.h>
 
 using namespace mlir;
 using namespace sharc;
@@ -112,11 +111,7 @@ int64_t eval::product(ArrayRef<int64_t> shape, size_t begin, size_t end) {
 
 std::optional<std::string>
 sharc::checkEvaluatorMemory(ArrayRef<int64_t> shape) {
-  static const uint64_t physical = [] {
-    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? static_cast<uint64_t>(pages) * size
-                                 : std::numeric_limits<uint64_t>::max();
-  }();
+  static const uint64_t physical = rt::hostMemoryBytes();
   std::optional<int64_t> count = checkedNumElements(shape);
   // Every element is held as a double or an int64_t.
   if (count && static_cast<uint64_t>(*count) * 8 <= physical)

@@ -11,6 +11,7 @@
 #define SHARC_RUNTIME_DEVICE_H
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace sharc::rt {
@@ -25,6 +26,11 @@ std::string deviceName();
 
 /// The stream generated code enqueues on (null on the CPU).
 void *deviceStream();
+
+/// The bytes of memory the device has (CPU: the machine's physical memory;
+/// CUDA: the GPU's free memory once the process has a context), so that a
+/// program too large for it fails before allocating, with its figures.
+uint64_t deviceMemoryBytes();
 
 /// Allocates `bytes` of device memory aligned to at least 256 bytes; freed by
 /// deviceFree.  Zero bytes gives a valid unique pointer.

@@ -71,6 +71,14 @@ std::string deviceName() {
   return std::string(prop.name) + " (cuda:" + std::to_string(deviceId) + ")";
 }
 
+uint64_t deviceMemoryBytes() {
+  requireInit("deviceMemoryBytes");
+  size_t freeBytes = 0, totalBytes = 0;
+  checkCuda(cudaMemGetInfo(&freeBytes, &totalBytes), "deviceMemoryBytes",
+            "cudaMemGetInfo");
+  return freeBytes;
+}
+
 void *deviceStream() {
   requireInit("deviceStream");
   return stream;

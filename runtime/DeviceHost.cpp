@@ -7,6 +7,7 @@
 
 #include "runtime/Device.h"
 #include "runtime/Errors.h"
+#include "runtime/System.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,8 @@ void deviceInit(int localRank) { (void)localRank; }
 std::string deviceName() { return "cpu"; }
 
 void *deviceStream() { return nullptr; }
+
+uint64_t deviceMemoryBytes() { return hostMemoryBytes(); }
 
 void *deviceAlloc(size_t bytes) {
   // aligned_alloc needs a size that is a multiple of the alignment; zero bytes

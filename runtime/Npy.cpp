@@ -3,6 +3,7 @@
 
 #include "runtime/Npy.h"
 #include "runtime/AtomicFile.h"
+#include "runtime/System.h"
 
 #include <cerrno>
 #include <cstdint>
@@ -253,9 +254,7 @@ bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
   if (!S_ISREG(status.st_mode))
     return failWith("not a regular file");
   uint64_t size = static_cast<uint64_t>(status.st_size);
-  long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && pageSize > 0 &&
-      size > static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize))
+  if (size > hostMemoryBytes())
     return failWith("the file has " + std::to_string(size) +
                     " bytes, more than this machine's memory");
   std::string bytes(size, '\0');

@@ -18,6 +18,7 @@
 #include "runtime/Npy.h"
 #include "runtime/Gemm.h"
 #include "runtime/Program.h"
+#include "runtime/System.h"
 #include "runtime/ThreadPool.h"
 
 #include <mpi.h>
@@ -597,6 +598,34 @@ int run(int argc, char **argv) {
   layout.gradientAccumulation = info.gradientAccumulation;
   layout.rank = comm.rank();
   layout.numRanks = comm.size();
+  // What this rank holds at once, against what the machine has: too much
+  // fails here with the figures instead of in an allocator.
+  uint64_t deviceBytes = static_cast<uint64_t>(info.arenaBytes),
+           stagingBytes = 0, persistentBytes = 0;
+  for (int i = 0; i < info.numBuffers; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    deviceBytes += static_cast<uint64_t>(spec.bytes);
+    if (spec.role == BufferRole::input)
+      stagingBytes += static_cast<uint64_t>(spec.bytes) *
+                      (spec.type == BufferType::bf16 ? 3 : 1);
+    else
+      persistentBytes += static_cast<uint64_t>(spec.bytes);
+  }
+  if (deviceBytes > deviceMemoryBytes())
+    fatalOnce(comm, "this rank needs " + std::to_string(deviceBytes) +
+                        " bytes of " + deviceName() + " memory (arena " +
+                        std::to_string(info.arenaBytes) +
+                        ", parameters, state, constants and outputs " +
+                        std::to_string(persistentBytes) + ", inputs " +
+                        std::to_string(deviceBytes - info.arenaBytes -
+                                       persistentBytes) +
+                        "), more than the " +
+                        std::to_string(deviceMemoryBytes()) + " it has");
+  if (stagingBytes > hostMemoryBytes())
+    fatalOnce(comm, "this rank needs " + std::to_string(stagingBytes) +
+                        " bytes of host memory to stage one step's inputs, "
+                        "more than the machine's " +
+                        std::to_string(hostMemoryBytes()));
   std::unique_ptr<DataLoader> loader;
   if (!dataInputs.empty()) {
     std::string error;

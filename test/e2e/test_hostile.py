@@ -1741,6 +1741,19 @@ def test_name_with_an_equals_sign(tmp_path):
     train_both(tmp_path, tmp_path / "eq.onnx", b"x=y")
 
 
+def test_a_binary_too_large_for_the_machine_refuses_to_start(assets, tmp_path):
+    """2^30 micro-batches of 4 rows make 2^32 input rows per step: the binary
+    compiles (the step is one loop), and refuses to start with its memory
+    figures instead of failing in an allocator."""
+    out = tmp_path / "huge"
+    compiled = sharc("compile", assets.tiny, "--grad-accum", 1 << 30, "-o",
+                     out, cwd=tmp_path, bound=300)
+    assert_succeeded(compiled)
+    result = mpirun(1, out / "train", "--input", f"x={assets.x}", "--input",
+                    f"labels={assets.labels}", "--steps", "1", cwd=tmp_path)
+    assert_refused(result, "this rank needs", "inputs", status=None)
+
+
 def test_initializer_named_step(tmp_path):
     linear_model(tmp_path / "step.onnx", w="step")
     compiled = sharc("compile", tmp_path / "step.onnx", "--emit-only", "-o",
