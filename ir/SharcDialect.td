@@ -29,6 +29,7 @@ def Sharc_Dialect : Dialect {
     `sharc.param`, and gradients with `sharc.grad = "param name"`.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let hasConstantMaterializer = 1;
   let hasRegionArgAttrVerify = 1;
   let hasRegionResultAttrVerify = 1;
   let extraClassDeclaration = [{

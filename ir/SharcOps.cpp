@@ -240,6 +240,17 @@ static RankedTensorType tensorType(Value v) {
 
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 
+Operation *SharcDialect::materializeConstant(OpBuilder &builder,
+                                             Attribute value, Type type,
+                                             Location loc) {
+  // A folded value (reshape of a constant, ...) becomes a sharc.constant of
+  // the result's type.
+  auto elements = dyn_cast<ElementsAttr>(value);
+  if (!elements || elements.getType() != type)
+    return nullptr;
+  return ConstantOp::create(builder, loc, type, elements);
+}
+
 LogicalResult IotaOp::verify() {
   int64_t rank = getType().getRank();
   if (getDimension() < 0 || getDimension() >= rank)

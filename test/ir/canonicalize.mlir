@@ -157,3 +157,14 @@ func.func @other_powers(%x: tensor<4xf32>, %y: tensor<f32>) -> (tensor<4xf32>, t
   %d = sharc.pow %y, %two : (tensor<f32>, tensor<4xf32>) -> tensor<4xf32>
   return %c, %d : tensor<4xf32>, tensor<4xf32>
 }
+
+// A folded reshape of a constant is materialized as a constant of the new
+// shape (the dialect's constant materializer).
+// CHECK-LABEL: func.func @reshape_constant
+// CHECK-NEXT: %[[C:.*]] = sharc.constant dense<{{\[\[}}1.000000e+00, 2.000000e+00], [3.000000e+00, 4.000000e+00]]> : tensor<2x2xf32>
+// CHECK-NEXT: return %[[C]]
+func.func @reshape_constant() -> tensor<2x2xf32> {
+  %c = sharc.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %r = sharc.reshape %c : tensor<4xf32> to tensor<2x2xf32>
+  return %r : tensor<2x2xf32>
+}
