@@ -86,7 +86,7 @@ OptimizerOptions::OptimizerOptions(const TrainingOptions &options)
 #define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   FIELD = options.scheduler.FIELD;
 #define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
   optimizer = stringifyOptimizerKind(options.optimizer).str();
   scheduler = stringifySchedulerKind(options.scheduler.kind).str();
   warmupType = options.scheduler.warmupLinear ? "linear" : "log";
@@ -106,7 +106,7 @@ OptimizerOptions::parse(function_ref<InFlightDiagnostic()> emitError) const {
 #define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   options.scheduler.FIELD = FIELD;
 #define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
 
   std::optional<OptimizerKind> optimizerKind = parseOptimizerKind(optimizer);
   if (!optimizerKind)

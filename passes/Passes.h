@@ -5,7 +5,7 @@
 #define SHARC_PASSES_PASSES_H
 
 #include "ir/SharcOps.h"
-#include "passes/TrainingOptions.h"
+#include "ir/TrainingOptions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -61,7 +61,7 @@ buildTrainStep(mlir::ModuleOp module, const TrainingOptions &options);
 struct OptimizerOptions {
   std::string function;
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY) TYPE FIELD;
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
 
   /// `options` as pass options (by default, TrainingOptions's defaults).
   explicit OptimizerOptions(const TrainingOptions &options = TrainingOptions());
@@ -92,14 +92,14 @@ template <typename Base> struct WithOptimizerOptions : Base {
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   Opt<TYPE> FIELD{*this, NAME, llvm::cl::desc(DESC),                           \
                   llvm::cl::init(OptimizerOptions::defaults().FIELD)};
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
 
   OptimizerOptions getOptimizerOptions() const {
     OptimizerOptions options;
     options.function = function;
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   options.FIELD = FIELD;
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
     return options;
   }
 
@@ -107,7 +107,7 @@ template <typename Base> struct WithOptimizerOptions : Base {
     function = options.function;
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   FIELD = options.FIELD;
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
   }
 };
 

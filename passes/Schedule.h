@@ -11,7 +11,7 @@
 #define SHARC_PASSES_SCHEDULE_H
 
 #include "ir/SharcOps.h"
-#include "passes/TrainingOptions.h"
+#include "ir/TrainingOptions.h"
 
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 

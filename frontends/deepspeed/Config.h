@@ -13,7 +13,7 @@
 #ifndef SHARC_FRONTENDS_DEEPSPEED_CONFIG_H
 #define SHARC_FRONTENDS_DEEPSPEED_CONFIG_H
 
-#include "passes/TrainingOptions.h"
+#include "ir/TrainingOptions.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"

@@ -108,7 +108,7 @@ struct TrainFlags {
   Flag<std::string> FIELD{NAME,                   cl::desc(DESC " (" KEY ")"), \
                           cl::value_desc("NAME"), cl::sub(sub),                \
                           cl::sub(compile),       cl::cat(category)};
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
   Flag<std::string> betas{"betas",
                           cl::desc("Adam: moment decays "
                                    "(optimizer.params.betas)"),
@@ -125,7 +125,7 @@ struct TrainFlags {
 #define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)                              \
   if (!llvm::is_contained(result, &betas))                                     \
     result.push_back(&betas);
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
     return result;
   }
 };
@@ -186,7 +186,7 @@ LogicalResult applyFlags(TrainingOptions &options) {
   override(f.FIELD, options.scheduler.FIELD);
 #define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)
 #define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
-#include "passes/TrainingOptions.def"
+#include "ir/TrainingOptions.def"
   if (given(f.betas)) {
     auto [first, second] = StringRef(f.betas).split(',');
     if (first.trim().empty() || second.trim().empty() ||

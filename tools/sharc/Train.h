@@ -10,7 +10,7 @@
 #define SHARC_TOOLS_SHARC_TRAIN_H
 
 #include "ir/Tensor.h"
-#include "passes/TrainingOptions.h"
+#include "ir/TrainingOptions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

@@ -1,17 +1,17 @@
-//===- TrainingOptions.h - what a training step does -------------*- C++
-//-*-===//
+//===- TrainingOptions.h - what a training step does -----------*- C++ -*-===//
 //
 // Every choice that shapes the training step: which output is the loss, which
 // parameters train, the optimizer and its hyper-parameters, the learning-rate
 // schedule, gradient accumulation and clipping.  Filled from a DeepSpeed
 // config and/or command-line flags by the CLI, or from pass-pipeline options
 // by sharc-opt, and consumed by the autodiff and optimizer passes.  Defaults
-// are DeepSpeed's (see shared/reference/training-semantics.md).
+// are DeepSpeed's (docs/semantics.md).  Plain C++: the config reader
+// (frontends/deepspeed) fills it without depending on the passes.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef SHARC_PASSES_TRAININGOPTIONS_H
-#define SHARC_PASSES_TRAININGOPTIONS_H
+#ifndef SHARC_IR_TRAININGOPTIONS_H
+#define SHARC_IR_TRAININGOPTIONS_H
 
 #include <cstdint>
 #include <string>
@@ -110,4 +110,4 @@ struct TrainingOptions {
 
 } // namespace sharc
 
-#endif // SHARC_PASSES_TRAININGOPTIONS_H
+#endif // SHARC_IR_TRAININGOPTIONS_H
