@@ -1686,7 +1686,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.name = buffer.name;
     entry.file = buffer.file;
     entry.role = buffer.role;
-    entry.type = bufferTypeName(buffer.element);
+    entry.type = dtypeEnumerator(buffer.element);
     entry.shape.assign(buffer.shape.begin(), buffer.shape.end());
     entry.bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     entry.trainable = buffer.trainable;
@@ -1712,7 +1712,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
        << cppStringLiteral(buffer.source) << ", "
        << cppStringLiteral(buffer.file)
        << ", sharc::rt::BufferRole::" << buffer.role
-       << ", sharc::rt::BufferType::" << bufferTypeName(buffer.element) << ", "
+       << ", sharc::rt::DType::" << dtypeEnumerator(buffer.element) << ", "
        << buffer.shape.size() << ", {";
     for (auto [d, size] : llvm::enumerate(buffer.shape))
       os << (d ? ", " : "") << size;

@@ -89,8 +89,8 @@ inline std::string storageType(Type t) {
   return "";
 }
 
-/// The runtime BufferType enumerator of an element type.
-inline std::string bufferTypeName(Type t) {
+/// The runtime DType enumerator of an element type (runtime/DType.h).
+inline std::string dtypeEnumerator(Type t) {
   if (t.isF32())
     return "f32";
   if (t.isF64())

@@ -26,26 +26,6 @@ using namespace sharc;
 // DTypes and rounding
 //===----------------------------------------------------------------------===//
 
-StringRef sharc::dtypeName(DType type) {
-  switch (type) {
-  case DType::f64:
-    return "f64";
-  case DType::f32:
-    return "f32";
-  case DType::f16:
-    return "f16";
-  case DType::bf16:
-    return "bf16";
-  case DType::i64:
-    return "i64";
-  case DType::i32:
-    return "i32";
-  case DType::i1:
-    return "i1";
-  }
-  return "?";
-}
-
 std::optional<DType> sharc::dtypeOf(Type elementType) {
   if (elementType.isF64())
     return DType::f64;
@@ -82,28 +62,6 @@ Type sharc::mlirType(DType type, MLIRContext *context) {
     return IntegerType::get(context, 1);
   }
   return Type();
-}
-
-bool sharc::isFloat(DType type) {
-  return type == DType::f64 || type == DType::f32 || type == DType::f16 ||
-         type == DType::bf16;
-}
-
-size_t sharc::dtypeBytes(DType type) {
-  switch (type) {
-  case DType::f64:
-  case DType::i64:
-    return 8;
-  case DType::f32:
-  case DType::i32:
-    return 4;
-  case DType::f16:
-  case DType::bf16:
-    return 2;
-  case DType::i1:
-    return 1;
-  }
-  return 0;
 }
 
 /// Rounds to bfloat16 (8 exponent bits, 7 stored mantissa bits) in one
@@ -522,7 +480,7 @@ Tensor Tensor::convertTo(DType to) const {
 }
 
 std::string sharc::describeTensor(DType type, ArrayRef<int64_t> shape) {
-  std::string text = dtypeName(type).str() + "[";
+  std::string text = std::string(dtypeName(type)) + "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i)
       text += ", ";

@@ -13,6 +13,8 @@
 #ifndef SHARC_IR_TENSOR_H
 #define SHARC_IR_TENSOR_H
 
+#include "runtime/DType.h"
+
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Support/LLVM.h"
@@ -29,21 +31,17 @@ namespace rt {
 struct NpyArray;
 } // namespace rt
 
-/// Element types of sharc tensors.
-enum class DType { f64, f32, f16, bf16, i64, i32, i1 };
+/// Element types of sharc tensors: one enum with the runtime's
+/// (runtime/DType.h).
+using rt::DType;
+using rt::dtypeBytes;
+using rt::dtypeName;
+using rt::isFloat;
 
-/// "f64", "f32", "f16", "bf16", "i64", "i32" or "i1".
-llvm::StringRef dtypeName(DType type);
 /// The DType of an MLIR element type, if sharc supports it.
 std::optional<DType> dtypeOf(mlir::Type elementType);
 /// The MLIR element type of `type`.
 mlir::Type mlirType(DType type, mlir::MLIRContext *context);
-/// True for f64, f32, f16 and bf16.
-bool isFloat(DType type);
-/// Bytes per element in the little-endian raw encodings that MLIR dense
-/// attributes, ONNX raw_data and .npy use (i1: one byte).
-size_t dtypeBytes(DType type);
-
 /// Rounds `value` to the nearest value representable in float dtype `type`
 /// (round to nearest, ties to even; overflow gives infinity).
 double roundTo(DType type, double value);

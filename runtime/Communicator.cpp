@@ -24,39 +24,6 @@
 
 namespace sharc::rt {
 
-size_t dtypeBytes(DType type) {
-  switch (type) {
-  case DType::f64:
-  case DType::i64:
-    return 8;
-  case DType::f32:
-  case DType::i32:
-    return 4;
-  case DType::f16:
-  case DType::bf16:
-    return 2;
-  }
-  return 0;
-}
-
-const char *dtypeName(DType type) {
-  switch (type) {
-  case DType::f32:
-    return "f32";
-  case DType::f64:
-    return "f64";
-  case DType::f16:
-    return "f16";
-  case DType::bf16:
-    return "bf16";
-  case DType::i32:
-    return "i32";
-  case DType::i64:
-    return "i64";
-  }
-  return "?";
-}
-
 namespace {
 
 /// `seconds` as the shortest text that reads back (3, 0.5, 600).
@@ -123,6 +90,8 @@ void Communicator::count(CollectiveKind kind, uint64_t bytes) {
 
 uint64_t Communicator::startAllReduce(void *buffer, size_t count, DType type,
                                       ReduceOp op) {
+  if (type == DType::i1)
+    fatal("reductions of i1 buffers are not supported");
   uint64_t n = size();
   uint64_t bytes = uint64_t(count) * dtypeBytes(type);
   this->count(CollectiveKind::allReduce, 2 * (n - 1) * bytes / n);
@@ -144,6 +113,8 @@ void Communicator::doWait(uint64_t) {}
 
 void Communicator::allReduce(void *buffer, size_t count, DType type,
                              ReduceOp op) {
+  if (type == DType::i1)
+    fatal("reductions of i1 buffers are not supported");
   waitAll();
   uint64_t n = size();
   uint64_t bytes = uint64_t(count) * dtypeBytes(type);
@@ -154,6 +125,8 @@ void Communicator::allReduce(void *buffer, size_t count, DType type,
 
 void Communicator::reduceScatter(const void *send, void *recv,
                                  size_t sliceCount, DType type, ReduceOp op) {
+  if (type == DType::i1)
+    fatal("reductions of i1 buffers are not supported");
   waitAll();
   uint64_t n = size();
   count(CollectiveKind::reduceScatter,
@@ -230,6 +203,8 @@ MPI_Datatype mpiType(DType type) {
     return MPI_INT32_T;
   case DType::i64:
     return MPI_INT64_T;
+  case DType::i1:
+    return MPI_UINT8_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -290,6 +265,8 @@ void foldParts(const void *parts, void *out, size_t count, int n, DType type,
     return fold16<halfToFloat, floatToHalf>(parts, out, count, n, op);
   case DType::bf16:
     return fold16<bfloat16ToFloat, floatToBFloat16>(parts, out, count, n, op);
+  case DType::i1:
+    fatal("reductions of i1 buffers are not supported");
   }
 }
 

@@ -11,6 +11,8 @@
 #ifndef SHARC_RUNTIME_COMMUNICATOR_H
 #define SHARC_RUNTIME_COMMUNICATOR_H
 
+#include "runtime/DType.h"
+
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -21,15 +23,8 @@
 
 namespace sharc::rt {
 
-/// Element types of collective buffers.  f16 and bf16 are raw 16-bit values
-/// (see Float16.h); they are reduced in f32 and rounded once per element.
-enum class DType { f32, f64, f16, bf16, i32, i64 };
-
-/// Bytes per element of `type`.
-size_t dtypeBytes(DType type);
-
-/// The name of `type`: "f32", "f64", "f16", "bf16", "i32" or "i64".
-const char *dtypeName(DType type);
+// Collective buffers have the element types of runtime/DType.h but i1; f16
+// and bf16 are reduced in f32 and rounded once per element.
 
 /// Reduction operators.
 enum class ReduceOp { sum, max };

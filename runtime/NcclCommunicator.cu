@@ -71,6 +71,8 @@ ncclDataType_t ncclType(DType type) {
     return ncclInt32;
   case DType::i64:
     return ncclInt64;
+  case DType::i1:
+    return ncclUint8;
   }
   fatal("NcclCommunicator: unknown element type");
 }

@@ -38,8 +38,6 @@ enum class BufferRole {
   constant,
 };
 
-/// Element types of persistent buffers: DType plus booleans (one byte each).
-enum class BufferType { f32, f64, f16, bf16, i32, i64, i1 };
 
 constexpr int kMaxRank = 8;
 
@@ -55,7 +53,7 @@ struct BufferSpec {
   /// buffers share a file.
   const char *file;
   BufferRole role;
-  BufferType type;
+  DType type;
   int rank;
   int64_t shape[kMaxRank];
   int64_t numElements;

@@ -59,8 +59,7 @@ using Clock = std::chrono::steady_clock;
 
 /// The command line.
 struct Options {
-  /// `--input NAME=FILE` pairs, in order.
-  /// The values of the --input flags, NAME=FILE.npy.
+  /// The values of the --input flags, NAME=FILE.npy, in order.
   std::vector<std::string> inputs;
   int64_t steps = 1;
   int64_t logEvery = 1;
@@ -72,27 +71,6 @@ struct Options {
   /// communicator exists.
   std::string error;
 };
-
-const char *bufferTypeName(BufferType type) {
-  switch (type) {
-  case BufferType::f32:
-    return "f32";
-  case BufferType::f64:
-    return "f64";
-  case BufferType::f16:
-    return "f16";
-  case BufferType::bf16:
-    return "bf16";
-  case BufferType::i32:
-    return "i32";
-  case BufferType::i64:
-    return "i64";
-  case BufferType::i1:
-    return "bool";
-  }
-  return "?";
-}
-
 
 const char *roleName(BufferRole role) {
   switch (role) {
@@ -110,39 +88,23 @@ const char *roleName(BufferRole role) {
   return "?";
 }
 
-size_t bufferTypeBytes(BufferType type) {
-  switch (type) {
-  case BufferType::f64:
-  case BufferType::i64:
-    return 8;
-  case BufferType::f32:
-  case BufferType::i32:
-    return 4;
-  case BufferType::f16:
-  case BufferType::bf16:
-    return 2;
-  case BufferType::i1:
-    return 1;
-  }
-  return 0;
-}
 
 /// How a buffer of `type` is stored in a .npy file: bf16 as f32 (NumPy has no
 /// bfloat16; every bf16 value is exact in f32), i1 as NumPy's bool.
-NpyType fileType(BufferType type) {
+NpyType fileType(DType type) {
   switch (type) {
-  case BufferType::f32:
-  case BufferType::bf16:
+  case DType::f32:
+  case DType::bf16:
     return NpyType::f32;
-  case BufferType::f64:
+  case DType::f64:
     return NpyType::f64;
-  case BufferType::f16:
+  case DType::f16:
     return NpyType::f16;
-  case BufferType::i32:
+  case DType::i32:
     return NpyType::i32;
-  case BufferType::i64:
+  case DType::i64:
     return NpyType::i64;
-  case BufferType::i1:
+  case DType::i1:
     return NpyType::b1;
   }
   return NpyType::f32;
@@ -344,10 +306,10 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
       elements *= spec.shape[d];
     }
     if (elements != spec.numElements ||
-        spec.bytes != elements * int64_t(bufferTypeBytes(spec.type)))
+        spec.bytes != elements * int64_t(dtypeBytes(spec.type)))
       fail("buffer '" + name + "' of shape " +
            shapeString(spec.shape, spec.rank) + " and type " +
-           bufferTypeName(spec.type) + " claims " +
+           dtypeName(spec.type) + " claims " +
            std::to_string(spec.numElements) + " elements and " +
            std::to_string(spec.bytes) + " bytes");
     if (spec.role == BufferRole::constant && spec.bytes > 0 &&
@@ -376,11 +338,11 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
       fail(std::string(what) + " buffer index " + std::to_string(index) +
            " is out of range");
     const BufferSpec &spec = info.buffers[index];
-    bool typeOk = spec.type == BufferType::f64 ||
-                  (allowF32 && spec.type == BufferType::f32);
+    bool typeOk = spec.type == DType::f64 ||
+                  (allowF32 && spec.type == DType::f32);
     if (spec.role != role || spec.numElements != 1 || !typeOk)
       fail(std::string(what) + " buffer '" + spec.name + "' is a " +
-           roleName(spec.role) + " " + bufferTypeName(spec.type) + " " +
+           roleName(spec.role) + " " + dtypeName(spec.type) + " " +
            shapeString(spec.shape, spec.rank));
   };
   checkScalar(info.lossBuffer, "loss", /*allowF32=*/true, BufferRole::output);
@@ -392,9 +354,9 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
            " is out of range");
     const BufferSpec &spec = info.buffers[info.stepBuffer];
     if (spec.role != BufferRole::state || spec.numElements != 1 ||
-        (spec.type != BufferType::i64 && spec.type != BufferType::i32))
+        (spec.type != DType::i64 && spec.type != DType::i32))
       fail(std::string("step buffer '") + spec.name + "' is a " +
-           roleName(spec.role) + " " + bufferTypeName(spec.type) + " " +
+           roleName(spec.role) + " " + dtypeName(spec.type) + " " +
            shapeString(spec.shape, spec.rank));
   }
 }
@@ -414,7 +376,7 @@ void loadBuffer(const std::string &dir, const BufferSpec &spec, void *device) {
           "' expects a " + npyTypeName(expectedType) + " array of shape " +
           shapeString(expected) + ", got a " + npyTypeName(array.type) +
           " array of shape " + shapeString(array.shape));
-  if (spec.type == BufferType::bf16) {
+  if (spec.type == DType::bf16) {
     std::vector<uint16_t> bits(spec.numElements);
     floatsToBFloat16(reinterpret_cast<const float *>(array.data.data()),
                      bits.data(), bits.size());
@@ -433,7 +395,7 @@ void saveBuffer(AtomicFileSet &files, const std::string &dir,
   NpyArray array;
   array.type = fileType(spec.type);
   array.shape.assign(spec.shape, spec.shape + spec.rank);
-  if (spec.type == BufferType::bf16) {
+  if (spec.type == DType::bf16) {
     array.data.resize(spec.numElements * sizeof(float));
     const auto *bits = reinterpret_cast<const uint16_t *>(host.data());
     auto *floats = reinterpret_cast<float *>(array.data.data());
@@ -452,7 +414,7 @@ void saveBuffer(AtomicFileSet &files, const std::string &dir,
 
 /// A scalar output as a double.
 double readScalar(const BufferSpec &spec, const void *device) {
-  if (spec.type == BufferType::f32) {
+  if (spec.type == DType::f32) {
     float value = 0;
     copyToHost(&value, device, sizeof(value));
     return value;
@@ -590,7 +552,7 @@ int run(int argc, char **argv) {
     input.type = fileType(spec.type);
     input.rowShape.assign(spec.shape + 1, spec.shape + spec.rank);
     dataInputs.push_back(std::move(input));
-    slots.push_back({i, spec.type == BufferType::bf16, {}, {}});
+    slots.push_back({i, spec.type == DType::bf16, {}, {}});
   }
 
   BatchLayout layout;
@@ -607,7 +569,7 @@ int run(int argc, char **argv) {
     deviceBytes += static_cast<uint64_t>(spec.bytes);
     if (spec.role == BufferRole::input)
       stagingBytes += static_cast<uint64_t>(spec.bytes) *
-                      (spec.type == BufferType::bf16 ? 3 : 1);
+                      (spec.type == DType::bf16 ? 3 : 1);
     else
       persistentBytes += static_cast<uint64_t>(spec.bytes);
   }
@@ -665,7 +627,7 @@ int run(int argc, char **argv) {
   int64_t firstStep = 0;
   if (info.stepBuffer >= 0) {
     const BufferSpec &spec = info.buffers[info.stepBuffer];
-    if (spec.type == BufferType::i64) {
+    if (spec.type == DType::i64) {
       copyToHost(&firstStep, buffers[info.stepBuffer], sizeof(int64_t));
     } else {
       int32_t value = 0;
@@ -682,7 +644,7 @@ int run(int argc, char **argv) {
   int64_t rowElements = 1;
   for (const InputSlot &slot : slots) {
     const BufferSpec &spec = info.buffers[slot.buffer];
-    if (spec.type == BufferType::i32 || spec.type == BufferType::i64) {
+    if (spec.type == DType::i32 || spec.type == DType::i64) {
       rowElements = spec.numElements / spec.shape[0];
       break;
     }

@@ -589,7 +589,7 @@ func.func @main(%x: tensor<4x3x$0> {sharc.input = "x"},
   Tensor t = ints({4}, {0, 4, 2, 2});
   std::vector<Tensor> grads;
   for (DType type : {DType::f64, DType::f32}) {
-    ModuleOp module = differentiate(substitute(text, {dtypeName(type).str()}),
+    ModuleOp module = differentiate(substitute(text, {std::string(dtypeName(type))}),
                                     AutodiffOptions());
     ASSERT_TRUE(module);
     auto grad = module.lookupSymbol<func::FuncOp>("main_grad");

@@ -322,7 +322,7 @@ TEST(Tensor, NpyRoundTrip) {
     rt::NpyArray array = t.toNpy();
     EXPECT_EQ(array.shape, (std::vector<int64_t>{2, 3}));
     std::string path =
-        ::testing::TempDir() + "/sharc-npy-" + dtypeName(type).str() + ".npy";
+        ::testing::TempDir() + "/sharc-npy-" + std::string(dtypeName(type)) + ".npy";
     std::string error;
     ASSERT_TRUE(rt::writeNpy(path, array, error)) << error;
     rt::NpyArray read;
@@ -333,7 +333,7 @@ TEST(Tensor, NpyRoundTrip) {
       EXPECT_EQ(read.type, rt::NpyType::f32);
       EXPECT_EQ(back.convertTo(DType::bf16), t);
     } else {
-      EXPECT_EQ(back, t) << dtypeName(type).str();
+      EXPECT_EQ(back, t) << std::string(dtypeName(type));
     }
   }
 }
