@@ -10,6 +10,7 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -478,6 +479,19 @@ LogicalResult MicroBatchLoopOp::verifyRegions() {
                               "yielded value and result; got "
                            << init.getType() << ", " << arg.getType() << ", "
                            << value.getType() << ", " << result.getType();
+  return success();
+}
+
+LogicalResult GradientsOp::verify() {
+  if (getParams().size() != getValues().size())
+    return emitOpError() << "has " << getValues().size()
+                         << " gradients but names " << getParams().size()
+                         << " parameters";
+  llvm::StringSet<> seen;
+  for (Attribute name : getParams())
+    if (!seen.insert(cast<StringAttr>(name).getValue()).second)
+      return emitOpError() << "names parameter '"
+                           << cast<StringAttr>(name).getValue() << "' twice";
   return success();
 }
 

@@ -284,6 +284,28 @@ def Sharc_MicroBatchLoopOp : Sharc_Op<"micro_batch_loop", [SingleBlock,
   }];
 }
 
+def Sharc_GradientsOp : Sharc_Op<"gradients", [Pure,
+    AllTypesMatch<["values", "results"]>]> {
+  let summary = "the complete local gradients of a training step";
+  let description = [{
+    Marks where the gradients of a step are complete on this rank: the
+    micro-batch sums, before clipping and the update.  `params` names each
+    operand's parameter (its `sharc.param` name).  On one rank it is the
+    identity.  sharc-optimizer builds it, knowing nothing of ranks;
+    sharc-data-parallel (and the ZeRO passes) replace it with the collectives
+    that make the gradients global, so that the code generator never sees it.
+
+    ```mlir
+    %g:2 = sharc.gradients %gw, %gb {params = ["fc.weight", "fc.bias"]}
+        : tensor<3x4xf32>, tensor<4xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Sharc_Tensor>:$values, StrArrayAttr:$params);
+  let results = (outs Variadic<Sharc_Tensor>:$results);
+  let assemblyFormat = "$values attr-dict `:` type($values)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Linear algebra, reductions, normalization
 //===----------------------------------------------------------------------===//

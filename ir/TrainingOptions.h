@@ -92,6 +92,9 @@ struct TrainingOptions {
   /// them with batch sizes and their reciprocals stay exact.
   static constexpr int64_t kMaxGradAccum = int64_t(1) << 31;
   static constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
+  /// A bucket holds at most as many elements as a tensor may
+  /// (sharc::kMaxElements, ir/SharcOps.h).
+  static constexpr int64_t kMaxBucketSize = int64_t(1) << 40;
 
   /// Micro-batches per optimizer step (gradient_accumulation_steps).
   int64_t gradAccum = 1;

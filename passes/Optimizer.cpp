@@ -86,6 +86,7 @@ OptimizerOptions::OptimizerOptions(const TrainingOptions &options)
 #define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   FIELD = options.scheduler.FIELD;
 #define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)
 #include "ir/TrainingOptions.def"
   optimizer = stringifyOptimizerKind(options.optimizer).str();
   scheduler = stringifySchedulerKind(options.scheduler.kind).str();
@@ -106,6 +107,7 @@ OptimizerOptions::parse(function_ref<InFlightDiagnostic()> emitError) const {
 #define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   options.scheduler.FIELD = FIELD;
 #define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)
 #include "ir/TrainingOptions.def"
 
   std::optional<OptimizerKind> optimizerKind = parseOptimizerKind(optimizer);
@@ -143,7 +145,7 @@ sharc::verifyTrainingOptions(const TrainingOptions &options,
       !check.inRange("world-size", options.worldSize, 1,
                      TrainingOptions::kMaxWorldSize) ||
       !check.inRange("reduce-bucket-size", options.reduceBucketSize, 1,
-                     kMaxElements) ||
+                     TrainingOptions::kMaxBucketSize) ||
       !check.positive("eps", options.eps))
     return failure();
   if (options.optimizer == OptimizerKind::sgd && options.nesterov &&
@@ -231,10 +233,6 @@ static FailureOr<GradSignature> analyzeGradFunction(func::FuncOp func) {
 //===----------------------------------------------------------------------===//
 // Clipping and updates
 //===----------------------------------------------------------------------===//
-
-static Type elementTypeOf(Value value) {
-  return cast<RankedTensorType>(value.getType()).getElementType();
-}
 
 /// DeepSpeed's clipping: every gradient times 1 / max(1, (norm + 1e-6) /
 /// clip), norm the global L2 norm.  Squares are summed in f32 (f64 for f64
@@ -493,21 +491,22 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
 }
 
 /// Calls `gradFunc` on each micro-batch, rows [k * micro, (k + 1) * micro)
-/// of every data input, with loss_seed 1/(G N) for N ranks.  Returns the mean
+/// of every data input, with loss_seed 1/G (sharc-data-parallel makes it
+/// 1/(G N) for N ranks).  Returns the mean
 /// loss and the summed gradient of each trainable parameter.  With G > 1 the
 /// calls are one `sharc.micro_batch_loop` that carries the sums (starting
 /// from zeros), so the step does not grow with G.
 static std::pair<Value, SmallVector<Value>>
 accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
                     const StepLayout &layout, Block *entry,
-                    int64_t microBatches, int64_t worldSize) {
+                    int64_t microBatches) {
   ImplicitLocOpBuilder &b = math.getBuilder();
   FunctionType gradType = gradFunc.getFunctionType();
   const GradSignature &signature = layout.signature;
   Type lossElement =
       cast<RankedTensorType>(gradType.getResult(0)).getElementType();
-  Value seed = math.constant(
-      lossElement, 1.0 / (static_cast<double>(microBatches) * worldSize));
+  Value seed = math.constant(lossElement,
+                             lossSeedValue(microBatches, /*worldSize=*/1));
   SmallVector<Value> inputs;
   for (size_t index = 0; index < signature.inputs.size(); ++index)
     inputs.push_back(entry->getArgument(layout.firstInput() + index));
@@ -570,58 +569,6 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
   return {loss, SmallVector<Value>(llvm::drop_begin(loop.getResults()))};
 }
 
-/// Sums `grads` over `ranks` ranks in place, in buckets: consecutive
-/// gradients of one element type, until a bucket would exceed `bucketSize`
-/// elements (a larger gradient is a bucket of its own).  A bucket of several
-/// gradients is flattened to 1-D, concatenated, all-reduced once, sliced and
-/// reshaped back; a bucket of one is all-reduced as it is.
-static void allReduceGradients(MathBuilder &math, MutableArrayRef<Value> grads,
-                               int64_t ranks, int64_t bucketSize) {
-  ImplicitLocOpBuilder &b = math.getBuilder();
-  auto reduceBucket = [&](MutableArrayRef<Value> bucket) {
-    if (bucket.size() == 1) {
-      bucket[0] = AllReduceOp::create(b, bucket[0], CollectiveKind::sum, ranks);
-      return;
-    }
-    SmallVector<Value> flat;
-    for (Value grad : bucket) {
-      auto type = cast<RankedTensorType>(grad.getType());
-      flat.push_back(
-          type.getRank() == 1
-              ? grad
-              : ReshapeOp::create(
-                    b, type.clone(ArrayRef<int64_t>{type.getNumElements()}),
-                    grad));
-    }
-    Value sum = AllReduceOp::create(b, ConcatOp::create(b, flat, 0),
-                                    CollectiveKind::sum, ranks);
-    int64_t offset = 0;
-    for (Value &grad : bucket) {
-      auto type = cast<RankedTensorType>(grad.getType());
-      int64_t size = type.getNumElements();
-      Value part =
-          SliceOp::create(b, type.clone(ArrayRef<int64_t>{size}), sum,
-                          ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{1});
-      grad = type.getRank() == 1 ? part : ReshapeOp::create(b, type, part);
-      offset += size;
-    }
-  };
-  size_t begin = 0;
-  int64_t elements = 0;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    auto type = cast<RankedTensorType>(grads[i].getType());
-    if (i > begin && (elements + type.getNumElements() > bucketSize ||
-                      type.getElementType() != elementTypeOf(grads[begin]))) {
-      reduceBucket(grads.slice(begin, i - begin));
-      begin = i;
-      elements = 0;
-    }
-    elements += type.getNumElements();
-  }
-  if (begin < grads.size())
-    reduceBucket(grads.drop_front(begin));
-}
-
 /// The learning rate of step `counter` and, for Adam, the betas and bias
 /// corrections.
 static StepScalars buildStepScalars(MathBuilder &math, Value counter,
@@ -671,16 +618,18 @@ FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
   Block *entry = step->addEntryBlock();
   auto b = ImplicitLocOpBuilder::atBlockEnd(gradFunc.getLoc(), entry);
   MathBuilder math(b);
-  auto [loss, grads] = accumulateGradients(
-      math, gradFunc, layout, entry, options.gradAccum, options.worldSize);
-  if (options.worldSize > 1) {
-    allReduceGradients(math, grads, options.worldSize,
-                       options.reduceBucketSize);
-    Value total =
-        AllReduceOp::create(b, loss, CollectiveKind::sum, options.worldSize);
-    loss =
-        math.div(total, math.constant(elementTypeOf(loss),
-                                      static_cast<double>(options.worldSize)));
+  auto [loss, grads] =
+      accumulateGradients(math, gradFunc, layout, entry, options.gradAccum);
+  // Where the gradients are complete on this rank: sharc-data-parallel (or
+  // a ZeRO pass) decides how they become global.
+  if (!grads.empty()) {
+    SmallVector<Attribute> params;
+    for (unsigned position : layout.trainable)
+      params.push_back(b.getStringAttr(
+          getParamAttr(gradFunc, signature->params[position]).getName()));
+    auto marker = GradientsOp::create(b, ValueRange(grads).getTypes(), grads,
+                                      b.getArrayAttr(params));
+    grads.assign(marker.getResults().begin(), marker.getResults().end());
   }
   if (options.clip > 0)
     clipByGlobalNorm(math, grads, options.clip);

@@ -56,11 +56,13 @@ mlir::FailureOr<mlir::func::FuncOp>
 buildTrainStep(mlir::ModuleOp module, const TrainingOptions &options);
 
 /// The options of sharc-optimizer as written: the fields of TrainingOptions
-/// that TrainingOptions.def lists, with the optimizer, the schedule and the
-/// warmup type as the strings that the pass checks when it runs.
+/// that TrainingOptions.def lists (but the data-parallel ones), with the
+/// optimizer, the schedule and the warmup type as the strings that the pass
+/// checks when it runs.
 struct OptimizerOptions {
   std::string function;
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY) TYPE FIELD;
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)
 #include "ir/TrainingOptions.def"
 
   /// `options` as pass options (by default, TrainingOptions's defaults).
@@ -92,6 +94,7 @@ template <typename Base> struct WithOptimizerOptions : Base {
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   Opt<TYPE> FIELD{*this, NAME, llvm::cl::desc(DESC),                           \
                   llvm::cl::init(OptimizerOptions::defaults().FIELD)};
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)
 #include "ir/TrainingOptions.def"
 
   OptimizerOptions getOptimizerOptions() const {
@@ -99,6 +102,7 @@ template <typename Base> struct WithOptimizerOptions : Base {
     options.function = function;
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   options.FIELD = FIELD;
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)
 #include "ir/TrainingOptions.def"
     return options;
   }
@@ -107,9 +111,54 @@ template <typename Base> struct WithOptimizerOptions : Base {
     function = options.function;
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   FIELD = options.FIELD;
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)
 #include "ir/TrainingOptions.def"
   }
 };
+
+/// `Base` (a pass or the options of a pass pipeline) with the options of
+/// sharc-data-parallel, declared from TrainingOptions.def.
+template <typename Base> struct WithDataParallelOptions : Base {
+  template <typename T> using Opt = typename Base::template Option<T>;
+
+  WithDataParallelOptions() = default;
+  WithDataParallelOptions(const WithDataParallelOptions &other)
+      : Base(other) {}
+
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  Opt<TYPE> FIELD{*this, NAME, llvm::cl::desc(DESC),                           \
+                  llvm::cl::init(TrainingOptions().FIELD)};
+#include "ir/TrainingOptions.def"
+
+  /// `options` with these data-parallel settings.
+  void applyDataParallelOptions(TrainingOptions &options) const {
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  options.FIELD = FIELD;
+#include "ir/TrainingOptions.def"
+  }
+
+  void setDataParallelOptions(const TrainingOptions &options) {
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  FIELD = options.FIELD;
+#include "ir/TrainingOptions.def"
+  }
+};
+
+/// Makes `@train_step` data-parallel over `options.worldSize` ranks
+/// (docs/training.md): the loss seed becomes 1/(GAS N), the
+/// `sharc.gradients` op becomes all-reduces in buckets of at most
+/// `options.reduceBucketSize` elements, and the loss is averaged over the
+/// ranks.  With one rank the `sharc.gradients` op is just removed.
+mlir::LogicalResult applyDataParallel(mlir::ModuleOp module,
+                                      const TrainingOptions &options);
+
+/// The sharc-data-parallel pass with the world size and bucket size of
+/// `options`.
+std::unique_ptr<mlir::Pass>
+createDataParallelPass(const TrainingOptions &options);
 
 /// The sharc-optimizer pass with `options`.
 std::unique_ptr<mlir::Pass>
@@ -119,8 +168,8 @@ createOptimizerPass(const OptimizerOptions &options);
 /// `options`.
 std::unique_ptr<mlir::Pass> createOptimizerPass(const TrainingOptions &options);
 
-/// sharc-autodiff then sharc-optimizer with `options`, then canonicalize and
-/// CSE: forward function in, `@train_step` out.
+/// sharc-autodiff, sharc-optimizer and sharc-data-parallel with `options`,
+/// then canonicalize and CSE: forward function in, `@train_step` out.
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainingOptions &options);
 

@@ -44,6 +44,23 @@ def Optimizer : Pass<"sharc-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }
 
+def DataParallel : Pass<"sharc-data-parallel", "mlir::ModuleOp"> {
+  let summary = "Makes @train_step data-parallel: loss seed, bucketed "
+                "gradient all-reduces, the mean loss";
+  let description = [{
+    Runs after sharc-optimizer.  With `world-size` N > 1: every call of the
+    gradient function gets the loss seed 1/(GAS N); the `sharc.gradients` op
+    (the complete local gradients) becomes all-reduces in buckets of at most
+    `reduce-bucket-size` elements (DeepSpeed's
+    zero_optimization.reduce_bucket_size); the `loss` result is the mean of
+    the ranks' losses.  With N = 1 the `sharc.gradients` op is removed.  See
+    docs/training.md.
+  }];
+  // The options are declared in C++ (WithDataParallelOptions in Passes.h),
+  // from the list in TrainingOptions.def.
+  let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
 def PlanMemory : Pass<"sharc-plan-memory", "mlir::ModuleOp"> {
   let summary = "Plans the intermediate tensors of each function into one "
                 "static arena";

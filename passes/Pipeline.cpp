@@ -1,6 +1,7 @@
 //===- Pipeline.cpp - the training pipeline -------------------------------===//
 //
-// sharc-train-pipeline: forward function in, @train_step out.  The CLI's
+// sharc-train-pipeline: forward function in, @train_step out (autodiff,
+// optimizer, data parallelism, clean-up).  The CLI's
 // --train builds the same pipeline through buildTrainPipeline.
 //
 //===----------------------------------------------------------------------===//
@@ -16,7 +17,8 @@ using namespace sharc;
 namespace {
 /// The options of sharc-autodiff and sharc-optimizer, under the same names.
 struct TrainPipelineOptions
-    : WithOptimizerOptions<PassPipelineOptions<TrainPipelineOptions>> {
+    : WithOptimizerOptions<
+          WithDataParallelOptions<PassPipelineOptions<TrainPipelineOptions>>> {
   Opt<std::string> loss{
       *this, "loss", llvm::cl::desc("Name (sharc.output) of the loss output")};
   Opt<std::string> freeze{
@@ -24,11 +26,13 @@ struct TrainPipelineOptions
 };
 } // namespace
 
-/// Autodiff, the optimizer pass, then the clean-up of both.
+/// Autodiff, the optimizer pass, data parallelism, then the clean-up.
 static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
-                           std::unique_ptr<Pass> optimizer) {
+                           std::unique_ptr<Pass> optimizer,
+                           const TrainingOptions &parallel) {
   pm.addPass(createAutodiff(std::move(autodiff)));
   pm.addPass(std::move(optimizer));
+  pm.addPass(createDataParallelPass(parallel));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
 }
@@ -36,16 +40,19 @@ static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
 void sharc::buildTrainPipeline(OpPassManager &pm,
                                const TrainingOptions &options) {
   addTrainPasses(pm, {options.function, options.loss, options.freeze},
-                 createOptimizerPass(options));
+                 createOptimizerPass(options), options);
 }
 
 void sharc::registerSharcPipelines() {
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",
       "Forward function to @train_step: sharc-autodiff, sharc-optimizer, "
-      "canonicalize, cse",
+      "sharc-data-parallel, canonicalize, cse",
       [](OpPassManager &pm, const TrainPipelineOptions &options) {
+        TrainingOptions parallel;
+        options.applyDataParallelOptions(parallel);
         addTrainPasses(pm, {options.function, options.loss, options.freeze},
-                       createOptimizerPass(options.getOptimizerOptions()));
+                       createOptimizerPass(options.getOptimizerOptions()),
+                       parallel);
       });
 }

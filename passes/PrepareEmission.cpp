@@ -115,6 +115,11 @@ LogicalResult sharc::prepareForEmission(ModuleOp module) {
            << "code generation needs '@train_step' (run the train pipeline)";
   if (failed(inlineCalls(step, module)))
     return failure();
+  GradientsOp marker;
+  step.walk([&](GradientsOp op) { marker = op; });
+  if (marker)
+    return marker.emitError() << "code generation: 'sharc.gradients' is left "
+                                 "(run sharc-data-parallel first)";
   for (auto func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
     if (func != step)
       func.erase();

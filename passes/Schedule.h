@@ -94,6 +94,18 @@ private:
   llvm::function_ref<mlir::InFlightDiagnostic()> emitError;
 };
 
+/// The element type of tensor `value`.
+inline mlir::Type elementTypeOf(mlir::Value value) {
+  return llvm::cast<mlir::RankedTensorType>(value.getType()).getElementType();
+}
+
+/// The loss seed of a step with `microBatches` micro-batches per rank on
+/// `worldSize` ranks: 1/(G N), computed in double and rounded once to the
+/// loss's type (sharc-optimizer builds 1/G, sharc-data-parallel 1/(G N)).
+inline double lossSeedValue(int64_t microBatches, int64_t worldSize) {
+  return 1.0 / (static_cast<double>(microBatches) * worldSize);
+}
+
 /// Checks the parameters of the schedule `options.scheduler.kind`.
 mlir::LogicalResult verifySchedulerOptions(
     const TrainingOptions &options,

@@ -604,8 +604,8 @@ private:
     return Error::success();
   }
 
-  Error checkTopKey(StringRef key, const json::Value &value) const;
-  Error checkZero(const json::Value &value) const;
+  Error checkTopKey(StringRef key, const json::Value &value);
+  Error readZero(const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
   Error readSgdParams(StringRef path, const json::Object &params);
@@ -658,11 +658,11 @@ Error ConfigReader::read(const json::Value &root) {
 }
 
 /// Rejects unknown, deprecated and not-yet-supported top-level keys.
-Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) const {
+Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
   if (llvm::is_contained(supportedTopKeys, key))
     return Error::success();
   if (key == "zero_optimization")
-    return checkZero(value);
+    return readZero(value);
   for (const DeprecatedKey &deprecated : deprecatedZeroKeys)
     if (key == deprecated.key)
       return fail(key, "deprecated zero_optimization key; DeepSpeed "
@@ -712,7 +712,7 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) const {
   return unknownKey(key, key, known, /*listKnown=*/false);
 }
 
-Error ConfigReader::checkZero(const json::Value &value) const {
+Error ConfigReader::readZero(const json::Value &value) {
   Expected<const json::Object *> zero = object("zero_optimization", value);
   if (!zero)
     return zero.takeError();
@@ -730,6 +730,16 @@ Error ConfigReader::checkZero(const json::Value &value) const {
     if (!parsed)
       return parsed.takeError();
     stage = *parsed;
+  }
+  // The bucket size of the gradient all-reduce (sharc-data-parallel).
+  if (const json::Value *bucket = (*zero)->get("reduce_bucket_size")) {
+    Expected<int64_t> parsed =
+        integer("zero_optimization.reduce_bucket_size", *bucket,
+                Range{1.0, static_cast<double>(
+                               TrainingOptions::kMaxBucketSize)});
+    if (!parsed)
+      return parsed.takeError();
+    options.reduceBucketSize = *parsed;
   }
   if (stage == 0)
     return Error::success();

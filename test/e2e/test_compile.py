@@ -382,3 +382,41 @@ def test_activation_epilogues_in_the_binary(sharc, tmp_path, ranks):
     assert len(losses) == STEPS
     np.testing.assert_allclose(losses, parse_steps(reference.stdout)[0],
                                rtol=1e-5)
+
+
+def test_reduce_bucket_size_comes_from_the_config(sharc, tmp_path):
+    """zero_optimization.reduce_bucket_size sets the gradient all-reduce's
+    buckets (the flag overrides it): the manifest's all-reduce calls equal a
+    greedy bucketing of the trainable parameters, in order, computed here,
+    plus one for the loss."""
+    model = pathlib.Path(__file__).resolve().parents[1] / "models" / "tiny-gpt.onnx"
+
+    def all_reduce_calls(out):
+        manifest = json.loads((out / "manifest.json").read_text())
+        calls, = [c["calls_per_step"] for c in manifest["collectives"]
+                  if c["kind"] == "all_reduce"]
+        sizes = [int(np.prod(b["shape"])) for b in manifest["buffers"]
+                 if b["role"] == "param" and b["trainable"]]
+        return calls, sizes
+
+    def expected_calls(sizes, bucket):
+        buckets, filled = 0, 0
+        for size in sizes:
+            if filled and filled + size > bucket:
+                buckets, filled = buckets + 1, 0
+            filled += size
+        return buckets + (1 if filled else 0) + 1  # + the loss
+
+    for bucket, flag in ((5000, None), (40000, None), (5000, 40000)):
+        config = tmp_path / f"ds-{bucket}.json"
+        config.write_text(json.dumps(
+            {"zero_optimization": {"stage": 0, "reduce_bucket_size": bucket}}))
+        out = tmp_path / f"out-{bucket}-{flag}"
+        extra = ["--reduce-bucket-size", flag] if flag else []
+        result = sharc("compile", model, "--config", config, "--world-size", 2,
+                       *extra, "--emit-only", "-o", out)
+        assert result.returncode == 0, result.stderr
+        calls, sizes = all_reduce_calls(out)
+        assert calls == expected_calls(sizes, flag or bucket), (bucket, flag)
+    # The bucket sizes make a difference on this model.
+    assert expected_calls(sizes, 5000) != expected_calls(sizes, 40000)

@@ -649,3 +649,19 @@ func.func @loop_count(%z: tensor<f32>) -> tensor<f32> {
   }
   return %r : tensor<f32>
 }
+
+// -----
+
+func.func @gradients_names(%g: tensor<3xf32>, %h: tensor<2xf32>) -> tensor<3xf32> {
+  // expected-error @below {{has 2 gradients but names 1 parameters}}
+  %0:2 = sharc.gradients %g, %h {params = ["w"]} : tensor<3xf32>, tensor<2xf32>
+  return %0#0 : tensor<3xf32>
+}
+
+// -----
+
+func.func @gradients_twice(%g: tensor<3xf32>, %h: tensor<3xf32>) -> tensor<3xf32> {
+  // expected-error @below {{names parameter 'w' twice}}
+  %0:2 = sharc.gradients %g, %h {params = ["w", "w"]} : tensor<3xf32>, tensor<3xf32>
+  return %0#0 : tensor<3xf32>
+}

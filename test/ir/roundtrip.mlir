@@ -233,3 +233,10 @@ func.func @micro_batch_loop(%x: tensor<4x3xf32>, %w: tensor<3xf32>)
   }
   return %r#0, %r#1, %c : tensor<f32>, tensor<3xf32>, tensor<f32>
 }
+
+// CHECK-LABEL: func.func @gradients
+// CHECK: %{{.*}}:2 = sharc.gradients %{{.*}}, %{{.*}} {params = ["fc.weight", "fc.bias"]} : tensor<3x4xf32>, tensor<4xf32>
+func.func @gradients(%w: tensor<3x4xf32>, %b: tensor<4xf32>) -> (tensor<3x4xf32>, tensor<4xf32>) {
+  %g:2 = sharc.gradients %w, %b {params = ["fc.weight", "fc.bias"]} : tensor<3x4xf32>, tensor<4xf32>
+  return %g#0, %g#1 : tensor<3x4xf32>, tensor<4xf32>
+}

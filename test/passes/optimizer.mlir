@@ -31,9 +31,11 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // SGD-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"})
 // SGD: %[[SEED:.*]] = sharc.constant dense<1.000000e+00> : tensor<f32>
 // SGD: %[[G:.*]]:2 = call @main_grad(%[[W]], %[[X]], %[[C]], %[[SEED]])
+// The complete local gradients, named by parameter, for sharc-data-parallel.
+// SGD: %[[GW:.*]] = sharc.gradients %[[G]]#1 {params = ["w"]} : tensor<3xf32>
 // SGD: %[[LR:.*]] = sharc.constant dense<1.000000e-01> : tensor<f64>
 // SGD: %[[LR32:.*]] = sharc.cast %[[LR]] : tensor<f64> to tensor<f32>
-// SGD: %[[DELTA:.*]] = sharc.mul %[[LR32]], %[[G]]#1
+// SGD: %[[DELTA:.*]] = sharc.mul %[[LR32]], %[[GW]]
 // SGD: %[[NEWW:.*]] = sharc.sub %[[W]], %[[DELTA]]
 // SGD: %[[ONE:.*]] = sharc.constant dense<1> : tensor<i64>
 // SGD: %[[NEXT:.*]] = sharc.add %[[STEP]], %[[ONE]]
@@ -46,11 +48,12 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // NESTEROV-SAME: %[[BUF:[^:]*]]: tensor<3xf32> {sharc.state = #sharc.state<"w", "momentum_buffer">}
 // NESTEROV-SAME: tensor<3xf32> {sharc.state = #sharc.state<"w", "momentum_buffer">}, tensor<i64>
 // NESTEROV: %[[G:.*]]:2 = call @main_grad
+// NESTEROV: %[[GW:.*]] = sharc.gradients %[[G]]#1
 // NESTEROV: %[[LR:.*]] = sharc.cast {{.*}} : tensor<f64> to tensor<f32>
 // NESTEROV: %[[WD:.*]] = sharc.constant dense<0.00999999977> : tensor<f32>
 // NESTEROV: %[[MU:.*]] = sharc.constant dense<0.899999976> : tensor<f32>
 // NESTEROV: %[[DECAY:.*]] = sharc.mul %[[WD]], %[[W]]
-// NESTEROV: %[[GD:.*]] = sharc.add %[[G]]#1, %[[DECAY]]
+// NESTEROV: %[[GD:.*]] = sharc.add %[[GW]], %[[DECAY]]
 // NESTEROV: %[[OLD:.*]] = sharc.mul %[[MU]], %[[BUF]]
 // NESTEROV: %[[NEWBUF:.*]] = sharc.add %[[OLD]], %[[GD]]
 // NESTEROV: %[[LOOK:.*]] = sharc.mul %[[MU]], %[[NEWBUF]]
@@ -86,7 +89,8 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // ADAMW-NEXT: }
 // ADAMW: %[[TWO:.*]] = sharc.constant dense<2.000000e+00> : tensor<f32>
 // ADAMW: %[[LOSS:.*]] = sharc.div %[[SUMS]]#0, %[[TWO]]
-// ADAMW: %[[SQ:.*]] = sharc.mul %[[SUMS]]#1, %[[SUMS]]#1
+// ADAMW: %[[GW:.*]] = sharc.gradients %[[SUMS]]#1 {params = ["w"]} : tensor<3xf32>
+// ADAMW: %[[SQ:.*]] = sharc.mul %[[GW]], %[[GW]]
 // ADAMW: %[[SUM:.*]] = sharc.reduce %[[SQ]] {axes = array<i64: 0>, kind = #sharc.reduce_kind<sum>} : (tensor<3xf32>) -> tensor<f32>
 // ADAMW: %[[SUM64:.*]] = sharc.cast %[[SUM]] : tensor<f32> to tensor<f64>
 // ADAMW: %[[NORM:.*]] = sharc.sqrt %[[SUM64]] : tensor<f64>
@@ -97,7 +101,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // ADAMW: %[[COMBINED:.*]] = sharc.max %{{.*}}, %[[RATIO]]
 // ADAMW: %[[COEF:.*]] = sharc.div %{{.*}}, %[[COMBINED]]
 // ADAMW: %[[COEF32:.*]] = sharc.cast %[[COEF]] : tensor<f64> to tensor<f32>
-// ADAMW: %[[GC:.*]] = sharc.mul %[[SUMS]]#1, %[[COEF32]]
+// ADAMW: %[[GC:.*]] = sharc.mul %[[GW]], %[[COEF32]]
 // ADAMW: %[[T:.*]] = sharc.cast %[[STEP]] : tensor<i64> to tensor<f64>
 // ADAMW: %[[LR:.*]] = sharc.constant dense<1.000000e-03> : tensor<f64>
 // ADAMW: %[[B1:.*]] = sharc.constant dense<9.000000e-01> : tensor<f64>
@@ -142,10 +146,11 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // ADAM-LABEL: func.func @train_step(
 // ADAM-SAME: %[[W:[^:]*]]: tensor<3xf32>
 // ADAM: %[[G:.*]]:2 = call @main_grad
+// ADAM: %[[GW:.*]] = sharc.gradients %[[G]]#1
 // ADAM-NOT: sharc.pow
 // ADAM: %[[WD:.*]] = sharc.constant dense<1.000000e-01> : tensor<f32>
 // ADAM: %[[DECAY:.*]] = sharc.mul %[[WD]], %[[W]]
-// ADAM: %[[GD:.*]] = sharc.add %[[G]]#1, %[[DECAY]]
+// ADAM: %[[GD:.*]] = sharc.add %[[GW]], %[[DECAY]]
 // ADAM: sharc.mul %{{.*}}, %[[GD]]
 // ADAM: %[[ROOT:.*]] = sharc.sqrt %{{.*}} : tensor<3xf32>
 // ADAM-NEXT: %[[DENOM:.*]] = sharc.add %[[ROOT]], %{{.*}}

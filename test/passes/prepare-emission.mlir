@@ -54,3 +54,13 @@ module {
     return %x : tensor<f32>
   }
 }
+
+// -----
+
+// The code generator never sees sharc.gradients: sharc-data-parallel (or a
+// ZeRO pass) replaces it.
+func.func @train_step(%g: tensor<3xf32>) -> tensor<3xf32> {
+  // expected-error @below {{code generation: 'sharc.gradients' is left (run sharc-data-parallel first)}}
+  %0 = sharc.gradients %g {params = ["w"]} : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}

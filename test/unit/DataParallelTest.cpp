@@ -1,6 +1,7 @@
 //===- DataParallelTest.cpp - the data-parallel training step -------------===//
 //
-// Runs @train_step with world-size N on N simulated ranks, each on its own
+// Runs @train_step (sharc-optimizer, then sharc-data-parallel with world-size
+// N) on N simulated ranks, each on its own
 // rows of a global batch, and checks every rank against one rank that takes
 // the whole global batch as N times as many micro-batches: the same loss,
 // parameters and optimizer state, up to summation order (the model is f64).
@@ -48,9 +49,13 @@ protected:
   FailureOr<func::FuncOp> build(const TrainingOptions &options) {
     if (!parse(toyGradModel("f64"), "main_grad"))
       return failure();
+    // sharc-optimizer builds one rank's step; sharc-data-parallel makes it
+    // run on options.worldSize ranks.
     FailureOr<func::FuncOp> step = buildTrainStep(*modules.back(), options);
-    if (failed(step))
-      ADD_FAILURE() << "buildTrainStep failed:\n" << diagnostics;
+    if (failed(step) || failed(applyDataParallel(*modules.back(), options))) {
+      ADD_FAILURE() << "building the step failed:\n" << diagnostics;
+      return failure();
+    }
     return step;
   }
 

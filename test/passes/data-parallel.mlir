@@ -1,5 +1,12 @@
-// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2 world-size=2 reduce-bucket-size=4 clip=1.0" | FileCheck %s
-// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2 clip=1.0" | FileCheck %s --check-prefix=ONE
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2 clip=1.0" --sharc-data-parallel="world-size=2 reduce-bucket-size=4" | FileCheck %s
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2 clip=1.0" --sharc-data-parallel | FileCheck %s --check-prefix=ONE
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2 clip=1.0" | FileCheck %s --check-prefix=MARKER
+// RUN: not sharc-opt %s --sharc-optimizer --sharc-data-parallel="world-size=4294967297" 2>&1 | FileCheck %s --check-prefix=WORLD
+// RUN: not sharc-opt %s --sharc-optimizer --sharc-data-parallel="world-size=2 reduce-bucket-size=0" 2>&1 | FileCheck %s --check-prefix=BUCKET
+// RUN: not sharc-opt %s --sharc-data-parallel="world-size=2" 2>&1 | FileCheck %s --check-prefix=NOSTEP
+
+// sharc-optimizer builds one rank's step; sharc-data-parallel makes it run on
+// N ranks.
 
 // Data parallelism over two ranks: the loss seed is 1/(GAS N); the summed
 // micro-batch gradients are all-reduced before clipping in buckets of at most
@@ -25,6 +32,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK: %[[SUMS:.*]]:4 = sharc.micro_batch_loop count 2
 // CHECK: %[[G:.*]]:4 = func.call @main_grad({{.*}}, %[[SEED]])
 // CHECK: sharc.yield
+// CHECK-NOT: sharc.gradients
 // CHECK: %[[BF:.*]] = sharc.reshape %[[SUMS]]#2 : tensor<f32> to tensor<1xf32>
 // CHECK: %[[CAT:.*]] = sharc.concat %[[SUMS]]#1, %[[BF]] {axis = 0 : i64} : (tensor<3xf32>, tensor<1xf32>) -> tensor<4xf32>
 // CHECK: %[[SUM:.*]] = sharc.all_reduce %[[CAT]] {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<4xf32>
@@ -41,9 +49,20 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK: sharc.mul %[[WS]], %[[WS]]
 // CHECK: return %[[MEAN]]
 
-// One rank: no collectives, seed 1/GAS.
+// One rank: no collectives, seed 1/GAS, the gradients used as they are.
 // ONE-LABEL: func.func @train_step(
 // ONE: sharc.constant dense<5.000000e-01> : tensor<f32>
 // ONE-NOT: sharc.all_reduce
 // ONE-NOT: sharc.concat
+// ONE-NOT: sharc.gradients
 // ONE: return
+
+// What sharc-optimizer hands over: the complete local gradients, named.
+// MARKER-LABEL: func.func @train_step(
+// MARKER: %[[SUMS:.*]]:4 = sharc.micro_batch_loop count 2
+// MARKER: %{{.*}}:3 = sharc.gradients %[[SUMS]]#1, %[[SUMS]]#2, %[[SUMS]]#3 {params = ["w", "b", "v"]} : tensor<3xf32>, tensor<f32>, tensor<2xf32>
+// MARKER-NOT: sharc.all_reduce
+
+// WORLD: error: option 'world-size' must be between 1 and 1048576, got 4294967297
+// BUCKET: error: option 'reduce-bucket-size' must be between 1 and 1099511627776, got 0
+// NOSTEP: error: sharc-data-parallel needs '@train_step' (run sharc-optimizer first)

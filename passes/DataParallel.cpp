@@ -1,0 +1,197 @@
+//===- DataParallel.cpp - sharc-data-parallel -----------------------------===//
+//
+// Makes the single-rank @train_step that sharc-optimizer builds run on N
+// data-parallel ranks (docs/training.md, "Data parallelism"): the loss seed
+// becomes 1/(GAS N), the complete local gradients (the `sharc.gradients` op)
+// are summed over the ranks by all-reduces in buckets, and the reported loss
+// is the mean over the ranks.  The ZeRO passes are its siblings: they turn
+// the same `sharc.gradients` op into other collectives.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+#include "passes/Schedule.h"
+
+#include "ir/SharcOps.h"
+
+namespace sharc {
+#define GEN_PASS_DEF_DATAPARALLEL
+#include "passes/Passes.h.inc"
+} // namespace sharc
+
+using namespace mlir;
+using namespace sharc;
+
+/// Sums `grads` over `ranks` ranks in place, in buckets: consecutive
+/// gradients of one element type, until a bucket would exceed `bucketSize`
+/// elements (a larger gradient is a bucket of its own).  A bucket of several
+/// gradients is flattened to 1-D, concatenated, all-reduced once, sliced and
+/// reshaped back; a bucket of one is all-reduced as it is.
+static void allReduceGradients(MathBuilder &math, MutableArrayRef<Value> grads,
+                               int64_t ranks, int64_t bucketSize) {
+  ImplicitLocOpBuilder &b = math.getBuilder();
+  auto reduceBucket = [&](MutableArrayRef<Value> bucket) {
+    if (bucket.size() == 1) {
+      bucket[0] = AllReduceOp::create(b, bucket[0], CollectiveKind::sum, ranks);
+      return;
+    }
+    SmallVector<Value> flat;
+    for (Value grad : bucket) {
+      auto type = cast<RankedTensorType>(grad.getType());
+      flat.push_back(
+          type.getRank() == 1
+              ? grad
+              : ReshapeOp::create(
+                    b, type.clone(ArrayRef<int64_t>{type.getNumElements()}),
+                    grad));
+    }
+    Value sum = AllReduceOp::create(b, ConcatOp::create(b, flat, 0),
+                                    CollectiveKind::sum, ranks);
+    int64_t offset = 0;
+    for (Value &grad : bucket) {
+      auto type = cast<RankedTensorType>(grad.getType());
+      int64_t size = type.getNumElements();
+      Value part =
+          SliceOp::create(b, type.clone(ArrayRef<int64_t>{size}), sum,
+                          ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{1});
+      grad = type.getRank() == 1 ? part : ReshapeOp::create(b, type, part);
+      offset += size;
+    }
+  };
+  size_t begin = 0;
+  int64_t elements = 0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    auto type = cast<RankedTensorType>(grads[i].getType());
+    if (i > begin && (elements + type.getNumElements() > bucketSize ||
+                      type.getElementType() != elementTypeOf(grads[begin]))) {
+      reduceBucket(grads.slice(begin, i - begin));
+      begin = i;
+      elements = 0;
+    }
+    elements += type.getNumElements();
+  }
+  if (begin < grads.size())
+    reduceBucket(grads.drop_front(begin));
+}
+
+/// Gives every call of a gradient function in `step` the loss seed of
+/// `worldSize` ranks: 1/(G N), G the count of the micro-batch loop around the
+/// call (1 outside one).
+static LogicalResult scaleLossSeeds(func::FuncOp step, int64_t worldSize) {
+  ModuleOp module = step->getParentOfType<ModuleOp>();
+  WalkResult result = step.walk([&](func::CallOp call) {
+    auto callee = module.lookupSymbol<func::FuncOp>(call.getCallee());
+    unsigned last = call.getNumOperands();
+    if (!callee || last == 0)
+      return WalkResult::advance();
+    auto name = callee.getArgAttrOfType<StringAttr>(
+        last - 1, SharcDialect::getInputAttrName());
+    if (!name || name.getValue() != "loss_seed")
+      return WalkResult::advance();
+    Value seed = call.getOperand(last - 1);
+    if (!seed.getDefiningOp<ConstantOp>()) {
+      call.emitError() << "sharc-data-parallel: the loss seed of this call "
+                          "is not a constant";
+      return WalkResult::interrupt();
+    }
+    int64_t microBatches = 1;
+    if (auto loop = call->getParentOfType<MicroBatchLoopOp>())
+      microBatches = loop.getCount();
+    ImplicitLocOpBuilder b(seed.getLoc(), call);
+    b.setInsertionPointAfterValue(seed);
+    MathBuilder math(b);
+    call.setOperand(last - 1,
+                    math.constant(elementTypeOf(seed),
+                                  lossSeedValue(microBatches, worldSize)));
+    if (seed.use_empty())
+      seed.getDefiningOp()->erase();
+    return WalkResult::advance();
+  });
+  return failure(result.wasInterrupted());
+}
+
+LogicalResult sharc::applyDataParallel(ModuleOp module,
+                                       const TrainingOptions &options) {
+  auto emitError = [&] { return module.emitError(); };
+  OptionChecker check(emitError);
+  if (!check.inRange("world-size", options.worldSize, 1,
+                     TrainingOptions::kMaxWorldSize) ||
+      !check.inRange("reduce-bucket-size", options.reduceBucketSize, 1,
+                     TrainingOptions::kMaxBucketSize))
+    return failure();
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!step)
+    return module.emitError() << "sharc-data-parallel needs '@train_step' "
+                                 "(run sharc-optimizer first)";
+  SmallVector<GradientsOp> markers;
+  step.walk([&](GradientsOp op) { markers.push_back(op); });
+  if (markers.size() > 1)
+    return markers[1].emitError() << "sharc-data-parallel: a step with more "
+                                     "than one 'sharc.gradients'";
+  int64_t ranks = options.worldSize;
+  if (ranks == 1) {
+    for (GradientsOp marker : markers) {
+      marker.replaceAllUsesWith(marker.getValues());
+      marker.erase();
+    }
+    return success();
+  }
+  if (failed(scaleLossSeeds(step, ranks)))
+    return failure();
+
+  auto ret = cast<func::ReturnOp>(step.getBody().front().getTerminator());
+  std::optional<unsigned> lossResult;
+  for (unsigned r = 0, e = step.getNumResults(); r < e; ++r)
+    if (auto name = step.getResultAttrOfType<StringAttr>(
+            r, SharcDialect::getOutputAttrName());
+        name && name.getValue() == "loss")
+      lossResult = r;
+  if (!lossResult)
+    return step.emitError() << "sharc-data-parallel: '@train_step' has no "
+                               "'loss' result";
+
+  // The collectives go where the gradients are complete (after the loss
+  // when there is nothing to train).
+  Value loss = ret.getOperand(*lossResult);
+  ImplicitLocOpBuilder b(step.getLoc(), ret);
+  if (!markers.empty())
+    b.setInsertionPointAfter(markers.front());
+  else
+    b.setInsertionPointAfterValue(loss);
+  MathBuilder math(b);
+  if (!markers.empty()) {
+    GradientsOp marker = markers.front();
+    SmallVector<Value> grads(marker.getValues());
+    allReduceGradients(math, grads, ranks, options.reduceBucketSize);
+    marker.replaceAllUsesWith(grads);
+    marker.erase();
+  }
+  Value total = AllReduceOp::create(b, loss, CollectiveKind::sum, ranks);
+  Value mean = math.div(
+      total, math.constant(elementTypeOf(loss), static_cast<double>(ranks)));
+  ret.setOperand(*lossResult, mean);
+  return success();
+}
+
+namespace {
+struct DataParallelPass
+    : WithDataParallelOptions<sharc::impl::DataParallelBase<DataParallelPass>> {
+  DataParallelPass() = default;
+  DataParallelPass(const DataParallelPass &other)
+      : WithDataParallelOptions(other) {}
+
+  void runOnOperation() override {
+    TrainingOptions options;
+    applyDataParallelOptions(options);
+    if (failed(applyDataParallel(getOperation(), options)))
+      signalPassFailure();
+  }
+};
+} // namespace
+
+std::unique_ptr<Pass>
+sharc::createDataParallelPass(const TrainingOptions &options) {
+  auto pass = std::make_unique<DataParallelPass>();
+  pass->setDataParallelOptions(options);
+  return pass;
+}
