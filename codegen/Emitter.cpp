@@ -283,12 +283,6 @@ FailureOr<std::string> ProgramEmitter::typedPointer(Value value) {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-bool isElementwiseOp(Operation *op) {
-  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
-             SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp, AddOp,
-             SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp, CompareOp,
-             SelectOp>(op);
-}
 
 FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
                                                   ArrayRef<std::string> x) {
@@ -1478,7 +1472,7 @@ void ProgramEmitter::waitForOperands(Operation *op) {
 LogicalResult ProgramEmitter::emitOp(Operation *op) {
   if (!op->hasAttr("sharc.fuse_into"))
     waitForOperands(op);
-  if (isElementwiseOp(op) || op->getName().getStringRef() == "sharc.fusion")
+  if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))
     return emitElementwise(op);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ConstantOp) { return success(); })

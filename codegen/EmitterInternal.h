@@ -365,9 +365,6 @@ private:
   size_t completedCollectives = 0;
 };
 
-/// True for the ops emitElementwise computes element by element.
-bool isElementwiseOp(Operation *op);
-
 /// Code that decomposes `i` into coordinates c0, c1, ... of `resultShape` and
 /// defines `offset` = base + sum of c_d * strides[d].
 std::string affineOffset(ArrayRef<int64_t> resultShape,

@@ -368,7 +368,7 @@ static FailureOr<std::vector<Tensor>> runBlock(Block &block,
         return op.emitError() << "operand used before it is defined";
       operands.push_back(tensor);
     }
-    if (op.hasTrait<OpTrait::IsTerminator>()) {
+    if (op.hasTrait<mlir::OpTrait::IsTerminator>()) {
       if (!isa<func::ReturnOp, YieldOp>(op))
         return op.emitError()
                << "the evaluator does not support '" << op.getName() << "'";

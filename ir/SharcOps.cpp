@@ -341,10 +341,7 @@ OpFoldResult CastOp::fold(FoldAdaptor) {
 //===----------------------------------------------------------------------===//
 
 bool sharc::isFusibleElementwiseOp(Operation *op) {
-  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
-             SigmoidOp, SinOp, CosOp, FloorOp, NotOp, GeluOp, CastOp, AddOp,
-             SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp, CompareOp,
-             SelectOp>(op);
+  return op->hasTrait<sharc::OpTrait::FusibleElementwise>();
 }
 
 bool sharc::isSplatConstant(Operation *op) {

@@ -26,6 +26,14 @@
 #define GET_ATTRDEF_CLASSES
 #include "ir/SharcAttrs.h.inc"
 
+namespace sharc::OpTrait {
+/// Ops computed element by element that a sharc.fusion body may hold
+/// (Sharc_Fusible in SharcOps.td; ask isFusibleElementwiseOp).
+template <typename ConcreteType>
+class FusibleElementwise
+    : public mlir::OpTrait::TraitBase<ConcreteType, FusibleElementwise> {};
+} // namespace sharc::OpTrait
+
 #define GET_OP_CLASSES
 #include "ir/SharcOps.h.inc"
 

@@ -19,6 +19,13 @@ include "mlir/IR/CommonAttrConstraints.td"
 class Sharc_Op<string mnemonic, list<Trait> traits = []>
     : Op<Sharc_Dialect, mnemonic, traits>;
 
+/// An op computed element by element with numpy broadcasting, which a
+/// `sharc.fusion` body may hold: the verifier of fusions, sharc-fuse and the
+/// code generator all ask this trait (sharc::isFusibleElementwiseOp).
+def Sharc_Fusible : NativeOpTrait<"FusibleElementwise"> {
+  let cppNamespace = "::sharc::OpTrait";
+}
+
 //===----------------------------------------------------------------------===//
 // Constants and generators
 //===----------------------------------------------------------------------===//
@@ -49,7 +56,7 @@ def Sharc_IotaOp : Sharc_Op<"iota", [Pure]> {
 
 class Sharc_UnaryOp<string mnemonic, Type operandType, list<Trait> traits = []>
     : Sharc_Op<mnemonic, !listconcat(traits,
-          [Pure, SameOperandsAndResultType, Elementwise])> {
+          [Pure, SameOperandsAndResultType, Elementwise, Sharc_Fusible])> {
   let arguments = (ins operandType:$operand);
   let results = (outs operandType:$result);
   let assemblyFormat = "$operand attr-dict `:` type($result)";
@@ -99,7 +106,7 @@ def Sharc_NotOp : Sharc_UnaryOp<"not", Sharc_BoolTensor> {
 }
 
 def Sharc_GeluOp : Sharc_Op<"gelu",
-    [Pure, SameOperandsAndResultType, Elementwise]> {
+    [Pure, SameOperandsAndResultType, Elementwise, Sharc_Fusible]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `none`: x/2 (1 + erf(x/sqrt(2))); `tanh`: x/2 (1 + tanh(sqrt(2/pi) (x +
@@ -112,7 +119,8 @@ def Sharc_GeluOp : Sharc_Op<"gelu",
   let assemblyFormat = "$operand attr-dict `:` type($result)";
 }
 
-def Sharc_CastOp : Sharc_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+def Sharc_CastOp : Sharc_Op<"cast", [Pure, SameOperandsAndResultShape,
+    Sharc_Fusible]> {
   let summary = "element type conversion";
   let description = [{
     Float to float rounds to nearest even; float to integer truncates toward
@@ -126,7 +134,7 @@ def Sharc_CastOp : Sharc_Op<"cast", [Pure, SameOperandsAndResultShape]> {
 
 class Sharc_BinaryOp<string mnemonic, Type operandType, list<Trait> traits = []>
     : Sharc_Op<mnemonic, !listconcat(traits,
-          [Pure, InferTypeOpAdaptor])> {
+          [Pure, InferTypeOpAdaptor, Sharc_Fusible])> {
   let arguments = (ins operandType:$lhs, operandType:$rhs);
   let results = (outs operandType:$result);
   let assemblyFormat =
@@ -169,7 +177,8 @@ def Sharc_OrOp : Sharc_BinaryOp<"or", Sharc_BoolTensor, [Commutative]> {
   let summary = "logical or (broadcasting)";
 }
 
-def Sharc_CompareOp : Sharc_Op<"compare", [Pure, InferTypeOpAdaptor]> {
+def Sharc_CompareOp : Sharc_Op<"compare", [Pure, InferTypeOpAdaptor,
+    Sharc_Fusible]> {
   let summary = "elementwise comparison (broadcasting) to i1";
   let arguments = (ins Sharc_Tensor:$lhs, Sharc_Tensor:$rhs,
                        Sharc_ComparePredicateAttr:$predicate);
@@ -178,7 +187,8 @@ def Sharc_CompareOp : Sharc_Op<"compare", [Pure, InferTypeOpAdaptor]> {
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
 }
 
-def Sharc_SelectOp : Sharc_Op<"select", [Pure, InferTypeOpAdaptor]> {
+def Sharc_SelectOp : Sharc_Op<"select", [Pure, InferTypeOpAdaptor,
+    Sharc_Fusible]> {
   let summary = "cond ? on_true : on_false (broadcasting all three)";
   let arguments = (ins Sharc_BoolTensor:$condition, Sharc_Tensor:$on_true,
                        Sharc_Tensor:$on_false);
@@ -198,10 +208,10 @@ def Sharc_FusionOp : Sharc_Op<"fusion", [IsolatedFromAbove, SingleBlock,
     The body is a function on whole tensors: its block arguments are the
     operands (same types), and `sharc.yield` gives the results.  Every result
     has the same shape, the iteration shape; every operand and every value of
-    the body numpy-broadcasts to it.  The body holds only elementwise ops
-    (`neg abs relu exp log sqrt rsqrt erf tanh sigmoid sin cos floor not gelu
-    cast add sub mul div pow max min and or compare select`) and splat
-    `sharc.constant`s.  Evaluating the body op by op gives exactly the
+    the body numpy-broadcasts to it.  The body holds only fusible elementwise
+    ops (those with the Sharc_Fusible trait: `neg abs relu exp log sqrt rsqrt
+    erf tanh sigmoid sin cos floor not gelu cast add sub mul div pow max min
+    and or compare select`) and splat `sharc.constant`s.  Evaluating the body op by op gives exactly the
     results of the unfused ops; sharc-fuse builds these ops for the code
     generator.
   }];

@@ -58,14 +58,6 @@ static LogicalResult inlineCalls(func::FuncOp func, ModuleOp module) {
   return func.emitError() << "code generation: calls nested too deeply";
 }
 
-/// True for ops the emitter computes element by element (a constant operand
-/// of these becomes a literal).
-static bool isElementwiseUser(Operation *op) {
-  return op->hasTrait<OpTrait::Elementwise>() ||
-         isa<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp, AndOp, OrOp,
-             CompareOp, SelectOp, CastOp>(op) ||
-         op->getName().getStringRef() == "sharc.fusion";
-}
 
 /// Moves `op` up to just after the last op of its block that defines one of
 /// its operands (to the start of the block if none does).
@@ -157,7 +149,9 @@ LogicalResult sharc::prepareForEmission(ModuleOp module) {
     if (!attr || !attr.isSplat() || type.getNumElements() <= 1)
       continue;
     for (OpOperand &use : llvm::make_early_inc_range(constant->getUses())) {
-      if (isElementwiseUser(use.getOwner()))
+      // An elementwise user reads the constant as a literal.
+      if (isFusibleElementwiseOp(use.getOwner()) ||
+          isa<FusionOp>(use.getOwner()))
         continue;
       OpBuilder builder(use.getOwner());
       auto scalarType = RankedTensorType::get({}, type.getElementType());
