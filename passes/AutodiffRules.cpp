@@ -14,7 +14,9 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
+#include <functional>
 #include <numeric>
+#include <optional>
 
 using namespace mlir;
 using namespace sharc;
@@ -562,58 +564,77 @@ void windowRule(Rule &r) {
       });
 }
 
+/// The gradient rule of `op`, if it has one: the one list of the
+/// differentiable ops.
+std::optional<std::function<void(Rule &)>> ruleOf(Operation *op) {
+  using Fn = std::function<void(Rule &)>;
+  using Result = std::optional<Fn>;
+  return llvm::TypeSwitch<Operation *, Result>(op)
+      // Piecewise constant: no contribution.
+      .Case([](FloorOp) { return Fn([](Rule &) {}); })
+      .Case<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
+            SigmoidOp, SinOp, CosOp, GeluOp, CastOp>(
+          [](Operation *) { return Fn(unaryRule); })
+      .Case<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp>(
+          [](Operation *) { return Fn(binaryRule); })
+      .Case([](SelectOp) { return Fn(selectRule); })
+      .Case([](MatmulOp) {
+        return Fn([](Rule &r) { matmulRule(r, cast<MatmulOp>(r.op)); });
+      })
+      .Case([](ReduceOp) {
+        return Fn([](Rule &r) { reduceRule(r, cast<ReduceOp>(r.op)); });
+      })
+      .Case([](SoftmaxOp) {
+        return Fn([](Rule &r) {
+          softmaxRule(r, cast<SoftmaxOp>(r.op).getAxis(), /*log=*/false);
+        });
+      })
+      .Case([](LogSoftmaxOp) {
+        return Fn([](Rule &r) {
+          softmaxRule(r, cast<LogSoftmaxOp>(r.op).getAxis(), /*log=*/true);
+        });
+      })
+      .Case([](LayerNormOp) {
+        return Fn([](Rule &r) { layerNormRule(r, cast<LayerNormOp>(r.op)); });
+      })
+      .Case<ReshapeOp, TransposeOp, BroadcastOp, SliceOp, InsertSliceOp,
+            ConcatOp, GatherOp, ScatterAddOp, TriluOp>(
+          [](Operation *) { return Fn(dataRule); })
+      .Case([](NllLossOp) {
+        return Fn([](Rule &r) {
+          auto loss = cast<NllLossOp>(r.op);
+          lossRule(r, loss.getInput(), loss.getTarget(), loss.getWeight(),
+                   loss.getReduction(), loss.getIgnoreIndex(),
+                   /*fromLogits=*/false);
+        });
+      })
+      .Case([](CrossEntropyOp) {
+        return Fn([](Rule &r) {
+          auto loss = cast<CrossEntropyOp>(r.op);
+          lossRule(r, loss.getLogits(), loss.getTarget(), loss.getWeight(),
+                   loss.getReduction(), loss.getIgnoreIndex(),
+                   /*fromLogits=*/true);
+        });
+      })
+      .Case<Conv2DOp, MaxPool2DOp, AvgPool2DOp>(
+          [](Operation *) { return Fn(windowRule); })
+      .Default([](Operation *) { return Result(); });
+}
+
 } // namespace
 
-bool autodiff::hasGradientRule(Operation *op) {
-  return isa<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
-             SigmoidOp, SinOp, CosOp, FloorOp, GeluOp, CastOp, AddOp, SubOp,
-             MulOp, DivOp, PowOp, MaxOp, MinOp, SelectOp, MatmulOp, ReduceOp,
-             SoftmaxOp, LogSoftmaxOp, LayerNormOp, ReshapeOp, TransposeOp,
-             BroadcastOp, SliceOp, InsertSliceOp, ConcatOp, GatherOp,
-             ScatterAddOp, TriluOp, NllLossOp, CrossEntropyOp, Conv2DOp,
-             MaxPool2DOp, AvgPool2DOp>(op);
-}
+bool autodiff::hasGradientRule(Operation *op) { return ruleOf(op).has_value(); }
 
 void autodiff::buildOperandGrads(ImplicitLocOpBuilder &builder, Operation *op,
                                  ArrayRef<Value> resultGrads,
                                  ArrayRef<bool> wanted,
                                  SmallVectorImpl<Value> &operandGrads) {
   operandGrads.assign(op->getNumOperands(), Value());
+  std::optional<std::function<void(Rule &)>> rule = ruleOf(op);
+  assert(rule && "buildOperandGrads needs an op with a gradient rule");
   Emitter e(builder);
   Rule r{e, op, resultGrads, wanted, operandGrads};
-  llvm::TypeSwitch<Operation *>(op)
-      // Piecewise constant: no contribution.
-      .Case([](FloorOp) {})
-      .Case<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
-            SigmoidOp, SinOp, CosOp, GeluOp, CastOp>(
-          [&](Operation *) { unaryRule(r); })
-      .Case<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp>(
-          [&](Operation *) { binaryRule(r); })
-      .Case([&](SelectOp) { selectRule(r); })
-      .Case([&](MatmulOp matmul) { matmulRule(r, matmul); })
-      .Case([&](ReduceOp reduce) { reduceRule(r, reduce); })
-      .Case([&](SoftmaxOp softmax) {
-        softmaxRule(r, softmax.getAxis(), /*log=*/false);
-      })
-      .Case([&](LogSoftmaxOp softmax) {
-        softmaxRule(r, softmax.getAxis(), /*log=*/true);
-      })
-      .Case([&](LayerNormOp norm) { layerNormRule(r, norm); })
-      .Case<ReshapeOp, TransposeOp, BroadcastOp, SliceOp, InsertSliceOp,
-            ConcatOp, GatherOp, ScatterAddOp, TriluOp>(
-          [&](Operation *) { dataRule(r); })
-      .Case([&](NllLossOp loss) {
-        lossRule(r, loss.getInput(), loss.getTarget(), loss.getWeight(),
-                 loss.getReduction(), loss.getIgnoreIndex(),
-                 /*fromLogits=*/false);
-      })
-      .Case([&](CrossEntropyOp loss) {
-        lossRule(r, loss.getLogits(), loss.getTarget(), loss.getWeight(),
-                 loss.getReduction(), loss.getIgnoreIndex(),
-                 /*fromLogits=*/true);
-      })
-      .Case<Conv2DOp, MaxPool2DOp, AvgPool2DOp>(
-          [&](Operation *) { windowRule(r); });
+  (*rule)(r);
 }
 
 Value autodiff::buildSplat(ImplicitLocOpBuilder &builder, RankedTensorType type,
