@@ -13,6 +13,8 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace sharc;
 
@@ -94,6 +96,93 @@ LogicalResult SharcDialect::verifyRegionResultAttribute(Operation *op,
                            << attr.getName().getValue()
                            << "' applies to arguments only";
   return verifySignatureAttribute(op, type, "result", resultIndex, attr);
+}
+
+/// Checks `array`, a per-result or per-operand index list of `op`: `size`
+/// entries, each -1 (when `allowNone`) or in [0, `limit`).
+static LogicalResult checkIndexList(Operation *op, StringRef name,
+                                    Attribute attr, size_t size,
+                                    int64_t limit, bool allowNone,
+                                    StringRef what) {
+  auto array = dyn_cast<DenseI64ArrayAttr>(attr);
+  if (!array)
+    return op->emitError() << "'" << name << "' must be an array<i64>";
+  if (array.size() != size)
+    return op->emitError() << "'" << name << "' has " << array.size()
+                           << " entries for " << size << " " << what;
+  for (int64_t value : array.asArrayRef())
+    if (value >= limit || value < (allowNone ? -1 : 0))
+      return op->emitError() << "'" << name << "' entry " << value
+                             << " is out of range";
+  return success();
+}
+
+LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
+                                                     NamedAttribute attr) {
+  // The decisions passes hand to the code generator (docs/passes.md): each
+  // name has one meaning and one form, checked here, so that a malformed
+  // hand-off is an error at the op instead of wrong code.
+  StringRef name = attr.getName().getValue();
+  Attribute value = attr.getValue();
+  auto nonNegative = [&]() -> LogicalResult {
+    auto integer = dyn_cast<IntegerAttr>(value);
+    if (!integer || integer.getInt() < 0)
+      return op->emitError() << "'" << name
+                             << "' must be a non-negative integer";
+    return success();
+  };
+  if (name == "sharc.fuse_into" || name == "sharc.gemm_output") {
+    if (!isa<UnitAttr>(value))
+      return op->emitError() << "'" << name << "' must be a unit attribute";
+    if (name == "sharc.gemm_output" && !isa<TransposeOp>(op))
+      return op->emitError() << "'" << name << "' applies to transposes only";
+    return success();
+  }
+  if (name == "sharc.offsets")
+    return checkIndexList(op, name, value, op->getNumResults(),
+                          std::numeric_limits<int64_t>::max(),
+                          /*allowNone=*/true, "results");
+  if (name == "sharc.result_buffers") {
+    auto func = op->getParentOfType<FunctionOpInterface>();
+    int64_t args = func ? func.getNumArguments() : 0;
+    return checkIndexList(op, name, value, op->getNumResults(), args,
+                          /*allowNone=*/true, "results");
+  }
+  if (name == "sharc.scratch_bytes" || name == "sharc.scratch_offset")
+    return nonNegative();
+  if (name == "sharc.arena_bytes") {
+    if (!isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << name << "' applies to functions only";
+    return nonNegative();
+  }
+  if (name == "sharc.gemm_epilogue") {
+    // [product operand, bias operand or -1, GEMM result, pre-activation
+    // result or -1].
+    auto array = dyn_cast<DenseI64ArrayAttr>(value);
+    if (!array || array.size() != 4)
+      return op->emitError() << "'" << name << "' must be an array<i64> of 4";
+    int64_t operands = op->getNumOperands(), results = op->getNumResults();
+    ArrayRef<int64_t> e = array.asArrayRef();
+    if (e[0] < 0 || e[0] >= operands || e[1] < -1 || e[1] >= operands ||
+        e[2] < 0 || e[2] >= results || e[3] < -1 || e[3] >= results ||
+        e[0] == e[1] || e[2] == e[3])
+      return op->emitError() << "'" << name << "' = [" << e[0] << ", " << e[1]
+                             << ", " << e[2] << ", " << e[3]
+                             << "] does not name distinct operands and "
+                                "results of the op";
+    return success();
+  }
+  if (name == "sharc.gemm_activation") {
+    auto text = dyn_cast<StringAttr>(value);
+    if (!text || (text.getValue() != "relu" && text.getValue() != "gelu_tanh"))
+      return op->emitError() << "'" << name
+                             << "' must be \"relu\" or \"gelu_tanh\"";
+    if (!op->hasAttr("sharc.gemm_epilogue"))
+      return op->emitError() << "'" << name
+                             << "' needs 'sharc.gemm_epilogue'";
+    return success();
+  }
+  return op->emitError() << "unknown attribute '" << name << "'";
 }
 
 //===----------------------------------------------------------------------===//

@@ -173,9 +173,15 @@ std::unique_ptr<mlir::Pass> createOptimizerPass(const TrainingOptions &options);
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainingOptions &options);
 
-/// Registers `sharc-train-pipeline`, whose options are those of the two
-/// passes.
+/// Registers `sharc-train-pipeline` (the options of its passes) and
+/// `sharc-compile-pipeline` (option `fuse`).
 void registerSharcPipelines();
+
+/// `@train_step` to the IR the code generator emits (docs/codegen.md):
+/// sharc-prepare-emission, sharc-fuse (unless `fuse` is false),
+/// sharc-update-in-place, sharc-plan-memory.  `sharc compile` runs it after
+/// the train pipeline, and sharc-opt runs it as sharc-compile-pipeline.
+void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true);
 
 //===----------------------------------------------------------------------===//
 // Fusion

@@ -43,7 +43,31 @@ void sharc::buildTrainPipeline(OpPassManager &pm,
                  createOptimizerPass(options), options);
 }
 
+void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse) {
+  pm.addPass(createPrepareEmission());
+  if (fuse)
+    pm.addPass(createFusePass(/*singletons=*/true));
+  pm.addPass(createUpdateInPlace());
+  pm.addPass(createPlanMemory());
+}
+
+namespace {
+struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
+  Option<bool> fuse{*this, "fuse",
+                    llvm::cl::desc("Fuse elementwise chains (sharc-fuse)"),
+                    llvm::cl::init(true)};
+};
+} // namespace
+
 void sharc::registerSharcPipelines() {
+  PassPipelineRegistration<CompilePipelineOptions>(
+      "sharc-compile-pipeline",
+      "@train_step to the IR the code generator emits: "
+      "sharc-prepare-emission, sharc-fuse, sharc-update-in-place, "
+      "sharc-plan-memory",
+      [](OpPassManager &pm, const CompilePipelineOptions &options) {
+        buildCompilePipeline(pm, options.fuse);
+      });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",
       "Forward function to @train_step: sharc-autodiff, sharc-optimizer, "

@@ -665,3 +665,95 @@ func.func @gradients_twice(%g: tensor<3xf32>, %h: tensor<3xf32>) -> tensor<3xf32
   %0:2 = sharc.gradients %g, %h {params = ["w", "w"]} : tensor<3xf32>, tensor<3xf32>
   return %0#0 : tensor<3xf32>
 }
+
+// -----
+
+// The hand-off attributes of the passes to the code generator are verified.
+func.func @offsets_count(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.offsets' has 2 entries for 1 results}}
+  %0 = sharc.exp %x {sharc.offsets = array<i64: 0, 256>} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @offsets_negative(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.offsets' entry -2 is out of range}}
+  %0 = sharc.exp %x {sharc.offsets = array<i64: -2>} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @result_buffers(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.result_buffers' entry 1 is out of range}}
+  %0 = sharc.exp %x {sharc.result_buffers = array<i64: 1>} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fuse_into(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.fuse_into' must be a unit attribute}}
+  %0 = sharc.exp %x {sharc.fuse_into = 1 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @gemm_output(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.gemm_output' applies to transposes only}}
+  %0 = sharc.exp %x {sharc.gemm_output} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @scratch(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.scratch_bytes' must be a non-negative integer}}
+  %0 = sharc.exp %x {sharc.scratch_bytes = -16 : i64} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{'sharc.arena_bytes' must be a non-negative integer}}
+func.func @arena(%x: tensor<4xf32>) -> tensor<4xf32> attributes {sharc.arena_bytes = "big"} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @epilogue(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
+  // expected-error @below {{'sharc.gemm_epilogue' = [0, 5, 0, -1] does not name distinct operands and results of the op}}
+  %0 = sharc.fusion %a, %b {sharc.gemm_epilogue = array<i64: 0, 5, 0, -1>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32> {
+  ^bb0(%x: tensor<2x3xf32>, %y: tensor<3xf32>):
+    %s = sharc.add %x, %y : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    sharc.yield %s : tensor<2x3xf32>
+  }
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @activation(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.gemm_activation' must be "relu" or "gelu_tanh"}}
+  %0 = sharc.relu %x {sharc.gemm_activation = "swish"} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @activation_alone(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.gemm_activation' needs 'sharc.gemm_epilogue'}}
+  %0 = sharc.relu %x {sharc.gemm_activation = "relu"} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @unknown(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{unknown attribute 'sharc.fuse_intoo'}}
+  %0 = sharc.exp %x {sharc.fuse_intoo} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -403,11 +403,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     return 1;
   pm.enableTiming(timing);
   buildTrainPipeline(pm, *options);
-  pm.addPass(createPrepareEmission());
-  if (flags->fuse)
-    pm.addPass(createFusePass(/*singletons=*/true));
-  pm.addPass(createUpdateInPlace());
-  pm.addPass(createPlanMemory());
+  buildCompilePipeline(pm, flags->fuse);
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
