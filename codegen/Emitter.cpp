@@ -283,7 +283,6 @@ FailureOr<std::string> ProgramEmitter::typedPointer(Value value) {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-
 FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
                                                   ArrayRef<std::string> x) {
   Type result = elementOf(op->getResult(0));
@@ -1742,6 +1741,25 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
 }
 
 } // namespace sharc::codegen
+
+FailureOr<EmitOptions> sharc::programOptionsOf(func::FuncOp step) {
+  EmitOptions options;
+  if (auto ranks = step->getAttrOfType<IntegerAttr>("sharc.world_size"))
+    options.worldSize = static_cast<int>(ranks.getInt());
+  step.walk([&](MicroBatchLoopOp loop) {
+    options.gradientAccumulation = loop.getCount();
+  });
+  for (BlockArgument arg : step.getArguments())
+    if (step.getArgAttr(arg.getArgNumber(), SharcDialect::getInputAttrName())) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getRank() == 0)
+        return step.emitError() << "code generation: data input #"
+                                << arg.getArgNumber() << " is a scalar";
+      options.microBatch = type.getDimSize(0) / options.gradientAccumulation;
+      break;
+    }
+  return options;
+}
 
 LogicalResult sharc::emitProgram(func::FuncOp step, const EmitOptions &options,
                                  llvm::raw_ostream &os, ProgramReport &report) {

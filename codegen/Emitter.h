@@ -68,6 +68,13 @@ struct ProgramReport {
   std::vector<ReportBuffer> buffers;
 };
 
+/// The facts of `step` that EmitOptions records, read from the IR: the world
+/// size (`sharc.world_size`, set by sharc-data-parallel; 1 without it), the
+/// micro-batches per step (the count of its micro-batch loop; 1 without
+/// one) and the rows of a micro-batch (dimension 0 of its first data input,
+/// divided by the micro-batches).  `target` and `model` are the caller's.
+mlir::FailureOr<EmitOptions> programOptionsOf(mlir::func::FuncOp step);
+
 /// Emits `step` (prepared, fused and memory-planned: every op result carries
 /// `sharc.offsets` and the function `sharc.arena_bytes`) as C++ to `os`.
 mlir::LogicalResult emitProgram(mlir::func::FuncOp step,

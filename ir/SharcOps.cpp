@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ir/SharcOps.h"
+#include "ir/TrainingOptions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectImplementation.h"
@@ -150,6 +151,15 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
   }
   if (name == "sharc.scratch_bytes" || name == "sharc.scratch_offset")
     return nonNegative();
+  if (name == "sharc.world_size") {
+    auto ranks = dyn_cast<IntegerAttr>(value);
+    if (!isa<FunctionOpInterface>(op) || !ranks || ranks.getInt() < 1 ||
+        ranks.getInt() > TrainingOptions::kMaxWorldSize)
+      return op->emitError() << "'" << name << "' must be an integer in [1, "
+                             << TrainingOptions::kMaxWorldSize
+                             << "] on a function";
+    return success();
+  }
   if (name == "sharc.arena_bytes") {
     if (!isa<FunctionOpInterface>(op))
       return op->emitError() << "'" << name << "' applies to functions only";

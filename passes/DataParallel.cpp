@@ -129,6 +129,9 @@ LogicalResult sharc::applyDataParallel(ModuleOp module,
     return markers[1].emitError() << "sharc-data-parallel: a step with more "
                                      "than one 'sharc.gradients'";
   int64_t ranks = options.worldSize;
+  // The step states the ranks it was made for (the code generator reads it).
+  step->setAttr("sharc.world_size",
+                Builder(module.getContext()).getI64IntegerAttr(ranks));
   if (ranks == 1) {
     for (GradientsOp marker : markers) {
       marker.replaceAllUsesWith(marker.getValues());

@@ -420,3 +420,39 @@ def test_reduce_bucket_size_comes_from_the_config(sharc, tmp_path):
         assert calls == expected_calls(sizes, flag or bucket), (bucket, flag)
     # The bucket sizes make a difference on this model.
     assert expected_calls(sizes, 5000) != expected_calls(sizes, 40000)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+@pytest.mark.parametrize("ranks,gas", [(1, 1), (2, 2)])
+def test_pipelines_and_translation_reproduce_compile(sharc, tmp_path, target,
+                                                     ranks, gas):
+    """sharc-opt with the train and compile pipelines, then sharc-translate,
+    write the very file `sharc compile` writes (the pipelines and the code
+    generator are libraries the CLI calls)."""
+    from conftest import sharc_path
+    tools = sharc_path().parent
+    model = pathlib.Path(__file__).resolve().parents[1] / "models" / "tiny-gpt.onnx"
+    flags = {"optimizer": "adamw", "lr": "0.003", "weight-decay": "0.01",
+             "world-size": ranks, "grad-accum": gas,
+             "reduce-bucket-size": 20000}
+    out = tmp_path / "out"
+    result = sharc("compile", model, "--target", target, "--emit-only",
+                   *[f"--{k}={v}" for k, v in flags.items()], "-o", out)
+    assert result.returncode == 0, result.stderr
+    compiled = (out / ("program.cu" if target == "cuda" else "program.cpp"))
+
+    mlir = tmp_path / "model.mlir"
+    result = sharc("import", model, "-o", mlir, "--mlir-print-debuginfo")
+    assert result.returncode == 0, result.stderr
+    pipeline = " ".join(f"{k}={v}" for k, v in flags.items())
+    opt = subprocess.run(
+        [tools / "sharc-opt", mlir, f"--sharc-train-pipeline={pipeline}",
+         "--sharc-compile-pipeline", "--mlir-print-debuginfo"],
+        capture_output=True, timeout=300)
+    assert opt.returncode == 0, opt.stderr.decode()
+    translated = subprocess.run(
+        [tools / "sharc-translate", "--emit-program", f"--target={target}",
+         f"--model={model}"], input=opt.stdout, capture_output=True,
+        timeout=300)
+    assert translated.returncode == 0, translated.stderr.decode()
+    assert translated.stdout == compiled.read_bytes()

@@ -408,17 +408,12 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
 
-  EmitOptions emit;
+  FailureOr<EmitOptions> programOptions = programOptionsOf(step);
+  if (failed(programOptions))
+    return 1;
+  EmitOptions emit = *programOptions;
   emit.target = cuda ? "cuda" : "cpu";
   emit.model = modelPath.str();
-  emit.worldSize = static_cast<int>(options->worldSize);
-  emit.gradientAccumulation = options->gradAccum;
-  for (BlockArgument arg : step.getArguments())
-    if (step.getArgAttr(arg.getArgNumber(), SharcDialect::getInputAttrName())) {
-      emit.microBatch = cast<RankedTensorType>(arg.getType()).getDimSize(0) /
-                        options->gradAccum;
-      break;
-    }
   std::string source;
   ProgramReport report;
   {
