@@ -757,3 +757,10 @@ func.func @unknown(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = sharc.exp %x {sharc.fuse_intoo} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// expected-error @below {{'sharc.world_size' must be an integer in [1, 1048576] on a function}}
+func.func @world(%x: tensor<4xf32>) -> tensor<4xf32> attributes {sharc.world_size = 0 : i64} {
+  return %x : tensor<4xf32>
+}

@@ -18,7 +18,7 @@ func.func @main(%x: tensor<2x3xf32> {sharc.input = "x"},
 
 // CHECK-NOT: func.func @main
 // CHECK-LABEL: func.func @train_step(
-// CHECK-SAME: attributes {sharc.arena_bytes = {{[0-9]+}} : i64}
+// CHECK-SAME: attributes {sharc.arena_bytes = {{[0-9]+}} : i64, sharc.world_size = 1 : i64}
 // CHECK-NOT: call
 // CHECK: sharc.fusion {{.*}}sharc.offsets
 // The update of w writes w's own buffer (argument 0).

@@ -28,6 +28,8 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 
 // CHECK-LABEL: func.func @train_step(
 // CHECK-SAME: %{{.*}}: tensor<4x3xf32> {sharc.input = "x"})
+// The step states the ranks it is made for.
+// CHECK-SAME: attributes {sharc.world_size = 2 : i64}
 // CHECK: %[[SEED:.*]] = sharc.constant dense<2.500000e-01> : tensor<f32>
 // CHECK: %[[SUMS:.*]]:4 = sharc.micro_batch_loop count 2
 // CHECK: %[[G:.*]]:4 = func.call @main_grad({{.*}}, %[[SEED]])
@@ -51,6 +53,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 
 // One rank: no collectives, seed 1/GAS, the gradients used as they are.
 // ONE-LABEL: func.func @train_step(
+// ONE-SAME: attributes {sharc.world_size = 1 : i64}
 // ONE: sharc.constant dense<5.000000e-01> : tensor<f32>
 // ONE-NOT: sharc.all_reduce
 // ONE-NOT: sharc.concat
