@@ -207,9 +207,11 @@ LogicalResult ProgramEmitter::collectBuffers() {
 }
 
 FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
-  // A reshape is a view of its operand (sharc-plan-memory aliases them).
-  while (auto reshape = value.getDefiningOp<ReshapeOp>())
-    value = reshape.getOperand();
+  // A reshape is a view of its operand, a wait's result the buffer its
+  // collective wrote (sharc-plan-memory aliases them).
+  for (Operation *def = value.getDefiningOp();
+       isa_and_nonnull<ReshapeOp, WaitOp>(def); def = value.getDefiningOp())
+    value = def->getOperand(0);
   auto known = bufferOf.find(value);
   if (known != bufferOf.end())
     return "ctx->buffers[" + str(known->second) + "]";
@@ -287,36 +289,44 @@ FailureOr<std::string> ProgramEmitter::typedPointer(Value value) {
 // Collectives
 //===----------------------------------------------------------------------===//
 
-LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
+LogicalResult ProgramEmitter::emitAllReduceStart(AllReduceStartOp op) {
   if (static_cast<int>(op.getRanks()) != options.worldSize)
-    return op.emitError() << "code generation: all_reduce over "
+    return op.emitError() << "code generation: all_reduce_start over "
                           << op.getRanks() << " ranks in a program compiled "
                           << "for " << options.worldSize;
-  if (failed(emitCopy(op.getOperand(), op.getResult())))
+  // The collective reduces the future's buffer in place: the operand is
+  // copied there, then handed to the communicator, whose ticket the wait
+  // names.
+  if (failed(emitCopy(op.getOperand(), op.getFuture())))
     return failure();
-  FailureOr<std::string> pointer = pointerTo(op.getResult());
+  FailureOr<std::string> pointer = pointerTo(op.getFuture());
   if (failed(pointer))
     return failure();
-  Type element = elementOf(op.getResult());
-  int64_t count = tensorType(op.getResult()).getNumElements();
+  Type element = elementOf(op.getOperand());
+  int64_t count = tensorType(op.getOperand()).getNumElements();
   std::string dtype = element.isF32()         ? "f32"
                       : element.isF64()       ? "f64"
                       : element.isInteger(32) ? "i32"
                                               : "i64";
-  // Started here, waited for just before the first op that reads the
-  // result: what runs in between (the rest of backward, once the collectives
-  // are scheduled early) overlaps the communication.
-  std::string ticket =
-      "ticket" + str(pendingCollectives.size() + completedCollectives);
+  std::string ticket = "ticket" + str(tickets.size());
   body() += "  const uint64_t " + ticket + " = ctx->comm->startAllReduce(" +
             *pointer + ", " + str(count) + ", sharc::rt::DType::" + dtype +
             ", sharc::rt::ReduceOp::" +
             (op.getKind() == CollectiveKind::sum ? "sum" : "max") + ");\n";
-  pendingCollectives[op.getResult()] = ticket;
+  tickets[op.getFuture()] = ticket;
   uint64_t bytes = count * elementBytes(element);
   uint64_t n = options.worldSize;
   report.collectiveCalls[0] += 1;
   report.collectiveBytes[0] += n > 1 ? 2 * (n - 1) * bytes / n : 0;
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitWait(WaitOp op) {
+  auto ticket = tickets.find(op.getFuture());
+  if (ticket == tickets.end())
+    return op.emitError() << "code generation: waits for a collective that "
+                             "has not started";
+  body() += "  ctx->comm->wait(" + ticket->second + ");\n";
   return success();
 }
 
@@ -327,10 +337,8 @@ LogicalResult ProgramEmitter::emitAllReduce(AllReduceOp op) {
 LogicalResult ProgramEmitter::emitMicroBatchLoop(MicroBatchLoopOp loop) {
   bool hasCollective = false;
   loop.getBody().walk([&](Operation *inner) {
-    hasCollective |=
-        isa<AllReduceOp, ReduceScatterOp, AllGatherOp, BroadcastFromOp>(inner);
-    // What the body reads from above is complete before the loop starts.
-    waitForOperands(inner);
+    hasCollective |= isa<AllReduceOp, AllReduceStartOp, WaitOp, ReduceScatterOp,
+                         AllGatherOp, BroadcastFromOp>(inner);
   });
   if (hasCollective)
     return loop.emitError() << "code generation: collectives inside a "
@@ -393,24 +401,7 @@ LogicalResult ProgramEmitter::emitMicroBatchLoop(MicroBatchLoopOp loop) {
 // Ops
 //===----------------------------------------------------------------------===//
 
-void ProgramEmitter::waitForOperands(Operation *op) {
-  for (Value operand : op->getOperands()) {
-    // A producer computed inside this op's kernel reads its operands here.
-    if (Operation *producer = operand.getDefiningOp())
-      if (producer->hasAttr("sharc.fuse_into"))
-        waitForOperands(producer);
-    auto pending = pendingCollectives.find(operand);
-    if (pending == pendingCollectives.end())
-      continue;
-    body() += "  ctx->comm->wait(" + pending->second + ");\n";
-    pendingCollectives.erase(pending);
-    ++completedCollectives;
-  }
-}
-
 LogicalResult ProgramEmitter::emitOp(Operation *op) {
-  if (!op->hasAttr("sharc.fuse_into"))
-    waitForOperands(op);
   if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))
     return emitElementwise(op);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -518,7 +509,12 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       .Case([&](InsertSliceOp op) { return emitInsertSlice(op); })
       .Case([&](GatherOp op) { return emitGather(op); })
       .Case([&](ScatterAddOp op) { return emitScatterAdd(op); })
-      .Case([&](AllReduceOp op) { return emitAllReduce(op); })
+      .Case([&](AllReduceStartOp op) { return emitAllReduceStart(op); })
+      .Case([&](WaitOp op) { return emitWait(op); })
+      .Case([&](AllReduceOp op) {
+        return op.emitError() << "code generation: a synchronous all_reduce "
+                                 "(run sharc-schedule-collectives)";
+      })
       .Case([&](MicroBatchLoopOp op) { return emitMicroBatchLoop(op); })
       .Case([&](func::ReturnOp op) { return emitReturn(op); })
       .Default([](Operation *op) {

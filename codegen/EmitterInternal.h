@@ -110,8 +110,11 @@ inline int64_t elementBytes(Type t) {
   return t.isInteger(1) ? 1 : (t.getIntOrFloatBitWidth() + 7) / 8;
 }
 
+/// The tensor `v` is, or (a `!sharc.future`) will hold.
 inline RankedTensorType tensorType(Value v) {
-  return cast<RankedTensorType>(v.getType());
+  RankedTensorType type = storedTensorType(v.getType());
+  assert(type && "a value of the emitted IR that is not a tensor");
+  return type;
 }
 inline Type elementOf(Value v) { return tensorType(v).getElementType(); }
 
@@ -282,9 +285,6 @@ private:
   /// (`sharc.fuse_into`).
   using Loader = std::function<std::string(llvm::StringRef index)>;
   FailureOr<Loader> rowInput(KernelText &kernel, Value input);
-  /// Waits for the started collectives `op` (or a producer fused into it)
-  /// reads.
-  void waitForOperands(Operation *op);
   FailureOr<std::string> scalarExpr(Operation *op, ArrayRef<std::string> args);
   FailureOr<std::string> loadScalar(KernelText &kernel, Value value,
                                     ArrayRef<int64_t> iteration);
@@ -324,7 +324,8 @@ private:
   LogicalResult emitGather(GatherOp op);
   LogicalResult emitScatterAdd(ScatterAddOp op);
   LogicalResult emitCopy(Value from, Value to);
-  LogicalResult emitAllReduce(AllReduceOp op);
+  LogicalResult emitAllReduceStart(AllReduceStartOp op);
+  LogicalResult emitWait(WaitOp op);
   /// A C++ `for` over the micro-batches running the body's statements; the
   /// body's micro-batch arguments point into the inputs, its carried
   /// arguments at the loop's results.
@@ -360,9 +361,8 @@ private:
   /// How many times per step the statements being emitted run (the product
   /// of the counts of the loops around them), for the report.
   int64_t repeat = 1;
-  /// Started collectives not waited for yet: result -> ticket variable.
-  llvm::DenseMap<Value, std::string> pendingCollectives;
-  size_t completedCollectives = 0;
+  /// The ticket variable of each started collective, by its future.
+  llvm::DenseMap<Value, std::string> tickets;
 };
 
 /// Code that decomposes `i` into coordinates c0, c1, ... of `resultShape` and

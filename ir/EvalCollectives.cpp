@@ -1,6 +1,7 @@
 //===- EvalCollectives.cpp - collectives over simulated ranks -------------===//
 //
-// all_reduce, reduce_scatter, all_gather and broadcast_from.  Every rank
+// all_reduce (and its asynchronous form, all_reduce_start and wait),
+// reduce_scatter, all_gather and broadcast_from.  Every rank
 // meets the others in the CollectiveGroup; the contributions are combined in
 // rank order (floats summed in double and rounded once), so every rank gets
 // the same, deterministic result.
@@ -85,10 +86,12 @@ std::string keyOf(const OpCall &call, StringRef detail) {
       .str();
 }
 
-LogicalResult evalAllReduce(const OpCall &call, AllReduceOp op) {
-  CollectiveKind kind = op.getKind();
+/// all_reduce, and all_reduce_start, whose future holds the same result (the
+/// evaluator completes a collective where it starts).
+LogicalResult evalAllReduce(const OpCall &call, CollectiveKind kind,
+                            int64_t ranks) {
   return runCollective(
-      call, op.getRanks(),
+      call, ranks,
       keyOf(call, ("<" + stringifyCollectiveKind(kind) + ">").str()),
       [&](ArrayRef<const Tensor *> parts) {
         Tensor combined = combineElementwise(parts, kind);
@@ -145,7 +148,16 @@ LogicalResult evalBroadcastFrom(const OpCall &call, BroadcastFromOp op) {
 std::optional<LogicalResult> eval::evalCollectiveOp(const OpCall &call) {
   using Result = std::optional<LogicalResult>;
   return llvm::TypeSwitch<Operation *, Result>(call.op)
-      .Case([&](AllReduceOp op) { return evalAllReduce(call, op); })
+      .Case([&](AllReduceOp op) {
+        return evalAllReduce(call, op.getKind(), op.getRanks());
+      })
+      .Case([&](AllReduceStartOp op) {
+        return evalAllReduce(call, op.getKind(), op.getRanks());
+      })
+      .Case([&](WaitOp) {
+        call.result() = call.operand(0);
+        return success();
+      })
       .Case([&](ReduceScatterOp op) { return evalReduceScatter(call, op); })
       .Case([&](AllGatherOp op) { return evalAllGather(call, op); })
       .Case([&](BroadcastFromOp op) { return evalBroadcastFrom(call, op); })

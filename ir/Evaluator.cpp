@@ -139,9 +139,10 @@ static std::string describeType(Type type) {
   return text;
 }
 
-/// True when `tensor` has exactly the (static, ranked) tensor type `type`.
+/// True when `tensor` has exactly the (static, ranked) tensor type `type`
+/// (or the one a future of that type holds).
 static bool matchesType(const Tensor &tensor, Type type) {
-  auto ranked = dyn_cast<RankedTensorType>(type);
+  RankedTensorType ranked = storedTensorType(type);
   if (!ranked || !ranked.hasStaticShape())
     return false;
   std::optional<DType> dtype = dtypeOf(ranked.getElementType());
@@ -154,7 +155,8 @@ static bool matchesType(const Tensor &tensor, Type type) {
 static LogicalResult makeResults(const OpCall &call,
                                  SmallVectorImpl<Tensor> &results) {
   for (Type type : call.op->getResultTypes()) {
-    auto ranked = dyn_cast<RankedTensorType>(type);
+    // A collective's future holds the tensor it will deliver.
+    RankedTensorType ranked = storedTensorType(type);
     std::optional<DType> dtype =
         ranked ? dtypeOf(ranked.getElementType()) : std::nullopt;
     if (!dtype || !ranked.hasStaticShape())

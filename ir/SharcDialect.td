@@ -27,8 +27,12 @@ def Sharc_Dialect : Dialect {
     `sharc.output = "name"` with the model's names for them.  Training steps
     mark their carried state with `sharc.state`, updated parameters with
     `sharc.param`, and gradients with `sharc.grad = "param name"`.
+    Collectives that overlap other work are started by one op and waited for
+    by `sharc.wait`; the value in flight between them has type
+    `!sharc.future<tensor<...>>`.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let useDefaultTypePrinterParser = 1;
   let hasConstantMaterializer = 1;
   let hasOperationAttrVerify = 1;
   let hasRegionArgAttrVerify = 1;
@@ -171,6 +175,31 @@ def Sharc_StateAttr : AttrDef<Sharc_Dialect, "State"> {
   let parameters = (ins StringRefParameter<"parameter name">:$param,
                         StringRefParameter<"kind of state">:$role);
   let assemblyFormat = "`<` $param `,` $role `>`";
+}
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+def Sharc_FutureType : TypeDef<Sharc_Dialect, "Future"> {
+  let mnemonic = "future";
+  let summary = "the result of a collective in flight";
+  let description = [{
+    `!sharc.future<tensor<16xf32>>` is the token of an asynchronous
+    collective (`sharc.all_reduce_start`): the tensor it produces, which no op
+    may read until `sharc.wait` has waited for it.  The ops between the start
+    and the wait are what the communication overlaps; sharc-schedule-collectives
+    places both.  A future is waited for exactly once, in the block that
+    started it.  In memory it is the buffer the collective writes, which the
+    wait's result then names.
+  }];
+  let parameters = (ins "::mlir::RankedTensorType":$valueType);
+  let builders = [
+    TypeBuilderWithInferredContext<(ins "::mlir::RankedTensorType":$valueType),
+                                   [{ return $_get(valueType.getContext(), valueType); }]>
+  ];
+  let assemblyFormat = "`<` $valueType `>`";
+  let genVerifyDecl = 1;
 }
 
 #endif // SHARC_DIALECT_TD

@@ -27,10 +27,17 @@ using namespace sharc::detail;
 #define GET_ATTRDEF_CLASSES
 #include "ir/SharcAttrs.cpp.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "ir/SharcTypes.cpp.inc"
+
 void SharcDialect::initialize() {
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "ir/SharcAttrs.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "ir/SharcTypes.cpp.inc"
       >();
   addOperations<
 #define GET_OP_LIST
@@ -589,6 +596,41 @@ static LogicalResult checkRanks(std::optional<Location> loc, int64_t ranks) {
 }
 
 LogicalResult AllReduceOp::verify() { return checkRanks(getLoc(), getRanks()); }
+
+LogicalResult AllReduceStartOp::verify() {
+  if (failed(checkRanks(getLoc(), getRanks())))
+    return failure();
+  // One wait, beside the start: the code generator matches each start with
+  // its wait within one block, and a future read twice has no single end.
+  Value future = getFuture();
+  if (!future.hasOneUse())
+    return emitOpError() << "must be waited for exactly once, by one "
+                            "'sharc.wait'; its future has "
+                         << std::distance(future.use_begin(), future.use_end())
+                         << " uses";
+  Operation *user = *future.user_begin();
+  if (!isa<WaitOp>(user))
+    return emitOpError() << "future is used by '" << user->getName()
+                         << "'; only 'sharc.wait' may read it";
+  if (user->getBlock() != getOperation()->getBlock())
+    return emitOpError() << "is waited for in another block";
+  return success();
+}
+
+LogicalResult FutureType::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 RankedTensorType valueType) {
+  if (!valueType.hasStaticShape())
+    return emitError() << "'!sharc.future' holds a statically shaped tensor, "
+                          "not "
+                       << valueType;
+  return success();
+}
+
+RankedTensorType sharc::storedTensorType(Type type) {
+  if (auto future = dyn_cast<FutureType>(type))
+    return future.getValueType();
+  return dyn_cast<RankedTensorType>(type);
+}
 
 LogicalResult
 ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,

@@ -26,6 +26,9 @@
 #define GET_ATTRDEF_CLASSES
 #include "ir/SharcAttrs.h.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "ir/SharcTypes.h.inc"
+
 namespace sharc::OpTrait {
 /// Ops computed element by element that a sharc.fusion body may hold
 /// (Sharc_Fusible in SharcOps.td; ask isFusibleElementwiseOp).
@@ -38,6 +41,10 @@ class FusibleElementwise
 #include "ir/SharcOps.h.inc"
 
 namespace sharc {
+
+/// The tensor a value of `type` occupies in memory: a ranked tensor type
+/// itself, or the tensor a `!sharc.future` will hold; null for other types.
+mlir::RankedTensorType storedTensorType(mlir::Type type);
 
 /// Numpy broadcasting of two static shapes; failure when incompatible.
 mlir::FailureOr<llvm::SmallVector<int64_t>>

@@ -677,6 +677,32 @@ def Sharc_AllReduceOp : Sharc_Op<"all_reduce", [SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
+def Sharc_AllReduceStartOp : Sharc_Op<"all_reduce_start", [
+    TypesMatchWith<"the future holds a tensor of the operand's type",
+                   "operand", "future",
+                   "::sharc::FutureType::get(::llvm::cast<::mlir::RankedTensorType>($_self))">]> {
+  let summary = "starts an all_reduce; `sharc.wait` gives its result";
+  let description = [{
+    The asynchronous form of `sharc.all_reduce`: the same sum or maximum over
+    the ranks, delivered by the one `sharc.wait` of the returned future (in
+    the same block).  Work between the two overlaps the communication.
+  }];
+  let arguments = (ins Sharc_NumericTensor:$operand,
+                       Sharc_CollectiveKindAttr:$kind, Sharc_I64Attr:$ranks);
+  let results = (outs Sharc_FutureType:$future);
+  let assemblyFormat = "$operand attr-dict `:` type($operand)";
+  let hasVerifier = 1;
+}
+
+def Sharc_WaitOp : Sharc_Op<"wait", [
+    TypesMatchWith<"the result is the future's tensor", "future", "result",
+                   "::llvm::cast<::sharc::FutureType>($_self).getValueType()">]> {
+  let summary = "waits for a collective in flight and gives its result";
+  let arguments = (ins Sharc_FutureType:$future);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$future attr-dict `:` qualified(type($future))";
+}
+
 def Sharc_ReduceScatterOp : Sharc_Op<"reduce_scatter", [InferTypeOpAdaptor]> {
   let summary = "sum over ranks; rank r keeps slice r of dimension 0";
   let arguments = (ins Sharc_NumericTensor:$operand,

@@ -107,6 +107,12 @@ struct TrainingOptions {
   /// Elements per gradient all-reduce bucket (DeepSpeed's
   /// reduce_bucket_size).
   int64_t reduceBucketSize = 500000000;
+  /// Start each gradient all-reduce as soon as its bucket is complete and
+  /// wait only where the sum is read, overlapping backward
+  /// (zero_optimization.overlap_comm; sharc-schedule-collectives in the
+  /// compile pipeline).  Unlike DeepSpeed, on by default: the results are
+  /// the same bits either way.
+  bool overlapComm = true;
 
   SchedulerOptions scheduler;
 };

@@ -104,10 +104,14 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   ProgramOrder order(func.getBody().front());
 
   // A reshape is a view: its result shares its operand's memory (the root of
-  // a chain of reshapes), whose live range then covers the reshape's users.
-  auto aliasRoot = [](Value value) {
-    while (auto reshape = value.getDefiningOp<ReshapeOp>())
-      value = reshape.getOperand();
+  // a chain of views), whose live range then covers the reshape's users.  So
+  // is a wait: its result is the buffer its collective's future names.
+  auto isView = [](Operation *op) {
+    return isa_and_nonnull<ReshapeOp, WaitOp>(op);
+  };
+  auto aliasRoot = [&](Value value) {
+    while (isView(value.getDefiningOp()))
+      value = value.getDefiningOp()->getOperand(0);
     return value;
   };
   // Where `user` reads a value defined in `block`: at the op of the block
@@ -169,7 +173,7 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   for (Operation *opPointer : order.ops) {
     Operation &op = *opPointer;
     int64_t at = order.index[&op];
-    if (isa<ConstantOp, ReshapeOp>(op) || op.hasAttr("sharc.fuse_into"))
+    if (isa<ConstantOp>(op) || isView(&op) || op.hasAttr("sharc.fuse_into"))
       continue;
     // Scratch space a kernel needs while it runs: live at the op only.
     if (auto scratch = op.getAttrOfType<IntegerAttr>("sharc.scratch_bytes")) {
@@ -186,7 +190,8 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
         continue;
       if (sharesWith.count(result))
         continue;
-      auto type = dyn_cast<RankedTensorType>(result.getType());
+      // A future occupies the tensor its collective writes.
+      RankedTensorType type = storedTensorType(result.getType());
       if (!type)
         continue;
       if (!type.hasStaticShape() || !type.getElementType().isIntOrFloat())
@@ -213,19 +218,18 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     buffer.first = std::min(buffer.first, first);
     buffer.last = std::max(buffer.last, lastUse(value, first));
   }
-  // A reshape's users read its root's buffer.
+  // A view's users read its root's buffer.
   for (Operation *op : order.ops) {
-    auto reshape = dyn_cast<ReshapeOp>(op);
-    if (!reshape)
+    if (!isView(op))
       continue;
-    Value root = aliasRoot(reshape.getResult());
+    Value root = aliasRoot(op->getResult(0));
     root = sharesWith.lookup_or(root, root);
     auto known = bufferOf.find(root);
     if (known == bufferOf.end())
       continue;
     Buffer &buffer = buffers[known->second];
-    for (Operation *user : reshape.getResult().getUsers())
-      buffer.last = std::max(buffer.last, useIndex(user, *reshape->getBlock()));
+    for (Operation *user : op->getResult(0).getUsers())
+      buffer.last = std::max(buffer.last, useIndex(user, *op->getBlock()));
   }
 
   SmallVector<Buffer *> sorted;
@@ -261,10 +265,12 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   }
   for (auto [value, owner] : sharesWith)
     offsets[value] = offsets.lookup(owner);
-  func.walk([&](ReshapeOp reshape) {
-    auto root = offsets.find(aliasRoot(reshape.getResult()));
+  func.walk([&](Operation *view) {
+    if (!isView(view))
+      return;
+    auto root = offsets.find(aliasRoot(view->getResult(0)));
     if (root != offsets.end())
-      offsets[reshape.getResult()] = root->second;
+      offsets[view->getResult(0)] = root->second;
   });
   for (Operation *op : order.ops) {
     if (op->getNumResults() == 0)

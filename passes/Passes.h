@@ -122,8 +122,7 @@ template <typename Base> struct WithDataParallelOptions : Base {
   template <typename T> using Opt = typename Base::template Option<T>;
 
   WithDataParallelOptions() = default;
-  WithDataParallelOptions(const WithDataParallelOptions &other)
-      : Base(other) {}
+  WithDataParallelOptions(const WithDataParallelOptions &other) : Base(other) {}
 
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)
 #define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
@@ -179,9 +178,22 @@ void registerSharcPipelines();
 
 /// `@train_step` to the IR the code generator emits (docs/codegen.md):
 /// sharc-prepare-emission, sharc-fuse (unless `fuse` is false),
-/// sharc-update-in-place, sharc-plan-memory.  `sharc compile` runs it after
-/// the train pipeline, and sharc-opt runs it as sharc-compile-pipeline.
-void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true);
+/// sharc-schedule-collectives (overlapping communication unless `overlap` is
+/// false), sharc-update-in-place, sharc-plan-memory.  `sharc compile` runs it
+/// after the train pipeline, and sharc-opt runs it as sharc-compile-pipeline.
+void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true,
+                          bool overlap = true);
+
+//===----------------------------------------------------------------------===//
+// Scheduling collectives (ScheduleCollectives.cpp)
+//===----------------------------------------------------------------------===//
+
+/// sharc-schedule-collectives on `func`: every `sharc.all_reduce` becomes a
+/// `sharc.all_reduce_start` and its `sharc.wait`; with `overlap`, starts
+/// (with the reshapes and concats that pack them) move up to just after
+/// their operands' producers and waits down to just before the first op
+/// that reads their result (docs/passes.md).
+void scheduleCollectives(mlir::func::FuncOp func, bool overlap = true);
 
 //===----------------------------------------------------------------------===//
 // Fusion
@@ -227,10 +239,8 @@ std::unique_ptr<mlir::Pass> createFusePass(bool singletons = true,
 //===----------------------------------------------------------------------===//
 
 /// sharc-prepare-emission: inlines every call into `@train_step`, erases the
-/// other functions, schedules each all-reduce (and the reshapes/concats that
-/// pack its bucket) right after the gradients it reads, and turns splat
-/// constants that feed non-elementwise ops into broadcasts of a one-element
-/// constant.
+/// other functions, and turns splat constants that feed non-elementwise ops
+/// into broadcasts of a one-element constant.
 mlir::LogicalResult prepareForEmission(mlir::ModuleOp module);
 
 /// sharc-update-in-place: lets each sharc.fusion that computes the new value

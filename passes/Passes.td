@@ -120,14 +120,34 @@ def PrepareEmission : Pass<"sharc-prepare-emission", "mlir::ModuleOp"> {
                 "emits";
   let description = [{
     Inlines every `func.call` into `@train_step` (so one memory plan covers
-    the whole step) and erases the other functions; moves each `all_reduce`
-    and the reshapes/concats that pack its bucket up to just after the
-    gradients they read, so that the reduction of a bucket starts while the
-    rest of backward runs; turns a splat constant that feeds an op other than
-    an elementwise one into a `sharc.broadcast` of a one-element constant
-    (docs/codegen.md).
+    the whole step) and erases the other functions; turns a splat constant
+    that feeds an op other than an elementwise one into a `sharc.broadcast`
+    of a one-element constant (docs/codegen.md).
   }];
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
+def ScheduleCollectives : Pass<"sharc-schedule-collectives",
+                               "mlir::ModuleOp"> {
+  let summary = "Splits collectives into start/wait pairs and schedules "
+                "them to overlap computation";
+  let description = [{
+    Every `sharc.all_reduce` becomes a `sharc.all_reduce_start`, whose
+    `!sharc.future` a `sharc.wait` turns into the result.  With `overlap`
+    (the default), each start moves up, with the reshapes and concats that
+    pack its bucket, to just after the ops that produce what it reads, and
+    each wait moves down to just before the first op that reads its result
+    (or the micro-batch loop whose body does), so that the ops in between
+    overlap the communication.
+    Without it, each wait follows its start.  Runs after sharc-fuse, on the
+    kernels the code generator emits (docs/passes.md).
+  }];
+  let options = [
+    Option<"overlap", "overlap", "bool", "true",
+           "Start each collective as early and wait as late as the data "
+           "allows (false: wait right after the start)">,
+  ];
+  let dependentDialects = ["sharc::SharcDialect"];
 }
 
 def UpdateInPlace : Pass<"sharc-update-in-place", "mlir::ModuleOp"> {

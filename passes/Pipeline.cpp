@@ -43,10 +43,13 @@ void sharc::buildTrainPipeline(OpPassManager &pm,
                  createOptimizerPass(options), options);
 }
 
-void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse) {
+void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap) {
   pm.addPass(createPrepareEmission());
   if (fuse)
     pm.addPass(createFusePass(/*singletons=*/true));
+  ScheduleCollectivesOptions schedule;
+  schedule.overlap = overlap;
+  pm.addPass(createScheduleCollectives(schedule));
   pm.addPass(createUpdateInPlace());
   pm.addPass(createPlanMemory());
 }
@@ -56,6 +59,10 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
   Option<bool> fuse{*this, "fuse",
                     llvm::cl::desc("Fuse elementwise chains (sharc-fuse)"),
                     llvm::cl::init(true)};
+  Option<bool> overlap{*this, "overlap",
+                       llvm::cl::desc("Overlap collectives with computation "
+                                      "(sharc-schedule-collectives)"),
+                       llvm::cl::init(true)};
 };
 } // namespace
 
@@ -63,10 +70,10 @@ void sharc::registerSharcPipelines() {
   PassPipelineRegistration<CompilePipelineOptions>(
       "sharc-compile-pipeline",
       "@train_step to the IR the code generator emits: "
-      "sharc-prepare-emission, sharc-fuse, sharc-update-in-place, "
-      "sharc-plan-memory",
+      "sharc-prepare-emission, sharc-fuse, sharc-schedule-collectives, "
+      "sharc-update-in-place, sharc-plan-memory",
       [](OpPassManager &pm, const CompilePipelineOptions &options) {
-        buildCompilePipeline(pm, options.fuse);
+        buildCompilePipeline(pm, options.fuse, options.overlap);
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",

@@ -15,8 +15,6 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 
-#include <functional>
-
 namespace sharc {
 #define GEN_PASS_DEF_PREPAREEMISSION
 #define GEN_PASS_DEF_UPDATEINPLACE
@@ -58,48 +56,6 @@ static LogicalResult inlineCalls(func::FuncOp func, ModuleOp module) {
   return func.emitError() << "code generation: calls nested too deeply";
 }
 
-
-/// Moves `op` up to just after the last op of its block that defines one of
-/// its operands (to the start of the block if none does).
-static void hoist(Operation *op) {
-  Block *block = op->getBlock();
-  Operation *last = nullptr;
-  for (Value operand : op->getOperands()) {
-    Operation *def = operand.getDefiningOp();
-    if (def && def->getBlock() == block &&
-        (!last || last->isBeforeInBlock(def)))
-      last = def;
-  }
-  if (last)
-    op->moveAfter(last);
-  else
-    op->moveBefore(&block->front());
-}
-
-/// Schedules every all-reduce as early as its gradients allow: each bucket's
-/// packing ops (reshape, concat) and the all-reduce move up to just after the
-/// gradients they read, so that the collective starts while the rest of
-/// backward still runs; its result is waited for only where it is read.
-static void scheduleCollectivesEarly(func::FuncOp func) {
-  SmallVector<AllReduceOp> reduces;
-  func.walk([&](AllReduceOp op) { reduces.push_back(op); });
-  for (AllReduceOp reduce : reduces) {
-    // The packing chain, producers first.
-    SmallVector<Operation *> chain;
-    std::function<void(Operation *)> collect = [&](Operation *op) {
-      for (Value operand : op->getOperands()) {
-        Operation *def = operand.getDefiningOp();
-        if (def && isa<ReshapeOp, ConcatOp>(def) && def->hasOneUse())
-          collect(def);
-      }
-      chain.push_back(op);
-    };
-    collect(reduce);
-    for (Operation *op : chain)
-      hoist(op);
-  }
-}
-
 LogicalResult sharc::prepareForEmission(ModuleOp module) {
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   if (!step)
@@ -115,7 +71,6 @@ LogicalResult sharc::prepareForEmission(ModuleOp module) {
   for (auto func : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
     if (func != step)
       func.erase();
-  scheduleCollectivesEarly(step);
 
   // A summed or averaged loss is computed per position in parallel into
   // scratch space (a double loss and weight each), then summed in order.

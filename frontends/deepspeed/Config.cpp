@@ -733,13 +733,19 @@ Error ConfigReader::readZero(const json::Value &value) {
   }
   // The bucket size of the gradient all-reduce (sharc-data-parallel).
   if (const json::Value *bucket = (*zero)->get("reduce_bucket_size")) {
-    Expected<int64_t> parsed =
-        integer("zero_optimization.reduce_bucket_size", *bucket,
-                Range{1.0, static_cast<double>(
-                               TrainingOptions::kMaxBucketSize)});
+    Expected<int64_t> parsed = integer(
+        "zero_optimization.reduce_bucket_size", *bucket,
+        Range{1.0, static_cast<double>(TrainingOptions::kMaxBucketSize)});
     if (!parsed)
       return parsed.takeError();
     options.reduceBucketSize = *parsed;
+  }
+  // Overlap of the gradient all-reduce with backward (sharc compile).
+  if (const json::Value *overlap = (*zero)->get("overlap_comm")) {
+    Expected<bool> parsed = boolean("zero_optimization.overlap_comm", *overlap);
+    if (!parsed)
+      return parsed.takeError();
+    options.overlapComm = *parsed;
   }
   if (stage == 0)
     return Error::success();

@@ -30,3 +30,19 @@ func.func @train_step(%w: tensor<4xf32> {sharc.param = #sharc.param<"w", "w">})
     -> (tensor<4xf32> {sharc.param = #sharc.param<"w", "w">}) attributes {sharc.arena_bytes = 0 : i64} {
   return %w : tensor<4xf32>
 }
+
+// -----
+
+// A synchronous all_reduce: collectives reach the code generator as start and
+// wait pairs placed by sharc-schedule-collectives.
+// CHECK: error: code generation: a synchronous all_reduce (run sharc-schedule-collectives)
+func.func @train_step(%w: tensor<4xf32> {sharc.param = #sharc.param<"w", "w">},
+                      %step: tensor<i64> {sharc.state = #sharc.state<"", "step">})
+    -> (tensor<f32> {sharc.output = "loss"}, tensor<4xf32> {sharc.param = #sharc.param<"w", "w">},
+        tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"})
+    attributes {sharc.arena_bytes = 512 : i64, sharc.world_size = 2 : i64} {
+  %l = sharc.constant dense<1.0> : tensor<f32>
+  %s = sharc.all_reduce %l {kind = #sharc.collective_kind<sum>, ranks = 2 : i64, sharc.offsets = array<i64: 0>} : tensor<f32>
+  %r = sharc.constant dense<0.1> : tensor<f64>
+  return %s, %w, %step, %r : tensor<f32>, tensor<4xf32>, tensor<i64>, tensor<f64>
+}

@@ -456,3 +456,58 @@ def test_pipelines_and_translation_reproduce_compile(sharc, tmp_path, target,
         timeout=300)
     assert translated.returncode == 0, translated.stderr.decode()
     assert translated.stdout == compiled.read_bytes()
+
+
+def collective_schedule(program):
+    """(ticket, line number of its start, line number of its wait) for each
+    all-reduce of an emitted program."""
+    lines = program.splitlines()
+    starts = {m.group(1): i for i, line in enumerate(lines)
+              if (m := re.search(r"const uint64_t (ticket\d+) = "
+                                 r"ctx->comm->startAllReduce\(", line))}
+    waits = {m.group(1): i for i, line in enumerate(lines)
+             if (m := re.search(r"ctx->comm->wait\((ticket\d+)\);", line))}
+    assert starts.keys() == waits.keys(), (starts, waits)
+    return [(t, starts[t], waits[t]) for t in sorted(starts, key=starts.get)]
+
+
+def test_overlap_comm_moves_waits_not_results(sharc, tmp_path):
+    """zero_optimization.overlap_comm (and --overlap-comm, which overrides it)
+    decides where the all-reduces start and wait: off, each wait follows its
+    start; on (the default), some collective overlaps other work.  The
+    training is the same to the last printed digit either way."""
+    model = pathlib.Path(__file__).resolve().parents[1] / "models" / "tiny-gpt.onnx"
+    models_dir = model.parent
+    data = [f"--input=tokens={models_dir / 'tiny-gpt-tokens.npy'}",
+            f"--input=targets={models_dir / 'tiny-gpt-targets.npy'}"]
+    runs = {}
+    for name, overlap, flag in (("default", None, []),
+                                ("off", False, []),
+                                ("flag", False, ["--overlap-comm"])):
+        zero = {"stage": 0, "reduce_bucket_size": 5000}
+        if overlap is not None:
+            zero["overlap_comm"] = overlap
+        config = tmp_path / f"ds-{name}.json"
+        config.write_text(json.dumps({"zero_optimization": zero, **DS_TRAINING}))
+        out = tmp_path / name
+        result = sharc("compile", model, "--config", config, "--world-size", 2,
+                       *flag, "-o", out)
+        assert result.returncode == 0, result.stderr
+        program = (out / "program.cpp").read_text()
+        run = mpirun(2, out / "train", *data, "--steps", 6)
+        assert run.returncode == 0, run.stderr
+        runs[name] = (program, STEP_LINE.findall(run.stdout))
+
+    schedule = {name: collective_schedule(program)
+                for name, (program, _) in runs.items()}
+    assert len(schedule["off"]) > 2  # several buckets and the loss
+    assert all(wait == start + 1 for _, start, wait in schedule["off"])
+    assert any(wait > start + 1 for _, start, wait in schedule["default"])
+    assert runs["flag"][0] == runs["default"][0]
+    steps = runs["default"][1]
+    assert len(steps) == 6
+    assert runs["off"][1] == steps and runs["flag"][1] == steps
+
+
+DS_TRAINING = {"train_micro_batch_size_per_gpu": 2,
+               "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}}

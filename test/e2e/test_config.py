@@ -152,6 +152,10 @@ CONFIG_ERRORS = {
         {"steps_per_print": 10},
         ["steps_per_print: not supported yet"],
     ),
+    "overlap-comm-not-a-boolean": (
+        {"zero_optimization": {"stage": 0, "overlap_comm": "yes"}},
+        ["zero_optimization.overlap_comm: expected a boolean"],
+    ),
     "cpu-offload-explained": (
         {"zero_optimization": {"stage": 2, "cpu_offload": True}},
         ["zero_optimization.cpu_offload: deprecated",

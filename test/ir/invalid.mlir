@@ -317,6 +317,79 @@ func.func @all_reduce_ranks(%g: tensor<6x3xf32>) -> tensor<6x3xf32> {
 
 // -----
 
+func.func @all_reduce_start_ranks(%g: tensor<6x3xf32>) -> tensor<6x3xf32> {
+  // expected-error @+1 {{group size must be positive, got 0}}
+  %f = sharc.all_reduce_start %g {kind = #sharc.collective_kind<sum>, ranks = 0} : tensor<6x3xf32>
+  %0 = sharc.wait %f : !sharc.future<tensor<6x3xf32>>
+  return %0 : tensor<6x3xf32>
+}
+
+// -----
+
+func.func @start_never_waited(%g: tensor<6x3xf32>) {
+  // expected-error @+1 {{must be waited for exactly once, by one 'sharc.wait'; its future has 0 uses}}
+  %f = sharc.all_reduce_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : tensor<6x3xf32>
+  return
+}
+
+// -----
+
+func.func @start_waited_twice(%g: tensor<6x3xf32>) -> (tensor<6x3xf32>, tensor<6x3xf32>) {
+  // expected-error @+1 {{its future has 2 uses}}
+  %f = sharc.all_reduce_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : tensor<6x3xf32>
+  %0 = sharc.wait %f : !sharc.future<tensor<6x3xf32>>
+  %1 = sharc.wait %f : !sharc.future<tensor<6x3xf32>>
+  return %0, %1 : tensor<6x3xf32>, tensor<6x3xf32>
+}
+
+// -----
+
+func.func @future_returned(%g: tensor<6x3xf32>) -> !sharc.future<tensor<6x3xf32>> {
+  // expected-error @+1 {{future is used by 'func.return'; only 'sharc.wait' may read it}}
+  %f = sharc.all_reduce_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : tensor<6x3xf32>
+  return %f : !sharc.future<tensor<6x3xf32>>
+}
+
+// -----
+
+func.func @waited_in_another_block(%x: tensor<4x2xf32>, %g: tensor<6x3xf32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{is waited for in another block}}
+  %f = sharc.all_reduce_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : tensor<6x3xf32>
+  %0 = sharc.micro_batch_loop count 2 inputs(%x : tensor<4x2xf32>) inits(%x : tensor<4x2xf32>) -> tensor<4x2xf32> {
+  ^bb0(%m: tensor<2x2xf32>, %acc: tensor<4x2xf32>):
+    %r = sharc.wait %f : !sharc.future<tensor<6x3xf32>>
+    sharc.yield %acc : tensor<4x2xf32>
+  }
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @wait_type(%g: tensor<6x3xf32>) -> tensor<6x4xf32> {
+  %f = sharc.all_reduce_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : tensor<6x3xf32>
+  // expected-error @+1 {{'sharc.wait' op failed to verify that the result is the future's tensor}}
+  %0 = "sharc.wait"(%f) : (!sharc.future<tensor<6x3xf32>>) -> tensor<6x4xf32>
+  return %0 : tensor<6x4xf32>
+}
+
+// -----
+
+func.func @future_of_unranked(%g: tensor<6x3xf32>) {
+  // expected-error @+2 {{invalid kind of type specified: expected builtin.tensor}}
+  // expected-error @+1 {{failed to parse Sharc_FutureType parameter 'valueType'}}
+  %0 = sharc.wait %g : !sharc.future<tensor<*xf32>>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'!sharc.future' holds a statically shaped tensor, not 'tensor<?xf32>'}}
+func.func @future_of_dynamic(%f: !sharc.future<tensor<?xf32>>) {
+  return
+}
+
+// -----
+
 func.func @broadcast_root(%g: tensor<6x3xf32>) -> tensor<6x3xf32> {
   // expected-error @+1 {{root 4 is not a rank of a group of 4}}
   %0 = sharc.broadcast_from %g {root = 4, ranks = 4} : tensor<6x3xf32>

@@ -142,6 +142,19 @@ func.func @collectives(%g: tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<2x3xf32>
   return %0, %1, %2, %3 : tensor<8x3xf32>, tensor<2x3xf32>, tensor<32x3xf32>, tensor<8x3xf32>
 }
 
+// An asynchronous all-reduce: the future names the tensor in flight, the
+// wait gives it.
+// CHECK-LABEL: func.func @async_collective
+// CHECK: %[[F:.*]] = sharc.all_reduce_start %{{.*}} {kind = #sharc.collective_kind<max>, ranks = 2 : i64} : tensor<8x3xf32>
+// CHECK-NEXT: sharc.exp
+// CHECK-NEXT: sharc.wait %[[F]] : !sharc.future<tensor<8x3xf32>>
+func.func @async_collective(%g: tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<8x3xf32>) {
+  %f = sharc.all_reduce_start %g {kind = #sharc.collective_kind<max>, ranks = 2} : tensor<8x3xf32>
+  %e = sharc.exp %g : tensor<8x3xf32>
+  %r = sharc.wait %f : !sharc.future<tensor<8x3xf32>>
+  return %r, %e : tensor<8x3xf32>, tensor<8x3xf32>
+}
+
 // CHECK-LABEL: func.func @train_state
 // CHECK-SAME: {sharc.state = #sharc.state<"w", "exp_avg">}
 // CHECK-SAME: {sharc.state = #sharc.state<"", "step">}

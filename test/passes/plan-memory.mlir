@@ -270,3 +270,32 @@ func.func @loop_copies(%w: tensor<64xf32>) -> tensor<64xf32> {
   %y = sharc.add %r, %z : (tensor<64xf32>, tensor<64xf32>) -> tensor<64xf32>
   return %y : tensor<64xf32>
 }
+
+// -----
+
+// A collective in flight: the future is the buffer the all-reduce writes, live
+// from its start (op 1) through the last reader of the wait's result (the
+// add at op 6, through the reshape); the wait and the reshape name that
+// buffer.  So the exp (op 2), computed while the all-reduce runs, cannot
+// share it: a [0, 1] -> 0, the future [1, 6] -> 256, e [2, 6] -> 0 (a is dead
+// by then), the sum [6, 7] -> 512.
+
+// CHECK-LABEL: func.func @in_flight(
+// CHECK-SAME: attributes {sharc.arena_bytes = 768 : i64}
+// CHECK-NEXT: sharc.neg %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.all_reduce_start %{{.*}} {kind = #sharc.collective_kind<sum>, ranks = 2 : i64, sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.wait %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.reshape %{{.*}} {sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.reshape %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.add %{{.*}} {sharc.offsets = array<i64: 512>}
+func.func @in_flight(%x: tensor<64xf32>) -> tensor<8x8xf32> {
+  %a = sharc.neg %x : tensor<64xf32>
+  %f = sharc.all_reduce_start %a {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<64xf32>
+  %e = sharc.exp %x : tensor<64xf32>
+  %r = sharc.wait %f : !sharc.future<tensor<64xf32>>
+  %v = sharc.reshape %r : tensor<64xf32> to tensor<8x8xf32>
+  %er = sharc.reshape %e : tensor<64xf32> to tensor<8x8xf32>
+  %s = sharc.add %v, %er : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %s : tensor<8x8xf32>
+}

@@ -1,17 +1,17 @@
 // RUN: sharc-opt %s -split-input-file -verify-diagnostics --sharc-prepare-emission | FileCheck %s
 
-// The gradient function is inlined into @train_step and erased; the
-// all-reduce (with the concat packing its bucket) moves up to just after the
-// gradients it reads, ahead of the forward-only work that does not need it;
-// the zero splat that scatter_add adds into becomes a broadcast of a scalar.
+// The gradient function is inlined into @train_step and erased, in place of
+// the call (the all-reduce stays where it is: sharc-schedule-collectives
+// places collectives); the zero splat that scatter_add adds into becomes a
+// broadcast of a scalar.
 
 // CHECK-NOT: func.func @grad
 // CHECK-LABEL: func.func @train_step(
 // CHECK-NEXT: %[[A:.*]] = sharc.exp %arg0
 // CHECK-NEXT: %[[B:.*]] = sharc.exp %arg1
+// CHECK-NEXT: sharc.tanh %arg0
 // CHECK-NEXT: %[[C:.*]] = sharc.concat %[[A]], %[[B]]
 // CHECK-NEXT: %[[R:.*]] = sharc.all_reduce %[[C]]
-// CHECK-NEXT: sharc.tanh %arg0
 // CHECK: %[[Z:.*]] = sharc.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT: %[[ZB:.*]] = sharc.broadcast %[[Z]] : tensor<f32> to tensor<4x3xf32>
 // CHECK-NEXT: sharc.scatter_add %[[ZB]]

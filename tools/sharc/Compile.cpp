@@ -62,6 +62,13 @@ struct CompileFlags {
              cl::desc("Fuse elementwise chains into one kernel each "
                       "(sharc-fuse; default on)"),
              cl::init(true), cl::sub(sub), cl::cat(category)),
+        overlapComm(
+            "overlap-comm",
+            cl::desc("Start each gradient all-reduce as soon as its bucket "
+                     "is complete, overlapping backward "
+                     "(sharc-schedule-collectives; default on, or "
+                     "zero_optimization.overlap_comm)"),
+            cl::init(true), cl::sub(sub), cl::cat(category)),
         emitOnly("emit-only",
                  cl::desc("Write the source, weights and manifest; do not "
                           "build OUTDIR/train"),
@@ -71,6 +78,7 @@ struct CompileFlags {
   cl::opt<std::string> cudaArch;
   cl::opt<bool> report;
   cl::opt<bool> fuse;
+  cl::opt<bool> overlapComm;
   cl::opt<bool> emitOnly;
 };
 
@@ -403,7 +411,9 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     return 1;
   pm.enableTiming(timing);
   buildTrainPipeline(pm, *options);
-  buildCompilePipeline(pm, flags->fuse);
+  bool overlap = flags->overlapComm.getNumOccurrences() ? flags->overlapComm
+                                                        : options->overlapComm;
+  buildCompilePipeline(pm, flags->fuse, overlap);
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");

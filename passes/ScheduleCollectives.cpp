@@ -1,0 +1,117 @@
+//===- ScheduleCollectives.cpp - sharc-schedule-collectives ---------------===//
+//
+// Makes the overlap of communication with computation explicit in the IR:
+// every all-reduce becomes a start, which returns a `!sharc.future`, and a
+// wait, which gives the result.  The start moves up to where its data is
+// complete and the wait down to where its result is first read; the code
+// generator emits each where it stands (docs/passes.md).  This runs on
+// kernels (after sharc-fuse), the unit the emitted program runs in order.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "ir/SharcOps.h"
+
+#include <functional>
+
+namespace sharc {
+#define GEN_PASS_DEF_SCHEDULECOLLECTIVES
+#include "passes/Passes.h.inc"
+} // namespace sharc
+
+using namespace mlir;
+using namespace sharc;
+
+/// Moves `op` up to just after the last op of its block that defines one of
+/// its operands (to the start of the block if none does).
+static void hoist(Operation *op) {
+  Block *block = op->getBlock();
+  Operation *last = nullptr;
+  for (Value operand : op->getOperands()) {
+    Operation *def = operand.getDefiningOp();
+    if (def && def->getBlock() == block &&
+        (!last || last->isBeforeInBlock(def)))
+      last = def;
+  }
+  if (last)
+    op->moveAfter(last);
+  else
+    op->moveBefore(&block->front());
+}
+
+/// Moves `start` and the ops that pack its operand (reshapes and concats
+/// read by nothing else), producers first, up to just after what they read.
+static void hoistWithPacking(AllReduceStartOp start) {
+  SmallVector<Operation *> chain;
+  std::function<void(Operation *)> collect = [&](Operation *op) {
+    for (Value operand : op->getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (def && def->getBlock() == start->getBlock() &&
+          isa<ReshapeOp, ConcatOp>(def) && def->hasOneUse() &&
+          !def->hasAttr("sharc.fuse_into"))
+        collect(def);
+    }
+    chain.push_back(op);
+  };
+  collect(start);
+  for (Operation *op : chain)
+    hoist(op);
+}
+
+/// The first op of `wait`'s block that reads its result: a user, or the op
+/// of the block that contains one (a micro-batch loop, which reads it before
+/// its first iteration); the terminator if none.  (An op computed inside
+/// another kernel, `sharc.fuse_into`, runs later than it stands, but as an
+/// operand its value must still be defined before it.)
+static Operation *firstReader(WaitOp wait) {
+  Block &block = *wait->getBlock();
+  Operation *first = block.getTerminator();
+  for (Operation *user : wait.getResult().getUsers())
+    if (Operation *top = block.findAncestorOpInBlock(*user);
+        top && top->isBeforeInBlock(first))
+      first = top;
+  return first;
+}
+
+void sharc::scheduleCollectives(func::FuncOp func, bool overlap) {
+  SmallVector<AllReduceOp> reduces;
+  func.walk([&](AllReduceOp op) { reduces.push_back(op); });
+  SmallVector<std::pair<AllReduceStartOp, WaitOp>> pairs;
+  for (AllReduceOp reduce : reduces) {
+    OpBuilder builder(reduce);
+    auto start =
+        AllReduceStartOp::create(builder, reduce.getLoc(), reduce.getOperand(),
+                                 reduce.getKind(), reduce.getRanks());
+    auto wait = WaitOp::create(builder, reduce.getLoc(), start.getFuture());
+    reduce.replaceAllUsesWith(wait.getResult());
+    reduce.erase();
+    pairs.emplace_back(start, wait);
+  }
+  if (!overlap)
+    return;
+  // Each wait sinks to its first reader; then the starts, in program order,
+  // move up with their packing.  (In this order a collective of another's
+  // result starts where that result's wait has sunk to; moving a start up
+  // never passes the wait of its own future, which only sinks.)
+  for (auto [start, wait] : pairs) {
+    Operation *reader = firstReader(wait);
+    if (wait->isBeforeInBlock(reader))
+      wait->moveBefore(reader);
+  }
+  for (auto [start, wait] : pairs)
+    hoistWithPacking(start);
+}
+
+namespace {
+struct ScheduleCollectivesPass
+    : sharc::impl::ScheduleCollectivesBase<ScheduleCollectivesPass> {
+  using ScheduleCollectivesBase::ScheduleCollectivesBase;
+
+  void runOnOperation() override {
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (!func.isExternal())
+        scheduleCollectives(func, overlap);
+  }
+};
+} // namespace

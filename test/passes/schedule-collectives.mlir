@@ -1,0 +1,80 @@
+// RUN: sharc-opt %s -split-input-file --sharc-schedule-collectives | FileCheck %s
+// RUN: sharc-opt %s -split-input-file --sharc-schedule-collectives="overlap=false" | FileCheck %s --check-prefix=SYNC
+
+// Each all-reduce becomes a start and a wait.  The start, with the reshapes
+// and concat that pack its bucket, moves up to just after the gradients it
+// reads (ahead of the tanh, which it does not need); the wait moves down to
+// just before the first op that reads the sum (past the exp).  Without
+// overlap nothing moves and each wait follows its start.
+
+// CHECK-LABEL: func.func @bucket(
+// CHECK-NEXT: %[[A:.*]] = sharc.neg %arg0
+// CHECK-NEXT: %[[B:.*]] = sharc.neg %arg1
+// CHECK-NEXT: %[[BF:.*]] = sharc.reshape %[[B]]
+// CHECK-NEXT: %[[C:.*]] = sharc.concat %[[A]], %[[BF]]
+// CHECK-NEXT: %[[F:.*]] = sharc.all_reduce_start %[[C]] {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<8xf32>
+// CHECK-NEXT: sharc.tanh %arg0
+// CHECK-NEXT: sharc.exp %arg0
+// CHECK-NEXT: %[[R:.*]] = sharc.wait %[[F]] : !sharc.future<tensor<8xf32>>
+// CHECK-NEXT: sharc.slice %[[R]]
+// CHECK-NOT: sharc.all_reduce
+
+// SYNC-LABEL: func.func @bucket(
+// SYNC: sharc.tanh
+// SYNC: sharc.concat
+// SYNC-NEXT: %[[F:.*]] = sharc.all_reduce_start
+// SYNC-NEXT: sharc.wait %[[F]]
+// SYNC-NEXT: sharc.exp
+func.func @bucket(%x: tensor<4xf32>, %y: tensor<2x2xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %a = sharc.neg %x : tensor<4xf32>
+  %b = sharc.neg %y : tensor<2x2xf32>
+  %t = sharc.tanh %x : tensor<4xf32>
+  %bf = sharc.reshape %b : tensor<2x2xf32> to tensor<4xf32>
+  %c = sharc.concat %a, %bf {axis = 0 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<8xf32>
+  %r = sharc.all_reduce %c {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<8xf32>
+  %e = sharc.exp %x : tensor<4xf32>
+  %s = sharc.slice %r {start = array<i64: 0>, stride = array<i64: 1>} : tensor<8xf32> to tensor<4xf32>
+  return %s, %t, %e : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// A second all-reduce reads the first one's sum: it starts right after that
+// sum's wait, which has sunk past the exp to its first reader.
+
+// CHECK-LABEL: func.func @chained(
+// CHECK-NEXT: %[[F:.*]] = sharc.all_reduce_start %arg0
+// CHECK-NEXT: sharc.exp %arg1
+// CHECK-NEXT: %[[R:.*]] = sharc.wait %[[F]]
+// CHECK-NEXT: %[[G:.*]] = sharc.all_reduce_start %[[R]] {kind = #sharc.collective_kind<max>
+// CHECK-NEXT: sharc.softmax %[[R]]
+// CHECK-NEXT: sharc.wait %[[G]]
+// CHECK-NEXT: return
+func.func @chained(%x: tensor<4x4xf32>, %y: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) {
+  %r = sharc.all_reduce %x {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<4x4xf32>
+  %e = sharc.exp %y : tensor<4x4xf32>
+  %m = sharc.all_reduce %r {kind = #sharc.collective_kind<max>, ranks = 2 : i64} : tensor<4x4xf32>
+  %s = sharc.softmax %r {axis = 1 : i64} : tensor<4x4xf32>
+  return %s, %e, %m : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>
+}
+
+// -----
+
+// A micro-batch loop whose body reads the sum reads it before its first
+// iteration: the wait precedes the loop.
+
+// CHECK-LABEL: func.func @loop_reader(
+// CHECK: sharc.all_reduce_start
+// CHECK-NEXT: sharc.exp
+// CHECK-NEXT: sharc.wait
+// CHECK-NEXT: sharc.micro_batch_loop
+func.func @loop_reader(%x: tensor<4x3xf32>, %w: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {
+  %r = sharc.all_reduce %w {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<3xf32>
+  %e = sharc.exp %w : tensor<3xf32>
+  %l = sharc.micro_batch_loop count 2 inputs(%x : tensor<4x3xf32>) inits(%e : tensor<3xf32>) -> tensor<3xf32> {
+  ^bb0(%micro: tensor<2x3xf32>, %acc: tensor<3xf32>):
+    %0 = sharc.add %acc, %r : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    sharc.yield %0 : tensor<3xf32>
+  }
+  return %l, %e : tensor<3xf32>, tensor<3xf32>
+}
