@@ -256,31 +256,21 @@ FailureOr<ProgramEmitter::Loader> ProgramEmitter::rowInput(KernelText &kernel,
 LogicalResult ProgramEmitter::emitElementwise(Operation *op) {
   if (op->hasAttr("sharc.fuse_into"))
     return success(); // Computed inside the row kernel that reads it.
-  if (auto attr = op->getAttrOfType<DenseI64ArrayAttr>("sharc.gemm_epilogue")) {
+  if (auto attr = op->getAttrOfType<GemmEpilogueAttr>("sharc.gemm_epilogue")) {
     // act(matmul + bias): the GEMM writes this op's results, the bias and
-    // activation applied by its epilogue (sharc-fuse's gemm-fusion).
-    ArrayRef<int64_t> at = attr.asArrayRef();
-    auto operand = [&](int64_t i) {
-      return i >= 0 && i < int64_t(op->getNumOperands()) ? op->getOperand(i)
-                                                         : Value();
-    };
-    auto result = [&](int64_t i) {
-      return i >= 0 && i < int64_t(op->getNumResults()) ? op->getResult(i)
-                                                        : Value();
-    };
-    auto matmul =
-        at.size() == 4 ? operand(at[0]).getDefiningOp<MatmulOp>() : MatmulOp();
-    GemmEpilogue epilogue;
-    if (auto activation =
-            op->getAttrOfType<StringAttr>("sharc.gemm_activation"))
-      epilogue.activation = activation.getValue();
-    if (!matmul || !result(at[2]) || (at[1] >= 0 && !operand(at[1])) ||
-        (at[3] >= 0 && (!result(at[3]) || epilogue.activation.empty())))
-      return op->emitError() << "code generation: malformed "
-                                "sharc.gemm_epilogue";
-    epilogue.bias = operand(at[1]);
-    epilogue.aux = result(at[3]);
-    return emitMatmul(matmul, result(at[2]), epilogue);
+    // activation applied by its epilogue (sharc-fuse's gemm-fusion; the
+    // dialect verified the indices).
+    auto matmul = op->getOperand(attr.getProduct()).getDefiningOp<MatmulOp>();
+    if (!matmul)
+      return op->emitError() << "code generation: the product of a "
+                                "sharc.gemm_epilogue is not a sharc.matmul";
+    GemmEpilogue epilogue{};
+    epilogue.activation = attr.getActivation();
+    if (attr.getBias() >= 0)
+      epilogue.bias = op->getOperand(attr.getBias());
+    if (attr.getAux() >= 0)
+      epilogue.aux = op->getResult(attr.getAux());
+    return emitMatmul(matmul, op->getResult(attr.getResult()), epilogue);
   }
   ArrayRef<int64_t> iteration = tensorType(op->getResult(0)).getShape();
   KernelText kernel;

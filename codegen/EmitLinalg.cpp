@@ -184,14 +184,11 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
       return failure();
     code += indent + "args.bias = " + *pointer + ";\n";
   }
-  if (!epilogue.activation.empty()) {
-    if (epilogue.activation != "relu" && epilogue.activation != "gelu_tanh")
-      return op.emitError() << "code generation: unknown GEMM epilogue "
-                               "activation '"
-                            << epilogue.activation << "'";
-    code += indent + "args.activation = sharc::rt::GemmActivation::" +
-            (epilogue.activation == "relu" ? "relu" : "geluTanh") + ";\n";
-  }
+  if (epilogue.activation != GemmActivation::none)
+    code +=
+        indent + "args.activation = sharc::rt::GemmActivation::" +
+        (epilogue.activation == GemmActivation::relu ? "relu" : "geluTanh") +
+        ";\n";
   if (epilogue.aux) {
     // The pre-activation has the output's layout (both plain results).
     FailureOr<StridedView> aux = stridedView(epilogue.aux);
@@ -209,7 +206,7 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
   }
   body() += code + "  }\n";
   report.numGemmCalls += calls * repeat;
-  if (epilogue.bias || !epilogue.activation.empty())
+  if (epilogue.bias || epilogue.activation != GemmActivation::none)
     report.numGemmEpilogues += calls * repeat;
   return success();
 }

@@ -302,9 +302,10 @@ private:
   /// What a GEMM's epilogue adds to the product (sharc-fuse's
   /// sharc.gemm_epilogue): a bias vector added to every row, an activation
   /// ("relu" or "gelu_tanh") and where the pre-activation goes (`aux`).
+  /// Value-initialized (`{}`): no bias, no activation (none is 0), no aux.
   struct GemmEpilogue {
     Value bias;
-    StringRef activation;
+    GemmActivation activation;
     Value aux;
   };
   /// One GEMM for `op`, writing `result` (the matmul's own by default) with

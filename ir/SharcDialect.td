@@ -143,6 +143,14 @@ def Sharc_CollectiveKindAttr
   let assemblyFormat = "`<` $value `>`";
 }
 
+def Sharc_GemmActivation : I32EnumAttr<"GemmActivation",
+    "activation a GEMM's epilogue applies", [
+    I32EnumAttrCase<"none", 0>, I32EnumAttrCase<"relu", 1>,
+    I32EnumAttrCase<"gelu_tanh", 2>]> {
+  let cppNamespace = "::sharc";
+  let genSpecializedAttr = 0;
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
@@ -158,6 +166,31 @@ def Sharc_ParamAttr : AttrDef<Sharc_Dialect, "Param"> {
   let parameters = (ins StringRefParameter<"sanitized name">:$name,
                         StringRefParameter<"ONNX initializer name">:$source);
   let assemblyFormat = "`<` $name `,` $source `>`";
+}
+
+def Sharc_GemmEpilogueAttr : AttrDef<Sharc_Dialect, "GemmEpilogue"> {
+  let mnemonic = "gemm_epilogue";
+  let summary = "an elementwise op computed by the epilogue of a GEMM";
+  let description = [{
+    `sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 1, bias = 0,
+    result = 0, aux = -1, activation = relu>` on a `sharc.fusion` (or a plain
+    elementwise op) that computes `act(matmul + bias)`, `matmul + bias` or
+    `act(matmul)`: sharc-fuse's hand-off to the code generator, which runs
+    the matmul (marked `sharc.fuse_into`) as one GEMM there whose epilogue
+    adds the bias and applies the activation.  `product` is the operand that
+    is the matmul's result, `bias` the operand added over the last dimension
+    (-1: none), `result` the result the GEMM writes, `aux` the result that
+    receives the pre-activation `matmul + bias` (-1: none; only with an
+    activation), `activation` none, relu or gelu_tanh.  The dialect checks
+    that they name distinct operands and results of the op.
+  }];
+  let parameters = (ins "int64_t":$product,
+                        DefaultValuedParameter<"int64_t", "-1">:$bias,
+                        "int64_t":$result,
+                        DefaultValuedParameter<"int64_t", "-1">:$aux,
+                        DefaultValuedParameter<"::sharc::GemmActivation",
+                            "::sharc::GemmActivation::none">:$activation);
+  let assemblyFormat = "`<` struct(params) `>`";
 }
 
 def Sharc_StateAttr : AttrDef<Sharc_Dialect, "State"> {

@@ -174,29 +174,26 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
     return nonNegative();
   }
   if (name == "sharc.gemm_epilogue") {
-    // [product operand, bias operand or -1, GEMM result, pre-activation
-    // result or -1].
-    auto array = dyn_cast<DenseI64ArrayAttr>(value);
-    if (!array || array.size() != 4)
-      return op->emitError() << "'" << name << "' must be an array<i64> of 4";
-    int64_t operands = op->getNumOperands(), results = op->getNumResults();
-    ArrayRef<int64_t> e = array.asArrayRef();
-    if (e[0] < 0 || e[0] >= operands || e[1] < -1 || e[1] >= operands ||
-        e[2] < 0 || e[2] >= results || e[3] < -1 || e[3] >= results ||
-        e[0] == e[1] || e[2] == e[3])
-      return op->emitError() << "'" << name << "' = [" << e[0] << ", " << e[1]
-                             << ", " << e[2] << ", " << e[3]
-                             << "] does not name distinct operands and "
-                                "results of the op";
-    return success();
-  }
-  if (name == "sharc.gemm_activation") {
-    auto text = dyn_cast<StringAttr>(value);
-    if (!text || (text.getValue() != "relu" && text.getValue() != "gelu_tanh"))
+    auto epilogue = dyn_cast<GemmEpilogueAttr>(value);
+    if (!epilogue)
       return op->emitError()
-             << "'" << name << "' must be \"relu\" or \"gelu_tanh\"";
-    if (!op->hasAttr("sharc.gemm_epilogue"))
-      return op->emitError() << "'" << name << "' needs 'sharc.gemm_epilogue'";
+             << "'" << name << "' must be a #sharc.gemm_epilogue attribute";
+    int64_t operands = op->getNumOperands(), results = op->getNumResults();
+    int64_t product = epilogue.getProduct(), bias = epilogue.getBias(),
+            result = epilogue.getResult(), aux = epilogue.getAux();
+    auto describe = [&]() {
+      return op->emitError() << "'" << name << "' " << epilogue << ": ";
+    };
+    if (product < 0 || product >= operands)
+      return describe() << "product is not an operand of the op";
+    if (bias < -1 || bias >= operands || bias == product)
+      return describe() << "bias is neither -1 nor another operand";
+    if (result < 0 || result >= results)
+      return describe() << "result is not a result of the op";
+    if (aux < -1 || aux >= results || aux == result)
+      return describe() << "aux is neither -1 nor another result";
+    if (aux >= 0 && epilogue.getActivation() == GemmActivation::none)
+      return describe() << "a pre-activation output needs an activation";
     return success();
   }
   return op->emitError() << "unknown attribute '" << name << "'";

@@ -485,12 +485,12 @@ bool sharc::canOverwrite(Operation *producer, Value old, Block &block) {
 
 /// The cuBLASLt epilogue activation `op` computes, if any: ReLU, or GELU
 /// with the tanh approximation (cuBLASLt's GELU).
-static std::optional<StringRef> epilogueActivation(Operation *op) {
+static std::optional<GemmActivation> epilogueActivation(Operation *op) {
   if (isa<ReluOp>(op))
-    return StringRef("relu");
+    return GemmActivation::relu;
   if (auto gelu = dyn_cast<GeluOp>(op);
       gelu && gelu.getApproximation() == GeluApproximation::tanh)
-    return StringRef("gelu_tanh");
+    return GemmActivation::gelu_tanh;
   return std::nullopt;
 }
 
@@ -499,10 +499,10 @@ static std::optional<StringRef> epilogueActivation(Operation *op) {
 /// is used only there, the bias is a vector over its last dimension and act
 /// is an epilogueActivation.  A fusion may also yield matmul + bias itself
 /// (the pre-activation, which the backward pass reads: the epilogue's aux
-/// output).  The matmul gets sharc.fuse_into, `op` sharc.gemm_epilogue =
-/// [product operand, bias operand or -1, result of the GEMM's output, result
-/// of the pre-activation or -1] and, with an activation,
-/// sharc.gemm_activation: the code generator runs the GEMM there.
+/// output).  The matmul gets sharc.fuse_into, `op` a #sharc.gemm_epilogue
+/// naming the product and bias operands, the results of the GEMM's output and
+/// of the pre-activation, and the activation: the code generator runs the
+/// GEMM there.
 static void markGemmEpilogues(Block &block) {
   for (Operation &op : block) {
     auto fusion = dyn_cast<FusionOp>(op);
@@ -523,7 +523,7 @@ static void markGemmEpilogues(Block &block) {
       continue;
     Operation *add = isa<AddOp>(ops.front()) ? ops.front() : nullptr;
     Operation *act = ops.back();
-    std::optional<StringRef> activation = epilogueActivation(act);
+    std::optional<GemmActivation> activation = epilogueActivation(act);
     if (!activation)
       act = nullptr;
     // [add], [act] or [add, act reading the add].
@@ -593,11 +593,9 @@ static void markGemmEpilogues(Block &block) {
       MLIRContext *context = op.getContext();
       matmul->setAttr("sharc.fuse_into", UnitAttr::get(context));
       op.setAttr("sharc.gemm_epilogue",
-                 DenseI64ArrayAttr::get(context, {int64_t(*product), bias,
-                                                  outputResult, auxResult}));
-      if (act)
-        op.setAttr("sharc.gemm_activation",
-                   StringAttr::get(context, *activation));
+                 GemmEpilogueAttr::get(
+                     context, int64_t(*product), bias, outputResult, auxResult,
+                     act ? *activation : GemmActivation::none));
       break;
     }
   }

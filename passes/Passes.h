@@ -220,7 +220,7 @@ bool canOverwrite(mlir::Operation *producer, mlir::Value old,
 /// code generator computes it inside that kernel); with `gemmFusion`, a
 /// matmul whose result only gets a bias added and/or a ReLU or tanh-GELU
 /// applied becomes that fusion's GEMM (`sharc.fuse_into` on the matmul,
-/// `sharc.gemm_epilogue` and `sharc.gemm_activation` on the fusion), and
+/// a `#sharc.gemm_epilogue` on the fusion), and
 /// transposes that split or merge attention heads become strided GEMM views
 /// (`sharc.fuse_into` / `sharc.gemm_output`).  Fails,
 /// after reporting an error, on a function of more than one block.

@@ -798,8 +798,8 @@ func.func @arena(%x: tensor<4xf32>) -> tensor<4xf32> attributes {sharc.arena_byt
 // -----
 
 func.func @epilogue(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
-  // expected-error @below {{'sharc.gemm_epilogue' = [0, 5, 0, -1] does not name distinct operands and results of the op}}
-  %0 = sharc.fusion %a, %b {sharc.gemm_epilogue = array<i64: 0, 5, 0, -1>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32> {
+  // expected-error @below {{'sharc.gemm_epilogue' #sharc.gemm_epilogue<product = 0, bias = 5, result = 0>: bias is neither -1 nor another operand}}
+  %0 = sharc.fusion %a, %b {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 5, result = 0>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32> {
   ^bb0(%x: tensor<2x3xf32>, %y: tensor<3xf32>):
     %s = sharc.add %x, %y : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
     sharc.yield %s : tensor<2x3xf32>
@@ -809,16 +809,69 @@ func.func @epilogue(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
 
 // -----
 
-func.func @activation(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'sharc.gemm_activation' must be "relu" or "gelu_tanh"}}
-  %0 = sharc.relu %x {sharc.gemm_activation = "swish"} : tensor<4xf32>
+func.func @epilogue_product(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
+  // expected-error @below {{product is not an operand of the op}}
+  %0 = sharc.add %a, %b {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 2, result = 0>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @epilogue_bias_is_product(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
+  // expected-error @below {{bias is neither -1 nor another operand}}
+  %0 = sharc.add %a, %b {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 0, result = 0>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @epilogue_result(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
+  // expected-error @below {{result is not a result of the op}}
+  %0 = sharc.add %a, %b {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 1, result = 1>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @epilogue_aux(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
+  // expected-error @below {{aux is neither -1 nor another result}}
+  %0 = sharc.add %a, %b {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 1, result = 0, aux = 0, activation = relu>} : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @epilogue_aux_without_activation(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+  // expected-error @below {{a pre-activation output needs an activation}}
+  %0:2 = sharc.fusion %a, %b {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 1, result = 0, aux = 1>} : (tensor<2x3xf32>, tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+  ^bb0(%x: tensor<2x3xf32>, %y: tensor<3xf32>):
+    %s = sharc.add %x, %y : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+    sharc.yield %s, %s : tensor<2x3xf32>, tensor<2x3xf32>
+  }
+  return %0#0, %0#1 : tensor<2x3xf32>, tensor<2x3xf32>
+}
+
+// -----
+
+func.func @epilogue_untyped(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.gemm_epilogue' must be a #sharc.gemm_epilogue attribute}}
+  %0 = sharc.relu %x {sharc.gemm_epilogue = array<i64: 0, -1, 0, -1>} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
 
 // -----
 
-func.func @activation_alone(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'sharc.gemm_activation' needs 'sharc.gemm_epilogue'}}
+func.func @epilogue_activation(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{expected one of [none, relu, gelu_tanh]}}
+  // expected-error @below {{failed to parse Sharc_GemmEpilogueAttr parameter 'activation'}}
+  %0 = sharc.relu %x {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, result = 0, activation = swish>} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @gemm_activation_is_gone(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{unknown attribute 'sharc.gemm_activation'}}
   %0 = sharc.relu %x {sharc.gemm_activation = "relu"} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }

@@ -3,21 +3,20 @@
 // RUN: sharc-opt %s --sharc-fuse="singletons=false" | FileCheck %s --check-prefix=PLAIN
 
 // A matmul whose only user adds a bias vector becomes that add's GEMM: the
-// matmul is marked sharc.fuse_into, the add sharc.gemm_epilogue = [product
-// operand, bias operand, result written by the GEMM, pre-activation result
-// or -1].
+// matmul is marked sharc.fuse_into, the add gets a #sharc.gemm_epilogue
+// naming the product and bias operands and the result the GEMM writes.
 
 // CHECK-LABEL: func.func @linear(
 // CHECK: sharc.matmul
 // CHECK-SAME: sharc.fuse_into
-// CHECK: sharc.fusion %{{.*}}, %{{.*}} {sharc.gemm_epilogue = array<i64: 1, 0, 0, -1>}
+// CHECK: sharc.fusion %{{.*}}, %{{.*}} {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 1, bias = 0, result = 0>}
 // OFF-LABEL: func.func @linear(
 // OFF-NOT: sharc.fuse_into
 // OFF-NOT: sharc.gemm_epilogue
 // PLAIN-LABEL: func.func @linear(
 // PLAIN: sharc.matmul
 // PLAIN-SAME: sharc.fuse_into
-// PLAIN: sharc.add %{{.*}}, %{{.*}} {sharc.gemm_epilogue = array<i64: 1, 0, 0, -1>}
+// PLAIN: sharc.add %{{.*}}, %{{.*}} {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 1, bias = 0, result = 0>}
 func.func @linear(%x: tensor<2x4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3xf32>) -> tensor<2x4x3xf32> {
   %y = sharc.matmul %x, %w : (tensor<2x4x8xf32>, tensor<8x3xf32>) -> tensor<2x4x3xf32>
   %z = sharc.add %b, %y : (tensor<3xf32>, tensor<2x4x3xf32>) -> tensor<2x4x3xf32>
@@ -49,11 +48,11 @@ func.func @not_epilogues(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3x
 
 // CHECK-LABEL: func.func @activations(
 // CHECK: sharc.matmul {{.*}}sharc.fuse_into
-// CHECK: sharc.fusion {{.*}} {sharc.gemm_activation = "relu", sharc.gemm_epilogue = array<i64: 1, 0, 0, -1>}
+// CHECK: sharc.fusion {{.*}} {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 1, bias = 0, result = 0, activation = relu>}
 // CHECK: sharc.matmul {{.*}}sharc.fuse_into
-// CHECK: sharc.fusion {{.*}} {sharc.gemm_activation = "gelu_tanh", sharc.gemm_epilogue = array<i64: 0, 1, 1, 0>}
+// CHECK: sharc.fusion {{.*}} {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 1, result = 1, aux = 0, activation = gelu_tanh>}
 // CHECK: sharc.matmul {{.*}}sharc.fuse_into
-// CHECK: sharc.fusion {{.*}} {sharc.gemm_activation = "relu", sharc.gemm_epilogue = array<i64: 0, -1, 0, -1>}
+// CHECK: sharc.fusion {{.*}} {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, result = 0, activation = relu>}
 // CHECK: %[[ERF:.*]] = sharc.matmul
 // CHECK-NOT: sharc.fuse_into
 // CHECK: sharc.fusion %[[ERF]]
@@ -65,7 +64,7 @@ func.func @not_epilogues(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3x
 // PLAIN: sharc.relu
 // PLAIN-NOT: sharc.gemm_epilogue
 // PLAIN: sharc.matmul {{.*}}sharc.fuse_into
-// PLAIN: sharc.relu {{.*}} {sharc.gemm_activation = "relu", sharc.gemm_epilogue = array<i64: 0, -1, 0, -1>}
+// PLAIN: sharc.relu {{.*}} {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, result = 0, activation = relu>}
 func.func @activations(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>, %b: tensor<3xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>) {
   %y = sharc.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
   %z = sharc.add %b, %y : (tensor<3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>

@@ -139,11 +139,11 @@ func.func @prologue(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 // CHECK-SAME: attributes {sharc.arena_bytes = 512 : i64}
 // CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 0>}
 // CHECK-NEXT: sharc.matmul %{{.*}} {sharc.fuse_into, sharc.offsets = array<i64: -1>}
-// CHECK-NEXT: sharc.add %{{.*}} {sharc.gemm_epilogue = array<i64: 0, 1, 0, -1>, sharc.offsets = array<i64: 256>}
+// CHECK-NEXT: sharc.add %{{.*}} {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 1, result = 0>, sharc.offsets = array<i64: 256>}
 func.func @gemm_epilogue(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>) -> tensor<8x8xf32> {
   %a = sharc.exp %x : tensor<8x8xf32>
   %y = sharc.matmul %a, %w {sharc.fuse_into} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
-  %z = sharc.add %y, %b {sharc.gemm_epilogue = array<i64: 0, 1, 0, -1>} : (tensor<8x8xf32>, tensor<8xf32>) -> tensor<8x8xf32>
+  %z = sharc.add %y, %b {sharc.gemm_epilogue = #sharc.gemm_epilogue<product = 0, bias = 1, result = 0>} : (tensor<8x8xf32>, tensor<8xf32>) -> tensor<8x8xf32>
   return %z : tensor<8x8xf32>
 }
 
