@@ -41,5 +41,22 @@ if [ "${1:-}" = "--test" ]; then
     "$venv/bin/python" -c "import torch, onnx, onnxruntime, numpy"
     touch "$venv/.complete"
   fi
+  # DeepSpeed, the oracle of the mixed-precision tests (docs/semantics.md):
+  # its pure-Python dependencies, then the release itself from its sdist,
+  # without its dependencies (which would replace torch) and without
+  # building its C++ ops (they are built on first use, and the tests use
+  # none).
+  deepspeed=deepspeed==0.19.8
+  if [ ! -f "$venv/.$deepspeed" ]; then
+    echo "sharc: installing $deepspeed into $venv"
+    "$venv/bin/pip" install -q wheel==0.48.0 hjson==3.1.0 ninja==1.13.2 \
+      psutil==7.2.2 py-cpuinfo==9.0.0 pydantic==2.14.4 tqdm==4.70.1 \
+      msgpack==1.2.4 einops==0.8.2
+    DS_BUILD_OPS=0 "$venv/bin/pip" install -q --no-deps --no-build-isolation \
+      "$deepspeed"
+    DS_ACCELERATOR=cpu "$venv/bin/python" -c \
+      "import deepspeed.runtime.fp16.loss_scaler"
+    touch "$venv/.$deepspeed"
+  fi
   echo "$venv" > .venv-path
 fi
