@@ -13,12 +13,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tools/sharc/Compile.h"
+
 #include "codegen/Emitter.h"
 #include "ir/SharcOps.h"
 #include "passes/Passes.h"
 #include "runtime/Npy.h"
 #include "tools/sharc/BuildConfig.h"
-#include "tools/sharc/Train.h"
+#include "tools/sharc/Diagnostics.h"
+#include "tools/sharc/Options.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
@@ -44,6 +47,7 @@ namespace cl = llvm::cl;
 
 namespace {
 
+/// The flags of `sharc compile` besides the training flags.
 struct CompileFlags {
   CompileFlags(cl::SubCommand &sub, cl::OptionCategory &category)
       : target("target", cl::desc("cpu (default) or cuda"),
@@ -82,6 +86,7 @@ struct CompileFlags {
   cl::opt<bool> emitOnly;
 };
 
+/// The flags, made by registerCompileFlags.
 std::unique_ptr<CompileFlags> flags;
 
 namespace fs = std::filesystem;
@@ -317,6 +322,7 @@ FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
   return known->second;
 }
 
+/// `shape` as a JSON array of dimensions.
 llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
   llvm::json::Array array;
   for (int64_t d : shape)
@@ -324,6 +330,7 @@ llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
   return array;
 }
 
+/// Prints the --report lines of `report` to `os`.
 void printReport(const ProgramReport &report, const EmitOptions &options,
                  llvm::raw_ostream &os) {
   os << "report: target " << options.target << ", " << options.worldSize

@@ -1,5 +1,8 @@
-//===- Diagnostics.cpp - user-facing diagnostic printing
-//--------------------===//
+//===- Diagnostics.cpp - user-facing diagnostic printing ------------------===//
+//
+// The CLI's error line and the MLIR diagnostic handler of Diagnostics.h.
+//
+//===----------------------------------------------------------------------===//
 
 #include "tools/sharc/Diagnostics.h"
 
@@ -10,6 +13,11 @@
 using namespace mlir;
 
 namespace sharc {
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "sharc: error: " << message << "\n";
+  return 1;
+}
 
 std::string formatLocation(Location loc) {
   std::string file, node;

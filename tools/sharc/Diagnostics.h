@@ -1,9 +1,9 @@
-//===- Diagnostics.h - user-facing diagnostic printing ------------*- C++
-//-*-===//
+//===- Diagnostics.h - user-facing diagnostic printing ----------*- C++ -*-===//
 //
 // Prints MLIR diagnostics for people running the sharc CLI: locations built by
 // the ONNX importer (node name + model file) read as
-// "model.onnx: node 'name': error: message".
+// "model.onnx: node 'name': error: message".  Also the CLI's own errors
+// ("sharc: error: message"), which every command prints through `fail`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,10 +12,14 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/Twine.h"
 
 #include <string>
 
 namespace sharc {
+
+/// Prints "sharc: error: MESSAGE" and returns the exit status 1.
+int fail(const llvm::Twine &message);
 
 /// Renders `loc` as "file:line:col", "file" (line 0) or
 /// "file: node 'name'", whichever the location holds.

@@ -1,5 +1,4 @@
-//===- sharc.cpp - the sharc command-line interface
-//-------------------------===//
+//===- sharc.cpp - the sharc command-line interface -----------------------===//
 //
 //   sharc import MODEL.onnx [--input-shape NAME=DIMS]... [-o OUT.mlir]
 //   sharc eval MODEL.onnx|IN.mlir --input NAME=FILE.npy ... [--output-dir DIR]
@@ -7,31 +6,31 @@
 //              [--config ds_config.json] [training flags] [--dump-state DIR]
 //   sharc compile MODEL.onnx --target cpu|cuda [training flags] -o OUTDIR
 //
+// The command line and its dispatch, and the commands `import` and plain
+// `eval`.  Model loading (Model.h) and the training flags (Options.h) are
+// shared with `eval --train` (Train.h) and `compile` (Compile.h).
+//
 //===----------------------------------------------------------------------===//
 
-#include "frontends/onnx/Importer.h"
 #include "ir/Evaluator.h"
 #include "ir/SharcOps.h"
 #include "runtime/AtomicFile.h"
 #include "runtime/Npy.h"
+#include "tools/sharc/Compile.h"
 #include "tools/sharc/Diagnostics.h"
+#include "tools/sharc/Model.h"
+#include "tools/sharc/Options.h"
 #include "tools/sharc/Train.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/Verifier.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
-#include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
@@ -93,100 +92,14 @@ static cl::opt<std::string>
 // Helpers
 //===----------------------------------------------------------------------===//
 
-int sharc::fail(const llvm::Twine &message) {
-  llvm::errs() << "sharc: error: " << message << "\n";
-  return 1;
+/// The model of the command line (the positional argument and
+/// --input-shape).
+static FailureOr<LoadedModel> loadGivenModel(MLIRContext &context) {
+  return sharc::loadModel(context, modelPath, inputShapes);
 }
 
-/// Parses "NAME=2x3x4" (or "NAME=" for a scalar) into `options`.
-static LogicalResult parseInputShapes(ImportOptions &options) {
-  for (const std::string &spec : inputShapes) {
-    auto [name, dims] = StringRef(spec).split('=');
-    if (name.empty() || !StringRef(spec).contains('=')) {
-      fail("--input-shape expects NAME=D0xD1x..., got '" + spec + "'");
-      return failure();
-    }
-    SmallVector<int64_t> shape;
-    SmallVector<StringRef> parts;
-    if (!dims.empty())
-      dims.split(parts, 'x');
-    for (StringRef part : parts) {
-      int64_t value;
-      if (part.getAsInteger(10, value) || value < 0) {
-        fail("--input-shape " + spec + ": '" + part +
-             "' is not a non-negative dimension");
-        return failure();
-      }
-      shape.push_back(value);
-    }
-    options.inputShapes[name] = shape;
-  }
-  return success();
-}
-
-static FailureOr<LoadedModel> loadModel(MLIRContext &context) {
-  ImportOptions options;
-  if (failed(parseInputShapes(options)))
-    return failure();
-  LoadedModel model;
-  if (StringRef(modelPath).ends_with(".mlir")) {
-    if (!inputShapes.empty()) {
-      fail("--input-shape applies to ONNX models only");
-      return failure();
-    }
-    llvm::sys::fs::file_status status;
-    if (std::error_code ec = llvm::sys::fs::status(modelPath, status)) {
-      fail("cannot read '" + modelPath + "': " + ec.message());
-      return failure();
-    }
-    if (status.type() != llvm::sys::fs::file_type::regular_file) {
-      fail("'" + modelPath + "' is not a regular file");
-      return failure();
-    }
-    llvm::SourceMgr sourceMgr;
-    std::string error;
-    auto file = openInputFile(modelPath, &error);
-    if (!file) {
-      fail(error);
-      return failure();
-    }
-    sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-    model.module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-    if (!model.module)
-      return failure();
-  } else {
-    auto imported = importOnnxFile(modelPath, context, options);
-    if (failed(imported))
-      return failure();
-    model.module = std::move(imported->module);
-    for (auto &[name, value] : imported->parameters)
-      model.parameters[name] = std::move(value);
-  }
-  if (failed(verifyStaticShapes(*model.module)))
-    return failure();
-  auto funcs = model.module->getOps<func::FuncOp>();
-  for (func::FuncOp func : funcs)
-    if (func.getSymName() == options.functionName)
-      model.entry = func;
-  if (!model.entry && std::distance(funcs.begin(), funcs.end()) == 1)
-    model.entry = *funcs.begin();
-  if (!model.entry) {
-    fail(modelPath + ": no function named '" + options.functionName +
-         "' and not exactly one function");
-    return failure();
-  }
-  return model;
-}
-
-std::string sharc::argumentName(func::FuncOp func, unsigned index) {
-  if (ParamAttr param = getParamAttr(func, index))
-    return param.getName().str();
-  if (auto name = func.getArgAttrOfType<StringAttr>(
-          index, SharcDialect::getInputAttrName()))
-    return name.str();
-  return "arg" + std::to_string(index);
-}
-
+/// The user-facing name of result `index`: its model output name or
+/// "result<index>".
 static std::string resultName(func::FuncOp func, unsigned index) {
   if (auto name = func.getResultAttrOfType<StringAttr>(
           index, SharcDialect::getOutputAttrName()))
@@ -194,53 +107,12 @@ static std::string resultName(func::FuncOp func, unsigned index) {
   return "result" + std::to_string(index);
 }
 
-FailureOr<Tensor> sharc::readNpyAs(StringRef name, StringRef path,
-                                   RankedTensorType type) {
-  rt::NpyArray array;
-  std::string error;
-  if (!rt::readNpy(path.str(), array, error)) {
-    fail(error);
-    return failure();
-  }
-  Tensor value = Tensor::fromNpy(array);
-  std::optional<DType> want = dtypeOf(type.getElementType());
-  if (!want) {
-    fail("input '" + name + "': unsupported element type");
-    return failure();
-  }
-  if (value.dtype() != *want) {
-    // NumPy has no bfloat16: bf16 inputs are given as float32.
-    if (!(*want == DType::bf16 && value.dtype() == DType::f32)) {
-      fail("input '" + name + "' (" + path + "): file holds " +
-           dtypeName(value.dtype()) + ", the model expects " +
-           dtypeName(*want));
-      return failure();
-    }
-    value = value.convertTo(*want);
-  }
-  return value;
-}
-
-FailureOr<Tensor> sharc::readArgument(StringRef name, StringRef path,
-                                      RankedTensorType type) {
-  FailureOr<Tensor> value = readNpyAs(name, path, type);
-  if (failed(value))
-    return failure();
-  if (value->shape() != type.getShape()) {
-    fail("input '" + name + "' (" + path + "): shape " + value->describe() +
-         " does not match the model's " +
-         describeTensor(value->dtype(), type.getShape()));
-    return failure();
-  }
-  return value;
-}
-
 //===----------------------------------------------------------------------===//
 // Commands
 //===----------------------------------------------------------------------===//
 
 static int runImport(MLIRContext &context) {
-  auto model = loadModel(context);
+  auto model = loadGivenModel(context);
   if (failed(model))
     return 1;
   std::string text;
@@ -277,7 +149,7 @@ static void printScalar(const Tensor &value, llvm::raw_ostream &os) {
 }
 
 static int runEval(MLIRContext &context) {
-  auto model = loadModel(context);
+  auto model = loadGivenModel(context);
   if (failed(model))
     return 1;
   func::FuncOp func = model->entry;
@@ -415,7 +287,7 @@ int main(int argc, char **argv) {
   if (evalCommand)
     return runEval(context);
   if (compileCommand) {
-    FailureOr<LoadedModel> model = loadModel(context);
+    FailureOr<LoadedModel> model = loadGivenModel(context);
     if (failed(model))
       return 1;
     return runCompile(context, *model, modelPath, outputPath);

@@ -1,0 +1,59 @@
+//===- Model.h - loading a model for the sharc CLI --------------*- C++ -*-===//
+//
+// What every command of the sharc CLI starts from: a model, ONNX or sharc IR
+// (.mlir), loaded into a module with its entry function and the values of
+// its parameters; and how the commands name the entry's arguments and read
+// their values from .npy files.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_TOOLS_SHARC_MODEL_H
+#define SHARC_TOOLS_SHARC_MODEL_H
+
+#include "ir/Tensor.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <map>
+#include <string>
+
+namespace sharc {
+
+/// A model ready to evaluate: the module, its entry function and the values
+/// of its parameters known so far (from the ONNX initializers).
+struct LoadedModel {
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  mlir::func::FuncOp entry;
+  std::map<std::string, Tensor> parameters;
+};
+
+/// Loads the model at `path` into `context`: a file ending in .mlir is parsed
+/// as sharc IR, anything else is imported as ONNX with the static shapes of
+/// `inputShapes` (--input-shape NAME=D0xD1x..., ONNX only).  The entry is
+/// @main, or the module's only function.  Prints the error and fails when the
+/// model cannot be read or has no static shapes or entry.
+mlir::FailureOr<LoadedModel> loadModel(mlir::MLIRContext &context,
+                                       llvm::StringRef path,
+                                       llvm::ArrayRef<std::string> inputShapes);
+
+/// The user-facing name of argument `index`: its parameter name, its model
+/// input name, or "arg<index>".
+std::string argumentName(mlir::func::FuncOp func, unsigned index);
+
+/// Reads `path` as a tensor of `type`'s element type (bf16 may be given as
+/// f32); the shape is not checked.
+mlir::FailureOr<Tensor> readNpyAs(llvm::StringRef name, llvm::StringRef path,
+                                  mlir::RankedTensorType type);
+
+/// Reads `path` as a value for argument `name` of type `type`.
+mlir::FailureOr<Tensor> readArgument(llvm::StringRef name, llvm::StringRef path,
+                                     mlir::RankedTensorType type);
+
+} // namespace sharc
+
+#endif // SHARC_TOOLS_SHARC_MODEL_H

@@ -1,0 +1,392 @@
+//===- Options.cpp - the training flags of the sharc CLI ------------------===//
+//
+// Fills TrainingOptions from a DeepSpeed config and the command line (flags
+// override the config), checks that every flag given applies to the chosen
+// optimizer and schedule, and settles the batch sizes.  docs/cli.md
+// documents the flags.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tools/sharc/Options.h"
+
+#include "frontends/deepspeed/Config.h"
+#include "ir/SharcOps.h"
+#include "passes/Passes.h"
+#include "tools/sharc/Diagnostics.h"
+#include "tools/sharc/Model.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Regex.h"
+
+#include <memory>
+#include <type_traits>
+
+using namespace mlir;
+using namespace sharc;
+namespace cl = llvm::cl;
+
+//===----------------------------------------------------------------------===//
+// Flags
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The training flags of `sharc eval` and `sharc compile`.  Scheduler flags
+/// carry the names of the sharc-optimizer pass options (DeepSpeed's keys in
+/// kebab-case).  --train, --steps and the dump flags are the evaluator's only.
+struct TrainFlags {
+  TrainFlags(cl::SubCommand &sub, cl::SubCommand &compile,
+             cl::OptionCategory &category)
+      : sub(sub), compile(compile), category(category) {}
+
+  cl::SubCommand &sub;
+  cl::SubCommand &compile;
+  cl::OptionCategory &category;
+
+  template <typename T> using Flag = cl::opt<T>;
+
+  Flag<bool> train{"train",
+                   cl::desc("Build the training step and run --steps steps "
+                            "of it on the evaluator"),
+                   cl::sub(sub), cl::cat(category)};
+  Flag<int64_t> steps{"steps",
+                      cl::desc("Training steps to run (default 1)"),
+                      cl::value_desc("N"),
+                      cl::init(1),
+                      cl::sub(sub),
+                      cl::cat(category)};
+  Flag<std::string> config{"config",
+                           cl::desc("DeepSpeed config (ds_config.json); "
+                                    "flags override it"),
+                           cl::value_desc("file"),
+                           cl::sub(sub),
+                           cl::sub(compile),
+                           cl::cat(category)};
+  Flag<std::string> dumpState{
+      "dump-state",
+      cl::desc("After the last step, write every parameter and optimizer "
+               "state tensor as DIR/<name>.npy"),
+      cl::value_desc("DIR"), cl::sub(sub), cl::cat(category)};
+  Flag<std::string> dumpGrads{
+      "dump-grads",
+      cl::desc("Write the gradient of the last step's loss (summed over its "
+               "micro-batches, before clipping) as DIR/<param>.npy"),
+      cl::value_desc("DIR"), cl::sub(sub), cl::cat(category)};
+  Flag<std::string> loss{"loss",
+                         cl::desc("Output to minimise (default: the only "
+                                  "scalar float output)"),
+                         cl::value_desc("NAME"),
+                         cl::sub(sub),
+                         cl::sub(compile),
+                         cl::cat(category)};
+  Flag<std::string> freeze{"freeze",
+                           cl::desc("Do not train parameters whose name or "
+                                    "ONNX name matches"),
+                           cl::value_desc("REGEX"),
+                           cl::sub(sub),
+                           cl::sub(compile),
+                           cl::cat(category)};
+
+  /// The value name of a flag of type T in the help.
+  template <typename T> static cl::value_desc valueName() {
+    return cl::value_desc(std::is_same_v<T, int64_t> ? "N" : "");
+  }
+
+  // The optimizer and schedule flags: the options of sharc-optimizer, with
+  // --betas for beta1 and beta2.
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  Flag<TYPE> FIELD{NAME,                                                       \
+                   cl::desc(DESC " (" KEY ")"),                                \
+                   valueName<TYPE>(),                                          \
+                   cl::sub(sub),                                               \
+                   cl::sub(compile),                                           \
+                   cl::cat(category)};
+#define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)
+#define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)                            \
+  Flag<std::string> FIELD{NAME,                                                \
+                          cl::desc(DESC " (" KEY ")"),                         \
+                          cl::value_desc("NAME"),                              \
+                          cl::sub(sub),                                        \
+                          cl::sub(compile),                                    \
+                          cl::cat(category)};
+#include "ir/TrainingOptions.def"
+  Flag<std::string> betas{"betas",
+                          cl::desc("Adam: moment decays "
+                                   "(optimizer.params.betas)"),
+                          cl::value_desc("B1,B2"),
+                          cl::sub(sub),
+                          cl::sub(compile),
+                          cl::cat(category)};
+
+  /// Every flag but --train, in declaration order (--betas where beta1 and
+  /// beta2 are).
+  std::vector<cl::Option *> all() {
+    std::vector<cl::Option *> result = {&steps,     &config, &dumpState,
+                                        &dumpGrads, &loss,   &freeze};
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  result.push_back(&FIELD);
+#define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)                              \
+  if (!llvm::is_contained(result, &betas))                                     \
+    result.push_back(&betas);
+#include "ir/TrainingOptions.def"
+    return result;
+  }
+};
+
+/// The flags, made by registerTrainingFlags.
+std::unique_ptr<TrainFlags> flags;
+
+/// True when `flag` was given on the command line.
+bool given(const cl::Option &flag) { return flag.getNumOccurrences() > 0; }
+
+/// Sets `field` to the value of `flag` when it was given.
+template <typename T> void override(const cl::opt<T> &flag, T &field) {
+  if (given(flag))
+    field = flag;
+}
+
+/// The schedule named `name`: DeepSpeed's type names and the pass-option
+/// spellings (warmup-lr, ...), in any case.
+std::optional<SchedulerKind> parseScheduler(StringRef name) {
+  std::string key;
+  for (char c : name.lower())
+    if (c != '-' && c != '_')
+      key += c;
+  return llvm::StringSwitch<std::optional<SchedulerKind>>(key)
+      .Case("none", SchedulerKind::none)
+      .Case("warmuplr", SchedulerKind::warmupLR)
+      .Case("warmupdecaylr", SchedulerKind::warmupDecayLR)
+      .Case("warmupcosinelr", SchedulerKind::warmupCosineLR)
+      .Case("onecycle", SchedulerKind::oneCycle)
+      .Case("lrrangetest", SchedulerKind::lrRangeTest)
+      .Default(std::nullopt);
+}
+
+/// Applies the command-line flags over `options` (defaults or the config's)
+/// and checks that each flag given applies to the chosen optimizer and
+/// schedule.
+LogicalResult applyFlags(TrainingOptions &options) {
+  TrainFlags &f = *flags;
+  override(f.loss, options.loss);
+  override(f.freeze, options.freeze);
+  std::string regexError;
+  if (given(f.freeze) && !llvm::Regex(options.freeze).isValid(regexError)) {
+    fail("--freeze '" + options.freeze +
+         "' is not a valid regex: " + regexError);
+    return failure();
+  }
+  if (given(f.optimizer)) {
+    std::optional<OptimizerKind> kind =
+        parseOptimizerKind(StringRef(f.optimizer).lower());
+    if (!kind) {
+      fail("--optimizer '" + f.optimizer + "': expected sgd, adam or adamw");
+      return failure();
+    }
+    options.optimizer = *kind;
+  }
+  // Every flag of a number or a switch (options.gradAccum is settled with the
+  // batch sizes afterwards); the choices and --betas follow.
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  override(f.FIELD, options.FIELD);
+#define SHARC_SCHEDULE_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  override(f.FIELD, options.scheduler.FIELD);
+#define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)
+#define SHARC_CHOICE_OPTION(FIELD, NAME, DESC, KEY)
+#include "ir/TrainingOptions.def"
+  if (given(f.betas)) {
+    auto [first, second] = StringRef(f.betas).split(',');
+    if (first.trim().empty() || second.trim().empty() ||
+        !llvm::to_float(first.trim(), options.beta1) ||
+        !llvm::to_float(second.trim(), options.beta2)) {
+      fail("--betas expects two numbers B1,B2, got '" + f.betas + "'");
+      return failure();
+    }
+  }
+
+  SchedulerOptions &schedule = options.scheduler;
+  if (given(f.scheduler)) {
+    std::optional<SchedulerKind> kind = parseScheduler(f.scheduler);
+    if (!kind) {
+      fail("--scheduler '" + f.scheduler +
+           "': expected WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, "
+           "LRRangeTest or none");
+      return failure();
+    }
+    schedule.kind = *kind;
+  }
+  if (given(f.warmupType)) {
+    if (f.warmupType != "log" && f.warmupType != "linear") {
+      fail("--warmup-type '" + f.warmupType + "': expected log or linear");
+      return failure();
+    }
+    schedule.warmupLinear = f.warmupType == "linear";
+  }
+
+  // A flag that the chosen optimizer or schedule would ignore is a mistake.
+  bool sgd = options.optimizer == OptimizerKind::sgd;
+  std::pair<cl::Option *, bool> optimizerFlags[] = {
+      {&f.momentum, sgd}, {&f.nesterov, sgd},        {&f.betas, !sgd},
+      {&f.eps, !sgd},     {&f.biasCorrection, !sgd}, {&f.adamWMode, !sgd}};
+  for (auto [flag, applies] : optimizerFlags)
+    if (given(*flag) && !applies) {
+      fail("--" + flag->ArgStr + " does not apply to the " +
+           stringifyOptimizerKind(options.optimizer) + " optimizer");
+      return failure();
+    }
+  using K = SchedulerKind;
+  std::pair<cl::Option *, std::vector<K>> scheduleFlags[] = {
+      {&f.warmupMinLr, {K::warmupLR, K::warmupDecayLR}},
+      {&f.warmupMaxLr, {K::warmupLR, K::warmupDecayLR}},
+      {&f.warmupNumSteps, {K::warmupLR, K::warmupDecayLR, K::warmupCosineLR}},
+      {&f.warmupType, {K::warmupLR, K::warmupDecayLR, K::warmupCosineLR}},
+      {&f.totalNumSteps, {K::warmupDecayLR, K::warmupCosineLR}},
+      {&f.warmupMinRatio, {K::warmupCosineLR}},
+      {&f.cosMinRatio, {K::warmupCosineLR}},
+      {&f.cycleMinLr, {K::oneCycle}},
+      {&f.cycleMaxLr, {K::oneCycle}},
+      {&f.decayLrRate, {K::oneCycle}},
+      {&f.cycleFirstStepSize, {K::oneCycle}},
+      {&f.cycleSecondStepSize, {K::oneCycle}},
+      {&f.cycleFirstStairCount, {K::oneCycle}},
+      {&f.cycleSecondStairCount, {K::oneCycle}},
+      {&f.decayStepSize, {K::oneCycle}},
+      {&f.cycleMomentum, {K::oneCycle}},
+      {&f.cycleMinMom, {K::oneCycle}},
+      {&f.cycleMaxMom, {K::oneCycle}},
+      {&f.decayMomRate, {K::oneCycle}},
+      {&f.lrRangeTestMinLr, {K::lrRangeTest}},
+      {&f.lrRangeTestStepRate, {K::lrRangeTest}},
+      {&f.lrRangeTestStepSize, {K::lrRangeTest}},
+      {&f.lrRangeTestStaircase, {K::lrRangeTest}},
+  };
+  for (auto &[flag, kinds] : scheduleFlags)
+    if (given(*flag) && !llvm::is_contained(kinds, schedule.kind)) {
+      fail("--" + flag->ArgStr + " does not apply to the schedule '" +
+           stringifySchedulerKind(schedule.kind) +
+           "'; choose one with --scheduler or scheduler.type");
+      return failure();
+    }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Batch sizes
+//===----------------------------------------------------------------------===//
+
+/// The micro-batch size of `forward`: dim 0 of its data inputs, which must
+/// agree.  `source` describes where it comes from.
+FailureOr<int64_t> microBatchOf(func::FuncOp forward, std::string &source) {
+  std::optional<int64_t> micro;
+  for (unsigned i = 0, e = forward.getNumArguments(); i < e; ++i) {
+    if (getParamAttr(forward, i))
+      continue;
+    std::string name = argumentName(forward, i);
+    auto type = cast<RankedTensorType>(forward.getArgument(i).getType());
+    if (type.getRank() == 0) {
+      fail("input '" + name +
+           "' is a scalar; training splits every data input along dim 0");
+      return failure();
+    }
+    if (!micro) {
+      micro = type.getDimSize(0);
+      source = "dim 0 of input '" + name + "'";
+    } else if (type.getDimSize(0) != *micro) {
+      fail("inputs disagree on the micro-batch size: " + source + " is " +
+           Twine(*micro) + ", dim 0 of input '" + name + "' is " +
+           Twine(type.getDimSize(0)));
+      return failure();
+    }
+  }
+  if (!micro) {
+    fail("the model has no data inputs to train on");
+    return failure();
+  }
+  return *micro;
+}
+
+} // namespace
+
+FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward,
+                                                         bool compiled) {
+  TrainingOptions options;
+  BatchSizeConfig batch;
+  if (given(flags->config)) {
+    llvm::Expected<DeepSpeedConfig> config = readDeepSpeedConfig(flags->config);
+    if (!config) {
+      fail(llvm::toString(config.takeError()));
+      return failure();
+    }
+    options = config->training;
+    batch = config->batch;
+  }
+  options.function = forward.getSymName().str();
+  if (failed(applyFlags(options)))
+    return failure();
+  if (options.worldSize > 1 && !compiled) {
+    fail("world-size > 1 needs a compiled program (sharc compile), the "
+         "evaluator CLI runs one rank");
+    return failure();
+  }
+  if (given(flags->gradAccum))
+    batch.gradAccumSteps = flags->gradAccum;
+  if (batch.gradAccumSteps && *batch.gradAccumSteps < 1) {
+    fail("--grad-accum must be at least 1");
+    return failure();
+  }
+
+  std::string source;
+  FailureOr<int64_t> micro = microBatchOf(forward, source);
+  if (failed(micro))
+    return failure();
+  llvm::Expected<BatchSizes> sizes =
+      resolveBatchSizes(batch, options.worldSize, *micro, source);
+  if (!sizes) {
+    std::string prefix = given(flags->config) ? flags->config + ": " : "";
+    fail(prefix + llvm::toString(sizes.takeError()));
+    return failure();
+  }
+  options.gradAccum = sizes->gradAccumSteps;
+  auto emitError = [&] {
+    InFlightDiagnostic diag =
+        mlir::emitError(UnknownLoc::get(forward.getContext()));
+    diag.attachNote() << "an option is set by the flag of its name (--betas "
+                         "for beta1 and beta2) or by its DeepSpeed config key";
+    return diag;
+  };
+  if (failed(verifyTrainingOptions(options, emitError)))
+    return failure();
+  return options;
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+void sharc::registerTrainingFlags(cl::SubCommand &eval, cl::SubCommand &compile,
+                                  cl::OptionCategory &category) {
+  flags = std::make_unique<TrainFlags>(eval, compile, category);
+}
+
+bool sharc::trainingRequested() { return flags->train; }
+
+std::optional<std::string> sharc::givenTrainingFlag() {
+  for (cl::Option *flag : flags->all())
+    if (given(*flag))
+      return flag->ArgStr.str();
+  return std::nullopt;
+}
+
+int64_t sharc::trainingSteps() { return flags->steps; }
+
+std::optional<std::string> sharc::dumpStateDir() {
+  if (!given(flags->dumpState))
+    return std::nullopt;
+  return flags->dumpState.getValue();
+}
+
+std::optional<std::string> sharc::dumpGradsDir() {
+  if (!given(flags->dumpGrads))
+    return std::nullopt;
+  return flags->dumpGrads.getValue();
+}

@@ -1,0 +1,55 @@
+//===- Options.h - the training flags of the sharc CLI ----------*- C++ -*-===//
+//
+// The training flags of `sharc eval --train` and `sharc compile` and their
+// resolution: a DeepSpeed config (--config) with the flags over it, checked
+// against the optimizer and schedule and with the batch sizes settled, as
+// the TrainingOptions both commands build the training step from.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SHARC_TOOLS_SHARC_OPTIONS_H
+#define SHARC_TOOLS_SHARC_OPTIONS_H
+
+#include "ir/TrainingOptions.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/CommandLine.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace sharc {
+
+/// Registers the training flags of `eval` and `compile` in `category`; call
+/// once, before parsing the command line.
+void registerTrainingFlags(llvm::cl::SubCommand &eval,
+                           llvm::cl::SubCommand &compile,
+                           llvm::cl::OptionCategory &category);
+
+/// The training options from --config and the flags, with the batch sizes
+/// settled against the micro-batch of `forward` (dim 0 of its inputs) and
+/// --world-size ranks, which only a compiled program (`compiled`) may set
+/// above 1.  Prints the error and fails on bad options.
+mlir::FailureOr<TrainingOptions>
+resolveTrainingOptions(mlir::func::FuncOp forward, bool compiled);
+
+/// True when --train was given.
+bool trainingRequested();
+
+/// The first training flag given on the command line, if any (an error
+/// without --train).
+std::optional<std::string> givenTrainingFlag();
+
+/// The number of steps `sharc eval --train` runs (--steps; 1 by default).
+int64_t trainingSteps();
+
+/// The folder of --dump-state, when given.
+std::optional<std::string> dumpStateDir();
+
+/// The folder of --dump-grads, when given.
+std::optional<std::string> dumpGradsDir();
+
+} // namespace sharc
+
+#endif // SHARC_TOOLS_SHARC_OPTIONS_H
