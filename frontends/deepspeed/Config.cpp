@@ -642,6 +642,10 @@ Error ConfigReader::read(const json::Value &root) {
   if (Error error = batchSize(*top, "gradient_accumulation_steps",
                               config.batch.gradAccumSteps))
     return error;
+  // DeepSpeed 0.19.8 clips at 1.0 when the config names no threshold
+  // (runtime/constants.py, GRADIENT_CLIPPING_DEFAULT), fp32 training
+  // included; releases before it defaulted to 0.
+  options.clip = kDeepSpeedDefaultClip;
   if (const json::Value *value = top->get("gradient_clipping")) {
     Expected<double> clip = number("gradient_clipping", *value, nonNegative);
     if (!clip)

@@ -39,6 +39,10 @@ struct DeepSpeedConfig {
   BatchSizeConfig batch;
 };
 
+/// The clipping threshold of a config without `gradient_clipping`: DeepSpeed
+/// 0.19.8's default (runtime/constants.py), which clips fp32 training too.
+constexpr double kDeepSpeedDefaultClip = 1.0;
+
 /// Limits on a config file, far beyond what DeepSpeed configs hold (a few
 /// kilobytes, objects nested four deep, arrays of two numbers): they stop a
 /// hostile or mistaken file (a gigabyte array, 50,000 nested '[') before

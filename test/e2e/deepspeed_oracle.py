@@ -1,0 +1,101 @@
+"""DeepSpeed itself as a test oracle: trains one of the models of models.py
+with a DeepSpeed config, on the CPU, over N gloo ranks on the loopback
+interface, and returns the loss of every step as DeepSpeed's engine computes
+it (docs/semantics.md, "DeepSpeed as a test oracle").
+
+Rank r of step k trains on the rows sharc's data loader gives it
+(docs/runtime.md, "Sharding rule"): the global batch of micro x GAS x N rows
+starting at row k x micro x GAS x N, wrapping, rank r's contiguous block of
+it, micro-batch g the g-th `micro` rows of that block.  A step's loss is the
+mean over the rank's micro-batches, averaged over the ranks, as sharc's
+binaries print it.
+
+    losses = deepspeed_oracle.train("mlp", config, data, steps=10, ranks=2)
+"""
+
+import json
+import os
+import pathlib
+import socket
+import sys
+import tempfile
+
+import torch
+import torch.multiprocessing as mp
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def available():
+    """Why DeepSpeed cannot run here, or None when it can."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        import deepspeed  # noqa: F401
+    except Exception as error:  # ImportError or a broken installation.
+        return f"DeepSpeed cannot be imported: {error}"
+    return None
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _rank_rows(step, rank, ranks, micro, gas, total):
+    """The file rows of rank `rank`'s block of global step `step`."""
+    block = micro * gas
+    start = step * block * ranks + rank * block
+    return (torch.arange(block) + start) % total
+
+
+def _worker(rank, ranks, port, name, config, data, steps, result_path):
+    os.environ.update({
+        "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port), "RANK": str(rank),
+        "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank),
+        "LOCAL_SIZE": str(ranks)})
+    sys.path.insert(0, str(HERE))
+    import deepspeed
+    import deepspeed.comm as dist
+    import models
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    module = models.make_training_case(name).module
+    engine, _, _, _ = deepspeed.initialize(
+        model=module, model_parameters=[p for p in module.parameters()],
+        config=config)
+    micro = engine.train_micro_batch_size_per_gpu()
+    gas = engine.gradient_accumulation_steps()
+    total = next(iter(data.values())).shape[0]
+    losses = []
+    for step in range(steps):
+        rows = _rank_rows(step, rank, ranks, micro, gas, total)
+        batch = [tensor[rows] for tensor in data.values()]
+        local = 0.0
+        for g in range(gas):
+            inputs = [t[g * micro:(g + 1) * micro] for t in batch]
+            loss = engine(*inputs)
+            engine.backward(loss)
+            engine.step()
+            local += loss.item()
+        mean = torch.tensor([local / gas], dtype=torch.float64)
+        dist.all_reduce(mean)
+        losses.append(mean.item() / ranks)
+    if rank == 0:
+        pathlib.Path(result_path).write_text(json.dumps(losses))
+    dist.barrier()
+
+
+def train(name, config, data, steps, ranks):
+    """DeepSpeed's per-step losses training model `name` of models.py with
+    `config` (a dict) on `data` (name -> tensor, the model's inputs in order)
+    for `steps` steps on `ranks` gloo ranks."""
+    with tempfile.TemporaryDirectory() as directory:
+        result = pathlib.Path(directory) / "losses.json"
+        mp.start_processes(_worker, nprocs=ranks, start_method="spawn",
+                           args=(ranks, _free_port(), name, config, data,
+                                 steps, str(result)))
+        return json.loads(result.read_text())
