@@ -64,6 +64,37 @@ struct SchedulerOptions {
   bool lrRangeTestStaircase = false;  // lr_range_test_staircase
 };
 
+/// The dynamic loss scaler's settings: DeepSpeed's `fp16` keys, with
+/// DeepSpeed's documented defaults.
+struct LossScaleOptions {
+  /// 2^initial_scale_power.
+  double initialScale = 65536.0;
+  /// loss_scale_window: clean steps between doublings.
+  int64_t window = 1000;
+  /// min_loss_scale.
+  double minScale = 1.0;
+  /// hysteresis (DeepSpeed's delayed_shift): overflows tolerated before the
+  /// scale halves.
+  int64_t hysteresis = 2;
+  /// consecutive_hysteresis: a clean step refills the hysteresis.
+  bool consecutiveHysteresis = false;
+};
+
+/// The element type a training step computes in.
+enum class Precision { fp32, fp16, bf16 };
+
+/// Mixed precision: DeepSpeed's `fp16` and `bf16` blocks (docs/config.md).
+struct PrecisionOptions {
+  Precision precision = Precision::fp32;
+  /// fp16.loss_scale: 0 for dynamic scaling, else a static scale.
+  double staticLossScale = 0.0;
+  /// The dynamic scaler (fp16 with loss_scale 0).
+  LossScaleOptions lossScale;
+  /// bf16.check_grad_overflow: a step whose gradients are not finite is
+  /// skipped (DeepSpeed 0.19.8's default).
+  bool bf16CheckOverflow = true;
+};
+
 struct TrainingOptions {
   /// The forward function (the importer's is "main").
   std::string function = "main";
@@ -115,6 +146,7 @@ struct TrainingOptions {
   bool overlapComm = true;
 
   SchedulerOptions scheduler;
+  PrecisionOptions mixedPrecision;
 };
 
 } // namespace sharc

@@ -12,23 +12,9 @@
 
 #include "passes/Schedule.h"
 
-namespace sharc {
+#include "ir/TrainingOptions.h"
 
-/// The scaler's settings, DeepSpeed's `fp16` keys with DeepSpeed's
-/// documented defaults.
-struct LossScaleOptions {
-  /// 2^initial_scale_power.
-  double initialScale = 65536.0;
-  /// loss_scale_window: clean steps between doublings.
-  int64_t window = 1000;
-  /// min_loss_scale.
-  double minScale = 1.0;
-  /// hysteresis (DeepSpeed's delayed_shift): overflows tolerated before the
-  /// scale halves.
-  int64_t hysteresis = 2;
-  /// consecutive_hysteresis: a clean step refills the hysteresis.
-  bool consecutiveHysteresis = false;
-};
+namespace sharc {
 
 /// The scaler's state: `scale` a `tensor<f64>` (DeepSpeed's cur_scale, a
 /// Python float), the others `tensor<i64>` (cur_hysteresis, cur_iter,

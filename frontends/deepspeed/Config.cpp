@@ -376,10 +376,6 @@ struct LaterKey {
 // configs (monitor, profiler, autotuning, elasticity, compression, data
 // efficiency, ...).
 const LaterKey laterKeys[] = {
-    {"fp16", "fp16 mixed precision with loss scaling", OffWhen::enabledFalse},
-    {"bf16", "bf16 mixed precision", OffWhen::enabledFalse},
-    {"bfloat16", "bf16 mixed precision (old name of 'bf16')",
-     OffWhen::enabledFalse},
     {"amp", "Apex AMP mixed precision", OffWhen::enabledFalse},
     {"zero_allow_untested_optimizer", "ZeRO with a client optimizer",
      OffWhen::isFalse},
@@ -605,6 +601,9 @@ private:
   }
 
   Error checkTopKey(StringRef key, const json::Value &value);
+  Error readFp16(const json::Value &value);
+  Error readBf16(StringRef key, const json::Value &value);
+  Error checkPrecision() const;
   Error readZero(const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
@@ -619,6 +618,10 @@ private:
   TrainingOptions &options;
   /// The optimizer type as written in the config ("AdamW" by default).
   std::string optimizerName = "AdamW";
+  /// The `enabled` of the fp16 and bf16 blocks, and the key of the latter
+  /// ("bf16", or its old name "bfloat16").
+  bool fp16Enabled = false, bf16Enabled = false;
+  std::string bf16Key = "bf16";
 };
 
 Error ConfigReader::read(const json::Value &root) {
@@ -632,6 +635,8 @@ Error ConfigReader::read(const json::Value &root) {
   for (StringRef key : sortedKeys(*top))
     if (Error error = checkTopKey(key, *top->get(key)))
       return error;
+  if (Error error = checkPrecision())
+    return error;
 
   if (Error error =
           batchSize(*top, "train_batch_size", config.batch.trainBatchSize))
@@ -667,6 +672,10 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     return Error::success();
   if (key == "zero_optimization")
     return readZero(value);
+  if (key == "fp16")
+    return readFp16(value);
+  if (key == "bf16" || key == "bfloat16")
+    return readBf16(key, value);
   for (const DeprecatedKey &deprecated : deprecatedZeroKeys)
     if (key == deprecated.key)
       return fail(key, "deprecated zero_optimization key; DeepSpeed "
@@ -713,7 +722,122 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
   for (const LaterKey &later : laterKeys)
     known.push_back(later.key);
   known.push_back("zero_optimization");
+  known.append({"fp16", "bf16", "bfloat16"});
   return unknownKey(key, key, known, /*listKnown=*/false);
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision
+//===----------------------------------------------------------------------===//
+
+// DeepSpeed 0.19.8's DeepSpeedFP16Config and DeepSpeedBF16Config
+// (runtime/precision_config.py), key for key.
+const StringLiteral fp16Keys[] = {"enabled",
+                                  "auto_cast",
+                                  "loss_scale",
+                                  "initial_scale_power",
+                                  "loss_scale_window",
+                                  "hysteresis",
+                                  "consecutive_hysteresis",
+                                  "min_loss_scale",
+                                  "fp16_master_weights_and_grads"};
+const StringLiteral bf16Keys[] = {
+    "enabled", "immediate_grad_update", "check_grad_overflow",
+    "bf16_master_weights_and_grads", "bf16_optimizer_states"};
+
+/// The largest initial_scale_power: 2^64 is already far beyond what any
+/// fp16 gradient survives (fp16's largest finite value is 65504).
+constexpr int64_t kMaxInitialScalePower = 64;
+
+Error ConfigReader::readFp16(const json::Value &value) {
+  Expected<const json::Object *> block = object("fp16", value);
+  if (!block)
+    return block.takeError();
+  PrecisionOptions &precision = options.mixedPrecision;
+  LossScaleOptions &scaler = precision.lossScale;
+  for (StringRef key : sortedKeys(**block)) {
+    std::string path = childPath("fp16", key);
+    const json::Value &item = *(*block)->get(key);
+    if (!llvm::is_contained(fp16Keys, key))
+      return unknownKey(path, key, refs(fp16Keys), /*listKnown=*/true);
+    if (key == "enabled" || key == "consecutive_hysteresis" ||
+        key == "auto_cast" || key == "fp16_master_weights_and_grads") {
+      Expected<bool> flag = boolean(path, item);
+      if (!flag)
+        return flag.takeError();
+      if (key == "enabled")
+        fp16Enabled = *flag;
+      else if (key == "consecutive_hysteresis")
+        scaler.consecutiveHysteresis = *flag;
+      else if (*flag)
+        return fail(path, key == "auto_cast"
+                              ? "not supported (sharc casts inside the "
+                                "training step, never the inputs)"
+                              : "not supported (master weights stay fp32)");
+      continue;
+    }
+    if (key == "loss_scale") {
+      Expected<double> scale = number(path, item, nonNegative);
+      if (!scale)
+        return scale.takeError();
+      precision.staticLossScale = *scale;
+      continue;
+    }
+    // initial_scale_power, loss_scale_window, hysteresis, min_loss_scale:
+    // integers, as DeepSpeed declares them.
+    Range range = key == "initial_scale_power"
+                      ? Range{0.0, double(kMaxInitialScalePower)}
+                      : atLeastOne;
+    Expected<int64_t> parsed = integer(path, item, range);
+    if (!parsed)
+      return parsed.takeError();
+    if (key == "initial_scale_power")
+      scaler.initialScale = std::ldexp(1.0, int(*parsed));
+    else if (key == "loss_scale_window")
+      scaler.window = *parsed;
+    else if (key == "hysteresis")
+      scaler.hysteresis = *parsed;
+    else
+      scaler.minScale = double(*parsed);
+  }
+  return Error::success();
+}
+
+Error ConfigReader::readBf16(StringRef key, const json::Value &value) {
+  bf16Key = key.str();
+  Expected<const json::Object *> block = object(key, value);
+  if (!block)
+    return block.takeError();
+  for (StringRef name : sortedKeys(**block)) {
+    std::string path = childPath(key, name);
+    if (!llvm::is_contained(bf16Keys, name))
+      return unknownKey(path, name, refs(bf16Keys), /*listKnown=*/true);
+    Expected<bool> flag = boolean(path, *(*block)->get(name));
+    if (!flag)
+      return flag.takeError();
+    if (name == "enabled")
+      bf16Enabled = *flag;
+    else if (name == "check_grad_overflow")
+      options.mixedPrecision.bf16CheckOverflow = *flag;
+    else if (*flag)
+      return fail(path, name == "immediate_grad_update"
+                            ? "not supported (ZeRO's immediate bf16 update)"
+                            : "not supported (master weights and optimizer "
+                              "state stay fp32)");
+  }
+  return Error::success();
+}
+
+Error ConfigReader::checkPrecision() const {
+  if (fp16Enabled && bf16Enabled)
+    return fail(bf16Key, "bfloat16 and fp16 modes cannot be simultaneously "
+                         "enabled (as in DeepSpeed)");
+  if (fp16Enabled)
+    return fail("fp16",
+                "not supported yet (fp16 mixed precision with loss scaling)");
+  if (bf16Enabled)
+    return fail(bf16Key, "not supported yet (bf16 mixed precision)");
+  return Error::success();
 }
 
 Error ConfigReader::readZero(const json::Value &value) {

@@ -7,6 +7,7 @@ override the config.
 """
 
 import json
+import re
 import subprocess
 import sys
 
@@ -156,6 +157,64 @@ CONFIG_ERRORS = {
         {"zero_optimization": {"stage": 0, "overlap_comm": "yes"}},
         ["zero_optimization.overlap_comm: expected a boolean"],
     ),
+    # fp16 and bf16 (DeepSpeed 0.19.8's DeepSpeedFP16Config and
+    # DeepSpeedBF16Config): every key is checked, also while disabled.
+    "fp16-unknown-key": (
+        {"fp16": {"enabled": False, "loss_scale_windw": 100}},
+        ["fp16.loss_scale_windw: unknown key; did you mean 'loss_scale_window'?"],
+    ),
+    "fp16-window-zero": (
+        {"fp16": {"loss_scale_window": 0}},
+        ["fp16.loss_scale_window: expected an integer >= 1, got 0"],
+    ),
+    "fp16-negative-loss-scale": (
+        {"fp16": {"loss_scale": -1}},
+        ["fp16.loss_scale: expected a number >= 0, got -1"],
+    ),
+    "fp16-initial-scale-power-too-large": (
+        {"fp16": {"initial_scale_power": 65}},
+        ["fp16.initial_scale_power: expected an integer in [0, 64], got 65"],
+    ),
+    "fp16-fractional-hysteresis": (
+        {"fp16": {"hysteresis": 1.5}},
+        ["fp16.hysteresis: expected an integer >= 1, got 1.5"],
+    ),
+    "fp16-boolean-min-loss-scale": (
+        {"fp16": {"min_loss_scale": True}},
+        ["fp16.min_loss_scale: expected an integer >= 1, got true"],
+    ),
+    "fp16-auto-cast": (
+        {"fp16": {"enabled": False, "auto_cast": True}},
+        ["fp16.auto_cast: not supported"],
+    ),
+    "fp16-master-weights-in-fp16": (
+        {"fp16": {"fp16_master_weights_and_grads": True}},
+        ["fp16.fp16_master_weights_and_grads: not supported (master weights stay fp32)"],
+    ),
+    "bf16-unknown-key": (
+        {"bf16": {"enabled": False, "check_grad_overflw": True}},
+        ["bf16.check_grad_overflw: unknown key; did you mean 'check_grad_overflow'?"],
+    ),
+    "bf16-master-weights-in-bf16": (
+        {"bf16": {"bf16_master_weights_and_grads": True}},
+        ["bf16.bf16_master_weights_and_grads: not supported"],
+    ),
+    "bf16-not-a-boolean": (
+        {"bf16": {"enabled": "yes"}},
+        ["bf16.enabled: expected a boolean (true or false)"],
+    ),
+    "fp16-and-bf16": (
+        {"fp16": {"enabled": True}, "bf16": {"enabled": True}},
+        ["bf16: bfloat16 and fp16 modes cannot be simultaneously enabled"],
+    ),
+    "bf16-not-supported-yet": (
+        {"bf16": {"enabled": True, "check_grad_overflow": False}},
+        ["bf16: not supported yet (bf16 mixed precision)"],
+    ),
+    "bfloat16-not-supported-yet": (
+        {"bfloat16": {"enabled": True}},
+        ["bfloat16: not supported yet (bf16 mixed precision)"],
+    ),
     "cpu-offload-explained": (
         {"zero_optimization": {"stage": 2, "cpu_offload": True}},
         ["zero_optimization.cpu_offload: deprecated",
@@ -293,6 +352,42 @@ def test_features_left_off_are_accepted(sharc, mlp):
     assert result.returncode == 0, result.stderr
     # (A config clips at 1.0 unless it says otherwise, as DeepSpeed 0.19.8.)
     assert result.stdout == train(sharc, mlp, "--clip", "1").stdout
+
+
+def test_precision_blocks_left_off_are_accepted(sharc, mlp):
+    """Every key of DeepSpeed's fp16 and bf16 blocks, with the features off."""
+    config = {
+        "fp16": {"enabled": False, "auto_cast": False, "loss_scale": 0,
+                 "initial_scale_power": 12, "loss_scale_window": 500,
+                 "hysteresis": 2, "consecutive_hysteresis": True,
+                 "min_loss_scale": 1, "fp16_master_weights_and_grads": False},
+        "bf16": {"enabled": False, "immediate_grad_update": False,
+                 "check_grad_overflow": True,
+                 "bf16_master_weights_and_grads": False,
+                 "bf16_optimizer_states": False},
+    }
+    result = train(sharc, mlp, config=config)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == train(sharc, mlp, "--clip", "1").stdout
+
+
+@pytest.mark.parametrize("block", ["fp16", "bf16"])
+def test_precision_keys_are_deepspeeds(sharc, mlp, block):
+    """The keys sharc knows in the fp16 and bf16 blocks are exactly those of
+    DeepSpeed 0.19.8's config models (read from DeepSpeed itself): the
+    unknown-key message lists them."""
+    import os
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    precision = pytest.importorskip(
+        "deepspeed.runtime.precision_config",
+        reason="DeepSpeed is not installed (tools/install-deps.sh --test installs it)")
+    model = {"fp16": precision.DeepSpeedFP16Config,
+             "bf16": precision.DeepSpeedBF16Config}[block]
+    result = train(sharc, mlp, config={block: {"no_such_key": 1}})
+    assert_error(result, f"{block}.no_such_key: unknown key")
+    listed = re.search(r"known keys: ([^)]*)\)", result.stderr)
+    assert listed, result.stderr
+    assert set(listed.group(1).split(", ")) == set(model.model_fields)
 
 
 EQUIVALENT = {
