@@ -427,6 +427,54 @@ const StringLiteral supportedTopKeys[] = {"train_batch_size",
                                           "optimizer",
                                           "scheduler"};
 
+/// Keys of zero_optimization that sharc reads.
+const StringLiteral zeroReadKeys[] = {"stage", "reduce_bucket_size",
+                                      "overlap_comm"};
+
+/// Keys of DeepSpeed 0.19.8's DeepSpeedZeroConfig (runtime/zero/config.py,
+/// names and aliases) that tune how ZeRO stages 1-3 partition, gather and
+/// check: DeepSpeed uses none of them at stage 0, and neither does sharc yet.
+const StringLiteral zeroPartitioningKeys[] = {
+    "contiguous_gradients",
+    "reduce_scatter",
+    "use_multi_rank_bucket_allreduce",
+    "allgather_partitions",
+    "allgather_bucket_size",
+    "compute_grad_norm",
+    "load_from_fp32_weights",
+    "elastic_checkpoint",
+    "sub_group_size",
+    "prefetch_bucket_size",
+    "stage3_prefetch_bucket_size",
+    "param_persistence_threshold",
+    "stage3_param_persistence_threshold",
+    "model_persistence_threshold",
+    "stage3_model_persistence_threshold",
+    "max_live_parameters",
+    "stage3_max_live_parameters",
+    "max_reuse_distance",
+    "stage3_max_reuse_distance",
+    "gather_16bit_weights_on_model_save",
+    "stage3_gather_16bit_weights_on_model_save",
+    "module_granularity_threshold",
+    "stage3_module_granularity_threshold",
+    "use_all_reduce_for_fetch_params",
+    "stage3_use_all_reduce_for_fetch_params",
+    "allgather_sequential",
+    "stage3_allgather_sequential",
+    "stage3_gather_fp16_weights_on_model_save",
+    "ignore_unused_parameters",
+    "legacy_stage1",
+    "round_robin_gradients",
+    "parameter_alignment",
+    "memory_efficient_linear",
+    "pipeline_loading_checkpoint",
+    "override_module_apply",
+    "log_trace_cache_warnings",
+    "enable_sanity_checks",
+    "save_muon_momentum_buffer_in_memory",
+    "leaf_module"};
+
 /// Keys of zero_optimization that DeepSpeed deprecated, and their successors.
 struct DeprecatedKey {
   StringLiteral key;
@@ -435,7 +483,7 @@ struct DeprecatedKey {
 const DeprecatedKey deprecatedZeroKeys[] = {
     {"cpu_offload",
      "zero_optimization.offload_optimizer: {\"device\": \"cpu\"}"},
-    {"cpu_offload_params",
+    {"cpu_offload_param",
      "zero_optimization.offload_param: {\"device\": \"cpu\"}"},
     {"cpu_offload_use_pin_memory",
      "\"pin_memory\" inside zero_optimization.offload_optimizer / "
@@ -851,6 +899,44 @@ Error ConfigReader::readZero(const json::Value &value) {
                             deprecated.replacement +
                             " (ZeRO offload is not supported yet)");
   }
+  // Every other key must be one of DeepSpeed's (0.19.8 rejects unknown keys
+  // too), and a feature sharc lacks must be off.
+  for (StringRef key : sortedKeys(**zero)) {
+    std::string path = childPath("zero_optimization", key);
+    const json::Value &item = *(*zero)->get(key);
+    if (llvm::is_contained(zeroReadKeys, key) ||
+        llvm::is_contained(zeroPartitioningKeys, key))
+      continue;
+    bool off;
+    if (key == "offload_param" || key == "offload_optimizer") {
+      // Off: null, or {"device": "none"} (DeepSpeed's OffloadDeviceEnum).
+      const json::Object *block = item.getAsObject();
+      const json::Value *device = block ? block->get("device") : nullptr;
+      off =
+          item.kind() == json::Value::Null ||
+          (device && device->getAsString() == std::optional<StringRef>("none"));
+    } else if (key == "zenflow") {
+      off = item.kind() == json::Value::Null;
+    } else if (key == "zero_hpz_partition_size") {
+      off = item.getAsInteger() == std::optional<int64_t>(1);
+    } else if (key.starts_with("zero_quantized_")) {
+      off = item.getAsBoolean() == std::optional<bool>(false);
+    } else {
+      SmallVector<StringRef> known = refs(zeroReadKeys);
+      llvm::append_range(known, refs(zeroPartitioningKeys));
+      known.append({"offload_param", "offload_optimizer", "zenflow",
+                    "zero_hpz_partition_size", "zero_quantized_weights",
+                    "zero_quantized_nontrainable_weights",
+                    "zero_quantized_gradients"});
+      return unknownKey(path, key, known, /*listKnown=*/false);
+    }
+    if (!off)
+      return fail(path, "not supported yet (" +
+                            Twine(key.starts_with("offload") ? "ZeRO offload"
+                                  : key == "zenflow"         ? "ZenFlow"
+                                                             : "ZeRO++") +
+                            ")");
+  }
   int64_t stage = 0;
   if (const json::Value *stageValue = (*zero)->get("stage")) {
     Expected<int64_t> parsed =
@@ -868,8 +954,10 @@ Error ConfigReader::readZero(const json::Value &value) {
       return parsed.takeError();
     options.reduceBucketSize = *parsed;
   }
-  // Overlap of the gradient all-reduce with backward (sharc compile).
-  if (const json::Value *overlap = (*zero)->get("overlap_comm")) {
+  // Overlap of the gradient all-reduce with backward (sharc compile); null
+  // is DeepSpeed's "the stage's default".
+  if (const json::Value *overlap = (*zero)->get("overlap_comm");
+      overlap && overlap->kind() != json::Value::Null) {
     Expected<bool> parsed = boolean("zero_optimization.overlap_comm", *overlap);
     if (!parsed)
       return parsed.takeError();

@@ -215,6 +215,19 @@ CONFIG_ERRORS = {
         {"bfloat16": {"enabled": True}},
         ["bfloat16: not supported yet (bf16 mixed precision)"],
     ),
+    "zero-unknown-key": (
+        {"zero_optimization": {"stage": 0, "reduce_bucket_sizee": 5000}},
+        ["zero_optimization.reduce_bucket_sizee: unknown key; did you mean "
+         "'reduce_bucket_size'?"],
+    ),
+    "zero-offload-optimizer": (
+        {"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}},
+        ["zero_optimization.offload_optimizer: not supported yet (ZeRO offload)"],
+    ),
+    "zero-quantized-gradients": (
+        {"zero_optimization": {"zero_quantized_gradients": True}},
+        ["zero_optimization.zero_quantized_gradients: not supported yet (ZeRO++)"],
+    ),
     "cpu-offload-explained": (
         {"zero_optimization": {"stage": 2, "cpu_offload": True}},
         ["zero_optimization.cpu_offload: deprecated",
@@ -388,6 +401,32 @@ def test_precision_keys_are_deepspeeds(sharc, mlp, block):
     listed = re.search(r"known keys: ([^)]*)\)", result.stderr)
     assert listed, result.stderr
     assert set(listed.group(1).split(", ")) == set(model.model_fields)
+
+
+def test_zero_keys_are_deepspeeds(sharc, mlp):
+    """Every key of DeepSpeed 0.19.8's DeepSpeedZeroConfig (read from DeepSpeed
+    itself), at DeepSpeed's default, and the stage-3 aliases, are accepted at
+    stage 0; the deprecated offload keys are explained instead."""
+    import os
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    zero = pytest.importorskip(
+        "deepspeed.runtime.zero.config",
+        reason="DeepSpeed is not installed (tools/install-deps.sh --test installs it)")
+    defaults = json.loads(json.dumps(zero.DeepSpeedZeroConfig().model_dump(),
+                                     default=str))
+    deprecated = {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory"}
+    aliases = {field.alias: defaults[name]
+               for name, field in zero.DeepSpeedZeroConfig.model_fields.items()
+               if field.alias}
+    config = {key: value for key, value in defaults.items()
+              if key not in deprecated}
+    assert len(config) > 30 and len(aliases) > 5
+    for block in (config, aliases):
+        result = train(sharc, mlp, config={"zero_optimization": block}, steps=1)
+        assert result.returncode == 0, result.stderr
+    for key in deprecated:
+        assert_error(train(sharc, mlp, config={"zero_optimization": {key: True}}),
+                     f"zero_optimization.{key}: deprecated")
 
 
 EQUIVALENT = {
