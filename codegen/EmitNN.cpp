@@ -169,6 +169,9 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
         "        }\n      }\n";
     if (conv.getBias())
       code += "    acc += double(" + in[2] + "[o]);\n";
+    // What one output costs: the launch spreads over threads when
+    // outputs x work is large (kernel.work, runtime/Kernels.h launch()).
+    kernel.work = patch;
     kernel.body = code + store;
     return success();
   };
@@ -210,6 +213,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
             " + ki * " + str(w.kernelW) + " + kj]) * double(dy[o * " +
             str(w.outHeight * w.outWidth) + " + pixel]);\n" +
             "        acc += sum;\n" + "      }\n    }\n";
+    kernel.work = taps * groupOut;
     kernel.body = code + store;
     return success();
   };
@@ -246,6 +250,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
             " + iw]) : 0.0;\n" + "          sum += double(dy[oh * " +
             str(w.outWidth) + " + ow]) * v;\n" + "        }\n      }\n" +
             "      acc += sum;\n    }\n";
+    kernel.work = w.batch * pixels;
     kernel.body = code + store;
     return success();
   };
@@ -262,6 +267,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
             argmaxCode(w, "src", "h0", "w0", "position", "    ") + "    " + y +
             "[i] = position < 0 ? static_cast<" + type +
             ">(-HUGE_VAL) : src[position];\n";
+    kernel.work = w.kernelH * w.kernelW;
     kernel.body = code;
     return success();
   };
@@ -294,6 +300,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
         argmaxCode(w, "src", "h0", "w0", "position", "        ") +
         "        if (position == here) acc += double(dy[oh * " +
         str(w.outWidth) + " + ow]);\n" + "      }\n    }\n";
+    kernel.work = w.kernelH * w.kernelW;
     kernel.body = code + store;
     return success();
   };
@@ -313,6 +320,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
             "      for (int64_t iw = wBegin; iw < wEnd; ++iw)\n" +
             "        acc += double(src[ih * " + str(w.width) + " + iw]);\n" +
             "    acc = acc / divisor;\n";
+    kernel.work = w.kernelH * w.kernelW;
     kernel.body = code + store;
     return success();
   };
@@ -337,6 +345,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
             avgWindowCode(w, pool.getCountIncludePad(), "        ") +
             "        acc += double(dy[oh * " + str(w.outWidth) +
             " + ow]) / divisor;\n" + "      }\n";
+    kernel.work = w.kernelH * w.kernelW;
     kernel.body = code + store;
     return success();
   };
