@@ -144,6 +144,10 @@ FailureOr<std::string> ProgramEmitter::scalarExpr(Operation *op,
   // functions above go through double.
   if (result.isF32())
     return "float(" + *expr + ")";
+  if (result.isF16())
+    return "sharc::kern::roundF16(" + *expr + ")";
+  if (result.isBF16())
+    return "sharc::kern::roundBF16(" + *expr + ")";
   if (result.isF64())
     return "double(" + *expr + ")";
   if (result.isInteger(32))
@@ -165,7 +169,7 @@ FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
     if (attr && attr.isSplat()) {
       if (isFloatType(element)) {
         double v = attr.getSplatValue<APFloat>().convertToDouble();
-        return element.isF32() ? floatLiteral(v) : doubleLiteral(v);
+        return element.isF64() ? doubleLiteral(v) : floatLiteral(v);
       }
       if (element.isInteger(1))
         return std::string(attr.getSplatValue<bool>() ? "INT64_C(1)"

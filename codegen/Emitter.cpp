@@ -401,7 +401,26 @@ LogicalResult ProgramEmitter::emitMicroBatchLoop(MicroBatchLoopOp loop) {
 // Ops
 //===----------------------------------------------------------------------===//
 
+/// True when `op` reads or writes an f16 or bf16 tensor.
+static bool touchesSixteenBits(Operation *op) {
+  auto sixteen = [](Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    return tensor && (tensor.getElementType().isF16() ||
+                      tensor.getElementType().isBF16());
+  };
+  return llvm::any_of(op->getOperandTypes(), sixteen) ||
+         llvm::any_of(op->getResultTypes(), sixteen);
+}
+
 LogicalResult ProgramEmitter::emitOp(Operation *op) {
+  // f16 and bf16 kernels exist for elementwise work and data movement so far;
+  // reductions, GEMMs, losses and convolutions on them are refused here
+  // rather than emitted wrong.
+  if (touchesSixteenBits(op) && !isFusibleElementwiseOp(op) &&
+      !isa<FusionOp, ConstantOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp,
+           ConcatOp, func::ReturnOp>(op))
+    return op->emitError() << "code generation: '" << op->getName()
+                           << "' on f16/bf16 tensors is not supported yet";
   if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))
     return emitElementwise(op);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)

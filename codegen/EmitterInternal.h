@@ -69,7 +69,8 @@ inline bool isFloatType(Type t) { return isa<FloatType>(t); }
 /// (see ProgramEmitter::scalarExpr), f64 in double, integers and booleans in
 /// int64_t.
 inline std::string scalarType(Type t) {
-  if (t.isF32())
+  // f16 and bf16 values are computed on as float (runtime/Kernels.h).
+  if (t.isF32() || t.isF16() || t.isBF16())
     return "float";
   return isFloatType(t) ? "double" : "int64_t";
 }
@@ -78,6 +79,10 @@ inline std::string scalarType(Type t) {
 inline std::string storageType(Type t) {
   if (t.isF32())
     return "float";
+  if (t.isF16())
+    return "sharc::kern::f16";
+  if (t.isBF16())
+    return "sharc::kern::bf16";
   if (t.isF64())
     return "double";
   if (t.isInteger(1))

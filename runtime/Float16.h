@@ -8,10 +8,24 @@
 #ifndef SHARC_RUNTIME_FLOAT16_H
 #define SHARC_RUNTIME_FLOAT16_H
 
-#include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace sharc::rt {
+
+/// The bits of `f`, and the float of `bits` (memcpy: C++17 and device code
+/// compile it, where std::bit_cast needs C++20; the emitted programs include
+/// this header).
+inline uint32_t floatBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+inline float bitsFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 
 /// The f32 value of IEEE binary16 bits `h` (exact).
 inline float halfToFloat(uint16_t h) {
@@ -21,18 +35,17 @@ inline float halfToFloat(uint16_t h) {
   if (exponent == 0) {
     // Zero or subnormal: mantissa * 2^-24 is exact in f32.
     float magnitude = float(mantissa) * 0x1p-24f;
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
+    return bitsFloat(floatBits(magnitude) | sign);
   }
   if (exponent == 31)
-    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) |
-                              (mantissa << 13));
+    return bitsFloat(sign | 0x7f800000u | (mantissa << 13));
+  return bitsFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
 /// `f` rounded to IEEE binary16 (nearest, ties to even; overflow gives
 /// infinity; NaN stays a quiet NaN).
 inline uint16_t floatToHalf(float f) {
-  uint32_t bits = std::bit_cast<uint32_t>(f);
+  uint32_t bits = floatBits(f);
   uint16_t sign = uint16_t((bits >> 16) & 0x8000);
   uint32_t magnitude = bits & 0x7fffffffu;
   if (magnitude > 0x7f800000u) // NaN
@@ -42,8 +55,8 @@ inline uint16_t floatToHalf(float f) {
   if (magnitude < 0x38800000u) {
     // Result is subnormal or zero: adding 0.5 aligns the half's subnormal
     // quantum (2^-24) with the f32 ulp, so the FPU's rounding is the answer.
-    float aligned = std::bit_cast<float>(magnitude) + 0.5f;
-    return sign | uint16_t(std::bit_cast<uint32_t>(aligned) - 0x3f000000u);
+    float aligned = bitsFloat(magnitude) + 0.5f;
+    return sign | uint16_t(floatBits(aligned) - 0x3f000000u);
   }
   uint32_t mantissaOdd = (magnitude >> 13) & 1;
   magnitude += (uint32_t(15 - 127) << 23) + 0xfff + mantissaOdd;
@@ -52,12 +65,12 @@ inline uint16_t floatToHalf(float f) {
 
 /// The f32 value of bfloat16 bits `b` (exact).
 inline float bfloat16ToFloat(uint16_t b) {
-  return std::bit_cast<float>(uint32_t(b) << 16);
+  return bitsFloat(uint32_t(b) << 16);
 }
 
 /// `f` rounded to bfloat16 (nearest, ties to even; NaN stays a quiet NaN).
 inline uint16_t floatToBFloat16(float f) {
-  uint32_t bits = std::bit_cast<uint32_t>(f);
+  uint32_t bits = floatBits(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u)
     return uint16_t((bits >> 16) | 0x40);
   bits += 0x7fff + ((bits >> 16) & 1);

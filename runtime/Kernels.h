@@ -19,6 +19,7 @@
 #ifndef SHARC_RUNTIME_KERNELS_H
 #define SHARC_RUNTIME_KERNELS_H
 
+#include "runtime/Float16.h"
 #include "runtime/Gemm.h"
 #include "runtime/Math.h"
 #include "runtime/Program.h"
@@ -29,9 +30,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #include "runtime/GemmCuda.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #define SHARC_HD __host__ __device__ __forceinline__
 #else
@@ -56,6 +60,83 @@ using math::wrapAdd;
 using math::wrapMul;
 using math::wrapNeg;
 using math::wrapSub;
+//===----------------------------------------------------------------------===//
+// 16-bit floats: f16 and bf16 values are stored as their bits and computed
+// on as float (which holds every one of them exactly).  Each result is
+// rounded once to nearest, ties to even, from the float or double it was
+// computed in: +, -, *, / and sqrt in float rounded again to 16 bits give the
+// same bits as the exact result rounded once (float has more than 2p + 2
+// bits for p = 11 and 8), and functions computed in double round from the
+// double directly, as the evaluator does.
+//===----------------------------------------------------------------------===//
+
+/// `x` rounded to float toward zero, with the last bit set when inexact
+/// (round to odd): rounding that to 16 bits gives the same result as
+/// rounding `x` itself (float has 24 >= p + 2 bits).
+inline float roundToOddFloat(double x) {
+  float f = static_cast<float>(x);
+  if (static_cast<double>(f) == x || x != x)
+    return f;
+  if (__builtin_fabs(static_cast<double>(f)) > __builtin_fabs(x))
+    f = __builtin_nextafterf(f, 0.0f);
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, sizeof(bits));
+  bits |= 1;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+/// IEEE binary16 storage.
+struct f16 {
+  uint16_t bits;
+  f16() = default;
+  /// From an integer: its value, rounded once.
+  template <typename I, typename = std::enable_if_t<std::is_integral_v<I>>>
+  SHARC_HD explicit f16(I x) : f16(static_cast<double>(x)) {}
+#ifdef __CUDA_ARCH__
+  SHARC_HD explicit f16(float x) : bits(__half_as_ushort(__float2half_rn(x))) {}
+  SHARC_HD explicit f16(double x) : bits(__half_as_ushort(__double2half(x))) {}
+  SHARC_HD explicit operator float() const {
+    return __half2float(__ushort_as_half(bits));
+  }
+#else
+  SHARC_HD explicit f16(float x) : bits(rt::floatToHalf(x)) {}
+  SHARC_HD explicit f16(double x) : bits(rt::floatToHalf(roundToOddFloat(x))) {}
+  SHARC_HD explicit operator float() const { return rt::halfToFloat(bits); }
+#endif
+};
+
+/// bfloat16 storage.
+struct bf16 {
+  uint16_t bits;
+  bf16() = default;
+  /// From an integer: its value, rounded once.
+  template <typename I, typename = std::enable_if_t<std::is_integral_v<I>>>
+  SHARC_HD explicit bf16(I x) : bf16(static_cast<double>(x)) {}
+#ifdef __CUDA_ARCH__
+  SHARC_HD explicit bf16(float x)
+      : bits(__bfloat16_as_ushort(__float2bfloat16_rn(x))) {}
+  SHARC_HD explicit bf16(double x)
+      : bits(__bfloat16_as_ushort(__double2bfloat16(x))) {}
+  SHARC_HD explicit operator float() const {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  }
+#else
+  SHARC_HD explicit bf16(float x) : bits(rt::floatToBFloat16(x)) {}
+  SHARC_HD explicit bf16(double x)
+      : bits(rt::floatToBFloat16(roundToOddFloat(x))) {}
+  SHARC_HD explicit operator float() const { return rt::bfloat16ToFloat(bits); }
+#endif
+};
+
+/// `x` rounded to f16 / bf16, as a float.
+template <typename T> SHARC_HD float roundF16(T x) {
+  return static_cast<float>(f16(x));
+}
+template <typename T> SHARC_HD float roundBF16(T x) {
+  return static_cast<float>(bf16(x));
+}
+
 SHARC_HD double fmaxNan(double a, double b) { return math::maxNan(a, b); }
 SHARC_HD double fminNan(double a, double b) { return math::minNan(a, b); }
 // f32 twins of the exactly rounded ones (the same bits as in double).

@@ -53,3 +53,62 @@ TEST(Kernels, RowMaxIsTheInOrderMaximum) {
 }
 
 } // namespace
+
+namespace {
+
+/// Round-to-nearest-even of doubles near the midpoint of two adjacent 16-bit
+/// values lo < hi (their bits given), the reference known by construction:
+/// just above the midpoint rounds up, just below down, the midpoint itself
+/// to the even one.  Rounding through float first (double rounding) gets
+/// the points just off the midpoint wrong, as they are within float's
+/// precision of it.
+template <typename T>
+void checkMidpoints(uint16_t loBits, float (*toFloat)(uint16_t)) {
+  uint16_t hiBits = loBits + 1;
+  double lo = toFloat(loBits), hi = toFloat(hiBits);
+  if (!std::isfinite(lo) || !std::isfinite(hi))
+    return;
+  double mid = (lo + hi) / 2; // exact: two adjacent 16-bit values
+  double off = std::fabs(mid) * 0x1p-40 + 0x1p-160;
+  uint16_t even = (loBits & 1) ? hiBits : loBits;
+  EXPECT_EQ(T(mid + off).bits, hiBits) << mid;
+  EXPECT_EQ(T(mid - off).bits, loBits) << mid;
+  EXPECT_EQ(T(mid).bits, even) << mid;
+  // From float: the midpoint and its neighbours in float.
+  float midFloat = static_cast<float>(mid);
+  if (static_cast<double>(midFloat) == mid) {
+    EXPECT_EQ(T(std::nextafter(midFloat, HUGE_VALF)).bits, hiBits) << mid;
+    EXPECT_EQ(T(std::nextafter(midFloat, -HUGE_VALF)).bits, loBits) << mid;
+    EXPECT_EQ(T(midFloat).bits, even) << mid;
+  }
+}
+
+TEST(Kernels, HalfRoundingIsSingleRounding) {
+  // Every positive finite f16 and bf16 value and its upper neighbour (the
+  // negative ones mirror them through the sign bit).
+  for (uint32_t bits = 0; bits < 0x7bff; ++bits)
+    checkMidpoints<sharc::kern::f16>(uint16_t(bits), sharc::rt::halfToFloat);
+  for (uint32_t bits = 0; bits < 0x7f7f; ++bits)
+    checkMidpoints<sharc::kern::bf16>(uint16_t(bits),
+                                      sharc::rt::bfloat16ToFloat);
+  // Random doubles against GCC's _Float16 conversion, one rounding from
+  // double (libgcc), whatever the magnitude: subnormals, overflow, NaN.
+  std::mt19937_64 rng(16);
+  std::uniform_real_distribution<double> exponent(-30, 17);
+  std::uniform_real_distribution<double> mantissa(1, 2);
+  for (int trial = 0; trial < 200000; ++trial) {
+    double x = mantissa(rng) * std::exp2(std::floor(exponent(rng)));
+    if (trial % 2)
+      x = -x;
+    _Float16 want = static_cast<_Float16>(x);
+    uint16_t wantBits;
+    std::memcpy(&wantBits, &want, sizeof(wantBits));
+    ASSERT_EQ(sharc::kern::f16(x).bits, wantBits) << x;
+  }
+  EXPECT_EQ(sharc::kern::f16(1e6).bits, 0x7c00);
+  EXPECT_EQ(sharc::kern::bf16(-1e39).bits, 0xff80);
+  EXPECT_TRUE(std::isnan(float(sharc::kern::f16(std::nan("")))));
+  EXPECT_TRUE(std::isnan(float(sharc::kern::bf16(std::nan("")))));
+}
+
+} // namespace

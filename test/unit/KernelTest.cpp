@@ -34,6 +34,8 @@
 #include <cstring>
 #include <random>
 
+#include "runtime/Float16.h"
+
 using namespace mlir;
 using namespace sharc;
 using namespace sharc::test;
@@ -90,6 +92,10 @@ std::string ints(ArrayRef<int64_t> values) {
 DType dtypeFor(StringRef element) {
   if (element == "f32")
     return DType::f32;
+  if (element == "f16")
+    return DType::f16;
+  if (element == "bf16")
+    return DType::bf16;
   if (element == "f64")
     return DType::f64;
   if (element == "i32")
@@ -100,6 +106,8 @@ DType dtypeFor(StringRef element) {
 }
 
 size_t bytesOf(DType t) {
+  if (t == DType::f16 || t == DType::bf16)
+    return 2;
   return t == DType::f64 || t == DType::i64 ? 8 : t == DType::i1 ? 1 : 4;
 }
 
@@ -160,6 +168,90 @@ public:
       if (coin())
         d = 1;
     return s;
+  }
+
+  /// f16 and bf16: every elementwise op, casts to and from them, a fused
+  /// chain and data movement, all bit for bit (16-bit values are computed on
+  /// as float and rounded once, runtime/Kernels.h).
+  void halfPrecision() {
+    for (StringRef e : {"f16", "bf16"}) {
+      for (StringRef op :
+           {"neg", "abs", "relu", "exp", "log", "sqrt", "rsqrt", "erf", "tanh",
+            "sigmoid", "sin", "cos", "floor", "gelu"}) {
+        auto s = shape(uniform(1, 3));
+        std::string t = type(s, e);
+        Gen gen = op == "log" || op == "sqrt" || op == "rsqrt" ? Gen::positive
+                                                               : Gen::uniform;
+        add(op.str() + "_" + e.str(), {{e.str(), s, gen}}, {t},
+            "%r = sharc." + op.str() + " %a0 : " + t + "\n return %r : " + t,
+            kBitwise);
+      }
+      for (StringRef op : {"add", "sub", "mul", "div", "pow", "max", "min"}) {
+        auto out = shape(uniform(1, 3));
+        auto rhs = broadcastFrom(out);
+        std::string to = type(out, e), tb = type(rhs, e);
+        Gen base = op == "pow" ? Gen::positive : Gen::uniform;
+        add(op.str() + "_" + e.str(), {{e.str(), out, base}, {e.str(), rhs}},
+            {to},
+            "%r = sharc." + op.str() + " %a0, %a1 : (" + to + ", " + tb +
+                ") -> " + to + "\n return %r : " + to,
+            kBitwise);
+      }
+      // Casts in and out: f32, f64 and i64 sources, f32 and i64 results.
+      for (StringRef from : {"f32", "f64", "i64"}) {
+        auto s = shape(uniform(1, 3));
+        std::string tf = type(s, from), tt = type(s, e);
+        add("cast_" + from.str() + "_" + e.str(),
+            {{from.str(), s, from == "i64" ? Gen::integer : Gen::uniform, -3000,
+              3000}},
+            {tt},
+            "%r = sharc.cast %a0 : " + tf + " to " + tt +
+                "\n return %r : " + tt,
+            kBitwise);
+      }
+      for (StringRef to : {"f32", "i64"}) {
+        auto s = shape(uniform(1, 3));
+        std::string tf = type(s, e), tt = type(s, to);
+        add("cast_" + e.str() + "_" + to.str(), {{e.str(), s}}, {tt},
+            "%r = sharc.cast %a0 : " + tf + " to " + tt +
+                "\n return %r : " + tt,
+            kBitwise);
+      }
+      {
+        // A fused chain with a literal, a comparison and a select.
+        auto s = shape(2);
+        std::string t = type(s, e), tb = type(s, "i1");
+        std::string scalar = type({}, e);
+        add("chain_" + e.str(), {{e.str(), s}, {e.str(), s}}, {t},
+            "%c = sharc.constant dense<1.5> : " + scalar +
+                "\n %0 = sharc.mul %a0, %a1 : (" + t + ", " + t + ") -> " + t +
+                "\n %1 = sharc.add %0, %c : (" + t + ", " + scalar + ") -> " +
+                t + "\n %2 = sharc.tanh %1 : " + t +
+                "\n %3 = sharc.compare %2, %a0 {predicate = "
+                "#sharc.predicate<gt>} : (" +
+                t + ", " + t + ") -> " + tb +
+                "\n %4 = sharc.select %3, %2, %1 : (" + tb + ", " + t + ", " +
+                t + ") -> " + t + "\n return %4 : " + t,
+            kBitwise);
+      }
+      {
+        // Data movement moves the 16-bit values as they are.
+        auto s = shape(3, 512);
+        std::string t = type(s, e);
+        SmallVector<int64_t> transposed = {s[2], s[0], s[1]};
+        std::string tt = type(transposed, e);
+        add("transpose_" + e.str(), {{e.str(), s}}, {tt},
+            "%r = sharc.transpose %a0 {permutation = array<i64: 2, 0, 1>} : (" +
+                t + ") -> " + tt + "\n return %r : " + tt,
+            kBitwise);
+        SmallVector<int64_t> doubled = {2 * s[0], s[1], s[2]};
+        std::string td = type(doubled, e);
+        add("concat_" + e.str(), {{e.str(), s}, {e.str(), s}}, {td},
+            "%r = sharc.concat %a0, %a1 {axis = 0 : i64} : (" + t + ", " + t +
+                ") -> " + td + "\n return %r : " + td,
+            kBitwise);
+      }
+    }
   }
 
   void elementwise() {
@@ -474,7 +566,8 @@ public:
     // An embedding gradient whose rows span two of the kernel's 256-wide
     // blocks.
     add("scatter_add",
-        {{"f32", {5, 300}}, {"i64", {7}, Gen::integer, -5, 5},
+        {{"f32", {5, 300}},
+         {"i64", {7}, Gen::integer, -5, 5},
          {"f32", {7, 300}}},
         {"tensor<5x300xf32>"},
         "%r = sharc.scatter_add %a0, %a1, %a2 {axis = 0} : "
@@ -632,28 +725,27 @@ public:
     // per-head products written back side by side (sharc-fuse gemm views).
     for (std::string e : {"f32", "f64"}) {
       int64_t b = size(), t = size(), h = pick({2, 3}), d = size();
-      std::string flat = type({b, t, h * d}, e),
-                  split = type({b, t, h, d}, e),
-                  heads = type({b, h, t, d}, e),
-                  keys = type({b, h, d, t}, e),
+      std::string flat = type({b, t, h * d}, e), split = type({b, t, h, d}, e),
+                  heads = type({b, h, t, d}, e), keys = type({b, h, d, t}, e),
                   scores = type({b, h, t, t}, e),
                   merged = type({b, t, h, d}, e);
       Case &added = add(
-          "attention", {{e, {b, t, h * d}}, {e, {b, t, h * d}}},
-          {flat},
+          "attention", {{e, {b, t, h * d}}, {e, {b, t, h * d}}}, {flat},
           "%q4 = sharc.reshape %a0 : " + flat + " to " + split +
               "\n %k4 = sharc.reshape %a1 : " + flat + " to " + split +
               "\n %q = sharc.transpose %q4 {permutation = array<i64: 0, 2, 1, "
-              "3>} : (" + split + ") -> " + heads +
+              "3>} : (" +
+              split + ") -> " + heads +
               "\n %k = sharc.transpose %k4 {permutation = array<i64: 0, 2, 3, "
-              "1>} : (" + split + ") -> " + keys +
-              "\n %s = sharc.matmul %q, %k : (" + heads + ", " + keys +
-              ") -> " + scores + "\n %o = sharc.matmul %s, %q : (" + scores +
-              ", " + heads + ") -> " + heads +
+              "1>} : (" +
+              split + ") -> " + keys + "\n %s = sharc.matmul %q, %k : (" +
+              heads + ", " + keys + ") -> " + scores +
+              "\n %o = sharc.matmul %s, %q : (" + scores + ", " + heads +
+              ") -> " + heads +
               "\n %m = sharc.transpose %o {permutation = array<i64: 0, 2, 1, "
-              "3>} : (" + heads + ") -> " + merged +
-              "\n %r = sharc.reshape %m : " + merged + " to " + flat +
-              "\n return %r : " + flat,
+              "3>} : (" +
+              heads + ") -> " + merged + "\n %r = sharc.reshape %m : " +
+              merged + " to " + flat + "\n return %r : " + flat,
           floatTolerance(e));
       if (e == "f32")
         added.scaled = 1e-5;
@@ -849,6 +941,16 @@ std::vector<char> toBytes(const Tensor &t) {
       std::memcpy(at, &v, 8);
       break;
     }
+    case DType::f16:
+    case DType::bf16: {
+      // The tensor holds 16-bit values exactly, so the f32 conversion is
+      // exact too.
+      float v = static_cast<float>(t.getDouble(i));
+      uint16_t bits =
+          t.dtype() == DType::f16 ? rt::floatToHalf(v) : rt::floatToBFloat16(v);
+      std::memcpy(at, &bits, 2);
+      break;
+    }
     case DType::i32: {
       int32_t v = static_cast<int32_t>(t.getInt(i));
       std::memcpy(at, &v, 4);
@@ -869,6 +971,11 @@ std::vector<char> toBytes(const Tensor &t) {
 
 /// Element `i` of raw bytes of type `t` as a double (floats) or integer.
 double loadFloat(const char *bytes, DType t, size_t i) {
+  if (t == DType::f16 || t == DType::bf16) {
+    uint16_t bits;
+    std::memcpy(&bits, bytes + 2 * i, 2);
+    return t == DType::f16 ? rt::halfToFloat(bits) : rt::bfloat16ToFloat(bits);
+  }
   if (t == DType::f32) {
     float v;
     std::memcpy(&v, bytes + 4 * i, 4);
@@ -899,6 +1006,7 @@ TEST_F(KernelTest, GeneratedKernelsMatchTheEvaluator) {
   // Two rounds of every family, each with its own random shapes.
   for (int round = 0; round < 2; ++round) {
     builder.elementwise();
+    builder.halfPrecision();
     builder.chains();
     builder.reductions();
     builder.losses();
@@ -963,8 +1071,10 @@ TEST_F(KernelTest, GeneratedKernelsMatchTheEvaluator) {
   // The kernels as programs are compiled (C++17, no FMA contraction, as
   // sharc compile does); the runtime's GEMM and thread pool and a fatal()
   // that aborts, in C++20 as the runtime.
-  std::string cxx = std::string(SHARC_TEST_CXX) +
-                    " -O1 -fPIC -ffp-contract=off -fno-trapping-math -fno-math-errno -I" + SHARC_SOURCE_DIR + " ";
+  std::string cxx =
+      std::string(SHARC_TEST_CXX) +
+      " -O1 -fPIC -ffp-contract=off -fno-trapping-math -fno-math-errno -I" +
+      SHARC_SOURCE_DIR + " ";
   std::string folder = dir.str().str();
   std::string command =
       cxx + "-std=c++17 -c " + cpp + " -o " + cpp + ".o && " + cxx +
