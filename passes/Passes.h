@@ -167,8 +167,9 @@ createOptimizerPass(const OptimizerOptions &options);
 /// `options`.
 std::unique_ptr<mlir::Pass> createOptimizerPass(const TrainingOptions &options);
 
-/// sharc-autodiff, sharc-optimizer and sharc-data-parallel with `options`,
-/// then canonicalize and CSE: forward function in, `@train_step` out.
+/// sharc-mixed-precision (for a precision other than fp32), sharc-autodiff,
+/// sharc-optimizer and sharc-data-parallel with `options`, then
+/// canonicalize and CSE: forward function in, `@train_step` out.
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainingOptions &options);
 

@@ -9,6 +9,27 @@
 
 include "mlir/Pass/PassBase.td"
 
+def MixedPrecision : Pass<"sharc-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "Makes the forward function compute in f16 or bf16 with fp32 "
+                "master weights";
+  let description = [{
+    Runs before sharc-autodiff.  The f32 parameters stay f32 (the master
+    weights the optimizer updates) and are cast to `dtype` where the body
+    starts, as are the f32 data inputs; every op computes in `dtype`, except
+    softmax, log_softmax, layer_norm, reduce, cross_entropy and nll_loss,
+    which compute in f32 on operands cast up (docs/passes.md, "the fp32
+    policy").  The results keep their declared types.  With `dtype=f32` the
+    pass changes nothing.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"main\"",
+           "Forward function to rewrite">,
+    Option<"dtype", "dtype", "std::string", "\"f32\"",
+           "Compute precision: f32, f16 or bf16">,
+  ];
+  let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
 def Autodiff : Pass<"sharc-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation of the forward function";
   let description = [{

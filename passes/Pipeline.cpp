@@ -39,6 +39,13 @@ static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
 
 void sharc::buildTrainPipeline(OpPassManager &pm,
                                const TrainingOptions &options) {
+  if (Precision precision = options.mixedPrecision.precision;
+      precision != Precision::fp32) {
+    MixedPrecisionOptions mixed;
+    mixed.function = options.function;
+    mixed.dtype = precision == Precision::bf16 ? "bf16" : "f16";
+    pm.addPass(createMixedPrecision(mixed));
+  }
   addTrainPasses(pm, {options.function, options.loss, options.freeze},
                  createOptimizerPass(options), options);
 }

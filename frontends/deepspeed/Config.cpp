@@ -651,7 +651,7 @@ private:
   Error checkTopKey(StringRef key, const json::Value &value);
   Error readFp16(const json::Value &value);
   Error readBf16(StringRef key, const json::Value &value);
-  Error checkPrecision() const;
+  Error checkPrecision();
   Error readZero(const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
@@ -793,6 +793,10 @@ const StringLiteral bf16Keys[] = {
     "enabled", "immediate_grad_update", "check_grad_overflow",
     "bf16_master_weights_and_grads", "bf16_optimizer_states"};
 
+/// torch.optim.AdamW's weight decay, which DeepSpeed's torch_adam gets when
+/// the config sets none.
+constexpr double kTorchAdamWDefaultWeightDecay = 0.01;
+
 /// The largest initial_scale_power: 2^64 is already far beyond what any
 /// fp16 gradient survives (fp16's largest finite value is 65504).
 constexpr int64_t kMaxInitialScalePower = 64;
@@ -876,15 +880,24 @@ Error ConfigReader::readBf16(StringRef key, const json::Value &value) {
   return Error::success();
 }
 
-Error ConfigReader::checkPrecision() const {
+Error ConfigReader::checkPrecision() {
   if (fp16Enabled && bf16Enabled)
     return fail(bf16Key, "bfloat16 and fp16 modes cannot be simultaneously "
                          "enabled (as in DeepSpeed)");
   if (fp16Enabled)
     return fail("fp16",
                 "not supported yet (fp16 mixed precision with loss scaling)");
-  if (bf16Enabled)
-    return fail(bf16Key, "not supported yet (bf16 mixed precision)");
+  if (!bf16Enabled)
+    return Error::success();
+  // DeepSpeed 0.19.8 skips a bf16 step whose gradients are not finite unless
+  // told not to; sharc cannot skip steps yet, so it asks rather than train
+  // differently.
+  if (options.mixedPrecision.bf16CheckOverflow)
+    return fail(bf16Key, "skipping steps whose gradients are not finite "
+                         "(check_grad_overflow, on unless set to false) is "
+                         "not supported yet; set \"check_grad_overflow\": "
+                         "false to train in bf16 without it");
+  options.mixedPrecision.precision = Precision::bf16;
   return Error::success();
 }
 
@@ -1027,6 +1040,7 @@ Error ConfigReader::readOptimizer(const json::Value &value) {
 }
 
 Error ConfigReader::readAdamParams(StringRef path, const json::Object &params) {
+  bool torchAdam = false;
   for (StringRef key : sortedKeys(params)) {
     std::string keyPath = childPath(path, key);
     const json::Value &value = *params.get(key);
@@ -1077,12 +1091,19 @@ Error ConfigReader::readAdamParams(StringRef path, const json::Object &params) {
       Expected<bool> flag = boolean(keyPath, value);
       if (!flag)
         return flag.takeError();
+      torchAdam |= key == "torch_adam" && *flag;
     } else if (key == "max_grad_norm") {
       return fail(keyPath, "not supported; use the top-level "
                            "'gradient_clipping' (DeepSpeed ignores "
                            "max_grad_norm in fp32 training)");
     }
   }
+  // With torch_adam DeepSpeed builds torch.optim.AdamW from these params, so
+  // an unset weight_decay is torch's default, 0.01 (engine.py,
+  // get_optimizer_configuration); FusedAdam's is 0.
+  if (torchAdam && !params.get("weight_decay") &&
+      (options.optimizer == OptimizerKind::adamw || options.adamWMode))
+    options.weightDecay = kTorchAdamWDefaultWeightDecay;
   return Error::success();
 }
 

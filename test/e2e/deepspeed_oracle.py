@@ -67,6 +67,14 @@ def _worker(rank, ranks, port, name, config, data, steps, result_path):
     engine, _, _, _ = deepspeed.initialize(
         model=module, model_parameters=[p for p in module.parameters()],
         config=config)
+    # DeepSpeed's bf16 and fp16 engines hold the model in 16 bits and expect
+    # 16-bit float inputs (its users cast them).
+    half = (torch.bfloat16 if config.get("bf16", {}).get("enabled")
+            else torch.float16 if config.get("fp16", {}).get("enabled")
+            else None)
+    if half is not None:
+        data = {name: tensor.to(half) if tensor.is_floating_point() else tensor
+                for name, tensor in data.items()}
     micro = engine.train_micro_batch_size_per_gpu()
     gas = engine.gradient_accumulation_steps()
     total = next(iter(data.values())).shape[0]

@@ -207,13 +207,15 @@ CONFIG_ERRORS = {
         {"fp16": {"enabled": True}, "bf16": {"enabled": True}},
         ["bf16: bfloat16 and fp16 modes cannot be simultaneously enabled"],
     ),
-    "bf16-not-supported-yet": (
-        {"bf16": {"enabled": True, "check_grad_overflow": False}},
-        ["bf16: not supported yet (bf16 mixed precision)"],
+    "bf16-overflow-skipping-not-supported-yet": (
+        {"bf16": {"enabled": True}},
+        ["bf16: skipping steps whose gradients are not finite "
+         "(check_grad_overflow, on unless set to false) is not supported yet; "
+         'set "check_grad_overflow": false'],
     ),
-    "bfloat16-not-supported-yet": (
-        {"bfloat16": {"enabled": True}},
-        ["bfloat16: not supported yet (bf16 mixed precision)"],
+    "bfloat16-overflow-skipping-not-supported-yet": (
+        {"bfloat16": {"enabled": True, "check_grad_overflow": True}},
+        ["bfloat16: skipping steps whose gradients are not finite"],
     ),
     "zero-unknown-key": (
         {"zero_optimization": {"stage": 0, "reduce_bucket_sizee": 5000}},
@@ -365,6 +367,23 @@ def test_features_left_off_are_accepted(sharc, mlp):
     assert result.returncode == 0, result.stderr
     # (A config clips at 1.0 unless it says otherwise, as DeepSpeed 0.19.8.)
     assert result.stdout == train(sharc, mlp, "--clip", "1").stdout
+
+
+def test_bf16_config_equals_the_flag(sharc, mlp):
+    """bf16.enabled (with check_grad_overflow off) trains as --precision bf16
+    does, and not as fp32 does; the old name bfloat16 too."""
+    from_flag = train(sharc, mlp, "--precision", "bf16", "--clip", "1")
+    assert from_flag.returncode == 0, from_flag.stderr
+    for key in ("bf16", "bfloat16"):
+        from_config = train(sharc, mlp, config={
+            key: {"enabled": True, "check_grad_overflow": False}})
+        assert from_config.returncode == 0, from_config.stderr
+        assert from_config.stdout == from_flag.stdout
+    assert from_flag.stdout != train(sharc, mlp, "--clip", "1").stdout
+    assert_error(train(sharc, mlp, "--precision", "fp16"),
+                 "--precision fp16 is not supported yet")
+    assert_error(train(sharc, mlp, "--precision", "int8"),
+                 "--precision 'int8': expected fp32 or bf16")
 
 
 def test_precision_blocks_left_off_are_accepted(sharc, mlp):

@@ -111,6 +111,14 @@ struct TrainFlags {
                           cl::sub(compile),                                    \
                           cl::cat(category)};
 #include "ir/TrainingOptions.def"
+  Flag<std::string> precision{
+      "precision",
+      cl::desc("Compute precision: fp32 or bf16 (bf16: compute in bf16 with "
+               "fp32 master weights; bf16.enabled)"),
+      cl::value_desc("fp32|bf16"),
+      cl::sub(sub),
+      cl::sub(compile),
+      cl::cat(category)};
   Flag<std::string> betas{"betas",
                           cl::desc("Adam: moment decays "
                                    "(optimizer.params.betas)"),
@@ -122,8 +130,8 @@ struct TrainFlags {
   /// Every flag but --train, in declaration order (--betas where beta1 and
   /// beta2 are).
   std::vector<cl::Option *> all() {
-    std::vector<cl::Option *> result = {&steps,     &config, &dumpState,
-                                        &dumpGrads, &loss,   &freeze};
+    std::vector<cl::Option *> result = {&steps, &config, &dumpState, &dumpGrads,
+                                        &loss,  &freeze, &precision};
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   result.push_back(&FIELD);
 #define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)                              \
@@ -200,6 +208,21 @@ LogicalResult applyFlags(TrainingOptions &options) {
         !llvm::to_float(first.trim(), options.beta1) ||
         !llvm::to_float(second.trim(), options.beta2)) {
       fail("--betas expects two numbers B1,B2, got '" + f.betas + "'");
+      return failure();
+    }
+  }
+
+  if (given(f.precision)) {
+    if (f.precision == "fp32") {
+      options.mixedPrecision.precision = Precision::fp32;
+    } else if (f.precision == "bf16") {
+      options.mixedPrecision.precision = Precision::bf16;
+    } else if (f.precision == "fp16") {
+      fail("--precision fp16 is not supported yet (it needs dynamic loss "
+           "scaling)");
+      return failure();
+    } else {
+      fail("--precision '" + f.precision + "': expected fp32 or bf16");
       return failure();
     }
   }
