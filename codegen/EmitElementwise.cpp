@@ -455,7 +455,7 @@ LogicalResult ProgramEmitter::emitGather(GatherOp op) {
                 str(inner * count) + ";\n" + "    int64_t index = int64_t(" +
                 idx + "[j]);\n" + "    if (index < -" + str(size) +
                 " || index >= " + str(size) + ") { raise(" + str(code) + "); " +
-                dst + "[i] = 0; return; }\n" +
+                dst + "[i] = " + type + "(0); return; }\n" +
                 "    if (index < 0) index += " + str(size) + ";\n" + "    " +
                 dst + "[i] = " + src + "[(o * " + str(size) + " + index) * " +
                 str(inner) + " + k];\n";
@@ -498,9 +498,9 @@ LogicalResult ProgramEmitter::emitScatterAdd(ScatterAddOp op) {
       "    for (int64_t k0 = 0; k0 < " + n + "; k0 += " + str(block) + ") {\n" +
       "      const int64_t width = " + n + " - k0 < " + str(block) + " ? " + n +
       " - k0 : " + str(block) + ";\n" + "      double acc[" + str(block) +
-      "];\n" + "      for (int64_t k = 0; k < width; ++k) acc[k] = " + base +
-      "[i * " + n + " + k0 + k];\n" + "      for (int64_t j = 0; j < " + c +
-      "; ++j) {\n" + "        int64_t index = int64_t(" + idx + "[j]);\n" +
+      "];\n" + "      for (int64_t k = 0; k < width; ++k) acc[k] = double(" +
+      base + "[i * " + n + " + k0 + k]);\n" + "      for (int64_t j = 0; j < " +
+      c + "; ++j) {\n" + "        int64_t index = int64_t(" + idx + "[j]);\n" +
       "        if (index < -" + s + " || index >= " + s + ") { raise(" +
       str(code) + "); continue; }\n" + "        if (index < 0) index += " + s +
       ";\n" + "        if (index != r) continue;\n" + "        const " + type +

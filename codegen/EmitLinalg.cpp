@@ -72,7 +72,7 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
     result = op.getResult();
   auto out = tensorType(op.getResult());
   Type element = out.getElementType();
-  if (!element.isF32() && !element.isF64())
+  if (!isFloatType(element))
     return op.emitError() << "code generation: matmul of " << element
                           << " is not supported yet";
   FailureOr<StridedView> a = stridedView(op.getLhs()),
@@ -159,7 +159,10 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
     offsetC += " + " + var + " * " + str(dim.c);
     calls *= dim.size;
   }
-  std::string type = element.isF32() ? "f32" : "f64";
+  std::string type = element.isF32()    ? "f32"
+                     : element.isF16()  ? "f16"
+                     : element.isBF16() ? "bf16"
+                                        : "f64";
   code += indent + "sharc::rt::GemmArgs args;\n" + indent +
           "args.type = sharc::rt::DType::" + type + ";\n" + indent +
           "args.transA = " + (transA ? "true" : "false") +

@@ -233,7 +233,12 @@ FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
       for (int64_t k = 0; k < n; ++k) {
         APFloat v = attr.isSplat() ? attr.getSplatValue<APFloat>()
                                    : attr.getValues<APFloat>()[k];
-        data += (k ? ", " : "") + doubleLiteral(v.convertToDouble());
+        std::string literal = doubleLiteral(v.convertToDouble());
+        // A 16-bit value is exact in double; its storage type rounds it
+        // (to itself).
+        if (element.isF16() || element.isBF16())
+          literal = storageType(element) + "(" + literal + ")";
+        data += (k ? ", " : "") + literal;
       }
     } else if (element.isInteger(1)) {
       for (int64_t k = 0; k < n; ++k) {
@@ -413,12 +418,13 @@ static bool touchesSixteenBits(Operation *op) {
 }
 
 LogicalResult ProgramEmitter::emitOp(Operation *op) {
-  // f16 and bf16 kernels exist for elementwise work and data movement so far;
-  // reductions, GEMMs, losses and convolutions on them are refused here
-  // rather than emitted wrong.
+  // f16 and bf16 kernels exist for elementwise work, data movement (gathers
+  // and scatters included), GEMMs and reductions so far; row kernels, losses
+  // and convolutions on them are refused here rather than emitted wrong.
   if (touchesSixteenBits(op) && !isFusibleElementwiseOp(op) &&
       !isa<FusionOp, ConstantOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp,
-           ConcatOp, func::ReturnOp>(op))
+           ConcatOp, InsertSliceOp, TriluOp, GatherOp, ScatterAddOp, MatmulOp,
+           ReduceOp, func::ReturnOp>(op))
     return op->emitError() << "code generation: '" << op->getName()
                            << "' on f16/bf16 tensors is not supported yet";
   if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))

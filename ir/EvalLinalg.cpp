@@ -118,7 +118,10 @@ LogicalResult evalMatmul(const OpCall &call, MatmulOp op) {
     wrapInPlace(out);
     return success();
   }
-  if (out.dtype() == DType::f32) {
+  if (out.dtype() == DType::f32 || out.dtype() == DType::f16 ||
+      out.dtype() == DType::bf16) {
+    // f16 and bf16 operands (exact in float) are multiplied in f32 with f32
+    // accumulation, as the GEMM libraries do, and the result rounded once.
     std::vector<float> a(lhs.floats().begin(), lhs.floats().end());
     std::vector<float> b(rhs.floats().begin(), rhs.floats().end());
     std::vector<float> c(out.numElements());
@@ -126,9 +129,10 @@ LogicalResult evalMatmul(const OpCall &call, MatmulOp op) {
       gemm<float>(s, &a[ao], &b[bo], &c[co]);
     });
     llvm::copy(c, out.floats().begin());
+    roundInPlace(out);
     return success();
   }
-  // f64, f16 and bf16 accumulate in double and round once.
+  // f64 accumulates in double.
   forEachBatch(lhs, rhs, out, s, [&](int64_t a, int64_t b, int64_t c) {
     gemm<double>(s, &lhs.floats()[a], &rhs.floats()[b], &out.floats()[c]);
   });

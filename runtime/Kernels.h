@@ -104,6 +104,9 @@ struct f16 {
   SHARC_HD explicit f16(double x) : bits(rt::floatToHalf(roundToOddFloat(x))) {}
   SHARC_HD explicit operator float() const { return rt::halfToFloat(bits); }
 #endif
+  SHARC_HD explicit operator double() const {
+    return static_cast<float>(*this);
+  }
 };
 
 /// bfloat16 storage.
@@ -127,6 +130,9 @@ struct bf16 {
       : bits(rt::floatToBFloat16(roundToOddFloat(x))) {}
   SHARC_HD explicit operator float() const { return rt::bfloat16ToFloat(bits); }
 #endif
+  SHARC_HD explicit operator double() const {
+    return static_cast<float>(*this);
+  }
 };
 
 /// `x` rounded to f16 / bf16, as a float.

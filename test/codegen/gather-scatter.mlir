@@ -39,7 +39,7 @@ func.func @main(%ids: tensor<2x3xi64> {sharc.input = "ids"},
 // CHECK-NEXT:   SHARC_HD void operator()(int64_t i) const {
 // CHECK-NEXT:     const int64_t k = i % 4, j = (i / 4) % 6, o = i / 24;
 // CHECK-NEXT:     int64_t index = int64_t(p1[j]);
-// CHECK-NEXT:     if (index < -10 || index >= 10) { raise([[#G_IDS_CODE:]]); p2[i] = 0; return; }
+// CHECK-NEXT:     if (index < -10 || index >= 10) { raise([[#G_IDS_CODE:]]); p2[i] = float(0); return; }
 // CHECK-NEXT:     if (index < 0) index += 10;
 // CHECK-NEXT:     p2[i] = p0[(o * 10 + index) * 4 + k];
 // CHECK: struct [[G_COLS:K[0-9]+]] {
@@ -49,7 +49,7 @@ func.func @main(%ids: tensor<2x3xi64> {sharc.input = "ids"},
 // CHECK-NEXT:   SHARC_HD void operator()(int64_t i) const {
 // CHECK-NEXT:     const int64_t k = i % 2, j = (i / 2) % 4, o = i / 8;
 // CHECK-NEXT:     int64_t index = int64_t(p1[j]);
-// CHECK-NEXT:     if (index < -5 || index >= 5) { raise([[#G_IDS_CODE+1]]); p2[i] = 0; return; }
+// CHECK-NEXT:     if (index < -5 || index >= 5) { raise([[#G_IDS_CODE+1]]); p2[i] = float(0); return; }
 // CHECK-NEXT:     if (index < 0) index += 5;
 // CHECK-NEXT:     p2[i] = p0[(o * 5 + index) * 2 + k];
 // CHECK: struct [[G_ROWS:K[0-9]+]] {
@@ -73,7 +73,7 @@ func.func @main(%ids: tensor<2x3xi64> {sharc.input = "ids"},
 // CHECK-NEXT:     for (int64_t k0 = 0; k0 < 300; k0 += 256) {
 // CHECK-NEXT:       const int64_t width = 300 - k0 < 256 ? 300 - k0 : 256;
 // CHECK-NEXT:       double acc[256];
-// CHECK-NEXT:       for (int64_t k = 0; k < width; ++k) acc[k] = p0[i * 300 + k0 + k];
+// CHECK-NEXT:       for (int64_t k = 0; k < width; ++k) acc[k] = double(p0[i * 300 + k0 + k]);
 // CHECK-NEXT:       for (int64_t j = 0; j < 2; ++j) {
 // CHECK:                const float *from = p2 + (o * 2 + j) * 300 + k0;
 // The gradient of w along axis 1: destination rows (o, r) of [3, 5, 2].
@@ -87,7 +87,7 @@ func.func @main(%ids: tensor<2x3xi64> {sharc.input = "ids"},
 // CHECK-NEXT:     for (int64_t k0 = 0; k0 < 2; k0 += 2) {
 // CHECK-NEXT:       const int64_t width = 2 - k0 < 2 ? 2 - k0 : 2;
 // CHECK-NEXT:       double acc[2];
-// CHECK-NEXT:       for (int64_t k = 0; k < width; ++k) acc[k] = p0[i * 2 + k0 + k];
+// CHECK-NEXT:       for (int64_t k = 0; k < width; ++k) acc[k] = double(p0[i * 2 + k0 + k]);
 // CHECK-NEXT:       for (int64_t j = 0; j < 4; ++j) {
 // CHECK-NEXT:         int64_t index = int64_t(p1[j]);
 // CHECK-NEXT:         if (index < -5 || index >= 5) { raise([[#G_IDS_CODE+4]]); continue; }

@@ -140,6 +140,12 @@ public:
   }
   std::string floatType() { return coin() ? "f32" : "f64"; }
   double floatTolerance(StringRef element) {
+    // One unit in the last place of the 16-bit types: a double sum of
+    // another order may round to the neighbour.
+    if (element == "f16")
+      return 1e-3;
+    if (element == "bf16")
+      return 8e-3;
     return element == "f32" ? 1e-6 : 1e-12;
   }
   /// Elementwise ops, fused chains and reductions compute exactly what the
@@ -233,6 +239,36 @@ public:
                 "\n %4 = sharc.select %3, %2, %1 : (" + tb + ", " + t + ", " +
                 t + ") -> " + t + "\n return %4 : " + t,
             kBitwise);
+      }
+      {
+        // Reductions sum in double and round once, as the evaluator.
+        auto s = shape(3, 2048);
+        std::string t = type(s, e);
+        SmallVector<int64_t> kept = {s[0], s[2]};
+        std::string tk = type(kept, e), ts = type({}, e);
+        add("reduce_sum_" + e.str(), {{e.str(), s}}, {tk},
+            "%r = sharc.reduce %a0 {kind = #sharc.reduce_kind<sum>, axes = "
+            "array<i64: 1>} : (" +
+                t + ") -> " + tk + "\n return %r : " + tk,
+            kBitwise);
+        add("reduce_mean_" + e.str(), {{e.str(), s}}, {ts},
+            "%r = sharc.reduce %a0 {kind = #sharc.reduce_kind<mean>, axes = "
+            "array<i64: 0, 1, 2>} : (" +
+                t + ") -> " + ts + "\n return %r : " + ts,
+            kBitwise);
+      }
+      {
+        // GEMMs: 16-bit operands widened to f32, f32 accumulation, one
+        // rounding; the evaluator runs the same f32 product, so a result may
+        // differ only where the BLAS call is split differently (then by an
+        // ulp of the 16-bit type).
+        int64_t m = size(), k = size(), n = size();
+        std::string ta = type({m, k}, e), tb = type({n, k}, e),
+                    tc = type({m, n}, e);
+        add("matmul_" + e.str(), {{e.str(), {m, k}}, {e.str(), {n, k}}}, {tc},
+            "%r = sharc.matmul %a0, %a1 {transpose_rhs = true} : (" + ta +
+                ", " + tb + ") -> " + tc + "\n return %r : " + tc,
+            e == "f16" ? 1e-3 : 8e-3);
       }
       {
         // Data movement moves the 16-bit values as they are.
@@ -533,8 +569,12 @@ public:
   }
 
   void dataMovement() {
-    for (int k = 0; k < 6; ++k) {
-      std::string e = k % 3 == 0 ? "i64" : floatType();
+    for (int k = 0; k < 8; ++k) {
+      // Embedding tables and their gradients in 16 bits too.
+      std::string e = k % 3 == 0 ? "i64"
+                      : k == 4   ? "bf16"
+                      : k == 7   ? "f16"
+                                 : floatType();
       std::string ti = coin() ? "i32" : "i64";
       int64_t rank = uniform(1, 3);
       auto s = shape(rank, 2048);
@@ -591,7 +631,7 @@ public:
               t + ") -> " + tr + "\n return %r : " + tr);
     }
     for (int k = 0; k < 8; ++k) {
-      std::string e = k % 2 ? "i64" : "f64";
+      std::string e = k % 2 ? "i64" : k == 2 ? "bf16" : k == 4 ? "f16" : "f64";
       int64_t rank = uniform(1, 3);
       auto s = shape(rank);
       SmallVector<int64_t> start, stride, out;
@@ -662,8 +702,8 @@ public:
               std::to_string(uniform(0, rank - 1)) + "} : " + t +
               "\n return %r : " + t);
     }
-    for (int k = 0; k < 4; ++k) {
-      std::string e = k % 2 ? "i64" : "f32";
+    for (int k = 0; k < 6; ++k) {
+      std::string e = k % 2 ? "i64" : k == 2 ? "f32" : k == 4 ? "bf16" : "f16";
       auto s = shape(uniform(2, 3));
       std::string t = type(s, e);
       add("trilu", {{e, s, Gen::integer}}, {t},
