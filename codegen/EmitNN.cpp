@@ -118,7 +118,7 @@ LogicalResult ProgramEmitter::emitWindowOp(Operation *op) {
   Value result = op->getResult(0);
   Type element = elementOf(result);
   std::string type = storageType(element);
-  if (!element.isF32() && !element.isF64())
+  if (!isFloatType(element))
     return op->emitError() << "code generation: '" << op->getName() << "' of "
                            << element << " is not supported yet";
   FailureOr<std::string> out = typedPointer(result);

@@ -424,7 +424,9 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
   if (touchesSixteenBits(op) && !isFusibleElementwiseOp(op) &&
       !isa<FusionOp, ConstantOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp,
            ConcatOp, InsertSliceOp, TriluOp, GatherOp, ScatterAddOp, MatmulOp,
-           ReduceOp, func::ReturnOp>(op))
+           ReduceOp, Conv2DOp, Conv2DInputGradOp, Conv2DWeightGradOp,
+           MaxPool2DOp, MaxPool2DGradOp, AvgPool2DOp, AvgPool2DGradOp,
+           func::ReturnOp>(op))
     return op->emitError() << "code generation: '" << op->getName()
                            << "' on f16/bf16 tensors is not supported yet";
   if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))

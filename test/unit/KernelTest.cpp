@@ -828,8 +828,12 @@ public:
   }
 
   void windows() {
-    for (int k = 0; k < 14; ++k) {
-      std::string e = k % 4 == 3 ? "f64" : "f32";
+    for (int k = 0; k < 18; ++k) {
+      // Convolutions and pooling in 16 bits too (k >= 14).
+      std::string e = k >= 16      ? "bf16"
+                      : k >= 14    ? "f16"
+                      : k % 4 == 3 ? "f64"
+                                   : "f32";
       int64_t groups = pick({1, 1, 2, 3});
       int64_t n = pick({1, 2, 3}), c = groups * pick({1, 2, 3}),
               o = groups * pick({1, 2, 3});
@@ -872,8 +876,11 @@ public:
               ", " + ty + ") -> " + tw + "\n return %r : " + tw,
           tol);
     }
-    for (int k = 0; k < 16; ++k) {
-      std::string e = k % 4 == 3 ? "f64" : "f32";
+    for (int k = 0; k < 20; ++k) {
+      std::string e = k >= 18      ? "bf16"
+                      : k >= 16    ? "f16"
+                      : k % 4 == 3 ? "f64"
+                                   : "f32";
       int64_t n = pick({1, 2}), c = pick({1, 3});
       int64_t kh = pick({1, 2, 3}), kw = pick({2, 3});
       SmallVector<int64_t> strides = {pick({1, 2, 3}), pick({1, 2})};
