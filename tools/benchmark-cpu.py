@@ -17,7 +17,9 @@ parameters), it
      subprocess with torch.set_num_threads(T), on the same data rows in the
      same order, for WARMUP + STEPS steps;
 
-repeats 2 and 3 ROUNDS times alternately (the machine's speed drifts), and
+(with --precision bf16: `sharc compile --precision bf16`, bf16 compute with fp32 master
+weights, against the same step under torch.autocast('cpu', torch.bfloat16), PyTorch's bf16 recipe with fp32
+parameters); repeats 2 and 3 ROUNDS times alternately (the machine's speed drifts), and
 prints each round's medians, then the mean, median and minimum step time over
 the STEPS steps after warm-up of all rounds (on a loaded machine the median is the number to trust), the peak
 resident set size of each process, sharc's planned bytes (arena + parameters
@@ -75,6 +77,11 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=8, help="micro-batch rows")
     parser.add_argument("--vocab", type=int, default=512, help="vocabulary (gpt, bert)")
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="bf16: sharc compile --precision bf16 (bf16 compute, "
+                             "fp32 master weights) against PyTorch under "
+                             "torch.autocast('cpu', torch.bfloat16) with fp32 "
+                             "parameters")
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", help="keep files here (default: a temporary folder)")
@@ -152,7 +159,11 @@ def torch_worker(spec_path):
         index = torch.arange(step * args.batch, (step + 1) * args.batch) % rows
         batch = [tensor[index] for tensor in data]
         start = time.perf_counter()
-        loss = module(*batch)
+        if args.precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = module(*batch)
+        else:
+            loss = module(*batch)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -204,7 +215,8 @@ def compile_sharc(args, work, onnx_path):
     start = time.perf_counter()
     run_checked([sharc, "compile", onnx_path, "--optimizer", "adamw",
                  "--lr", repr(args.lr), "--weight-decay", repr(args.weight_decay),
-                 "-o", out], what="sharc compile")
+                 "--precision", args.precision, "-o", out],
+                what="sharc compile")
     return out, time.perf_counter() - start
 
 
@@ -337,6 +349,7 @@ def main():
     sizes = (f"dim {args.dim}, layers {args.layers}, heads {args.heads}, "
              f"seq {args.seq}, vocab {args.vocab}, " if args.model != "mlp"
              else f"hidden {args.dim}, ")
+    print(f"precision {args.precision}")
     print(f"model {args.model}: {sizes}batch {args.batch}; {n_params} parameters; "
           f"fp32 AdamW lr {args.lr} weight decay {args.weight_decay}")
     print(f"threads {args.threads}; {args.steps} timed steps after {w} warm-up; "
