@@ -385,6 +385,22 @@ def save_inputs(case: Case, directory) -> Dict[str, str]:
     return paths
 
 
+def write_data(name: str, rows: int, seed: int, directory, scale: float = 1.0):
+    """Random inputs of model `name` with `rows` rows (make_inputs, the first
+    input multiplied by `scale`), written as DIRECTORY/NAME.npy; returns the
+    tensors and the matching `--input=NAME=PATH` arguments."""
+    data = make_inputs(name, rows, torch.Generator().manual_seed(seed))
+    if scale != 1.0:
+        first = next(iter(data))
+        data[first] = data[first] * scale
+    args = []
+    for input_name, tensor in data.items():
+        path = f"{directory}/{input_name}.npy"
+        np.save(path, tensor.numpy())
+        args.append(f"--input={input_name}={path}")
+    return data, args
+
+
 def make_epilogue_model(path):
     """A classifier whose GEMMs all end in cuBLASLt-style epilogues: ONNX
     Gelu (opset 20, tanh approximation) and Relu after bias adds."""

@@ -531,12 +531,7 @@ def test_bf16_binary_matches_evaluator(sharc, tmp_path, name, ranks):
     case = models.make_training_case(name)
     model = tmp_path / f"{name}.onnx"
     models.export(case, model)
-    data = models.make_inputs(name, 37, torch.Generator().manual_seed(3))
-    inputs = []
-    for input_name, tensor in data.items():
-        path = tmp_path / f"{input_name}.npy"
-        np.save(path, tensor.numpy())
-        inputs += ["--input", f"{input_name}={path}"]
+    _, inputs = models.write_data(name, 37, 3, tmp_path)
     out = tmp_path / "out"
     result = sharc("compile", model, "--precision", "bf16", *RECIPE,
                    "--world-size", ranks, "-o", out)

@@ -65,14 +65,7 @@ def test_fp32_training_matches_deepspeed(sharc, tmp_path, case):
     training = models.make_training_case(name)
     model = tmp_path / f"{name}.onnx"
     models.export(training, model)
-    data = models.make_inputs(name, 37, torch.Generator().manual_seed(5))
-    first = next(iter(data))
-    data[first] = data[first] * scale
-    inputs = []
-    for input_name, tensor in data.items():
-        path = tmp_path / f"{input_name}.npy"
-        np.save(path, tensor.numpy())
-        inputs.append(f"--input={input_name}={path}")
+    data, inputs = models.write_data(name, 37, 5, tmp_path, scale)
     config_path = tmp_path / "ds_config.json"
     config_path.write_text(json.dumps(config))
 
@@ -118,12 +111,7 @@ def test_bf16_training_within_deepspeeds_own_bf16_spread(sharc, tmp_path):
     training = models.make_training_case(name)
     model = tmp_path / f"{name}.onnx"
     models.export(training, model)
-    data = models.make_inputs(name, 37, torch.Generator().manual_seed(11))
-    inputs = []
-    for input_name, tensor in data.items():
-        path = tmp_path / f"{input_name}.npy"
-        np.save(path, tensor.numpy())
-        inputs.append(f"--input={input_name}={path}")
+    data, inputs = models.write_data(name, 37, 11, tmp_path)
     base = {"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0.0,
             "optimizer": {"type": "AdamW", "params": {
                 "lr": 0.01, "torch_adam": True}}}
