@@ -10,13 +10,11 @@ gradient norm exceeds 1 on every step: without the default the trajectories
 part (checked)."""
 
 import json
-import pathlib
 import shutil
 import subprocess
 
 import numpy as np
 import pytest
-import torch
 
 import deepspeed_oracle
 import models
