@@ -86,6 +86,10 @@ LogicalResult rewriteFunction(func::FuncOp func, Type half) {
       }
       continue;
     }
+    // A constant keeps its value's type (a cast after it gives the 16-bit
+    // literal, which canonicalization folds).
+    if (isa<ConstantOp>(op))
+      continue;
     if (op->getNumRegions() != 0)
       return op->emitError() << "sharc-mixed-precision: ops with regions are "
                                 "not supported (run it on the forward model)";
@@ -97,10 +101,6 @@ LogicalResult rewriteFunction(func::FuncOp func, Type half) {
     SmallVector<Type> results;
     for (Type type : op->getResultTypes())
       results.push_back(withFloatElement(type, compute));
-    // A constant keeps its value's type (a cast after it gives the 16-bit
-    // literal, which canonicalization folds).
-    if (isa<ConstantOp>(op))
-      continue;
     OperationState state(op->getLoc(), op->getName(), operands, results,
                          op->getAttrs());
     Operation *rewritten = b.create(state);
