@@ -146,6 +146,7 @@ LogicalResult ProgramEmitter::collectBuffers() {
     } else if (auto state = step.getArgAttrOfType<StateAttr>(
                    i, SharcDialect::getStateAttrName())) {
       buffer.role = "state";
+      buffer.initialValue = state.getInitValue();
       buffer.name = state.getParam().empty()
                         ? state.getRole().str()
                         : (state.getParam() + "." + state.getRole()).str();
@@ -194,6 +195,7 @@ LogicalResult ProgramEmitter::collectBuffers() {
       lossBuffer = static_cast<int>(buffers.size());
     else if (buffer.name == "lr")
       lrBuffer = static_cast<int>(buffers.size());
+    outputBuffers[buffer.name] = static_cast<int>(buffers.size());
     buffers.push_back(std::move(buffer));
   }
   if (lossBuffer < 0 || lrBuffer < 0 || stepBuffer < 0)
@@ -555,7 +557,16 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
   if (library)
     return emitLibraryReturn(ret);
   Block &entry = step.getBody().front();
-  for (auto [r, value] : llvm::enumerate(ret.getOperands())) {
+  // Results that are arguments first: an output may return the value a
+  // state buffer held before the step (the loss scale the step used) while
+  // another result overwrites that buffer.
+  SmallVector<unsigned> order;
+  for (bool arguments : {true, false})
+    for (auto [r, value] : llvm::enumerate(ret.getOperands()))
+      if (isa<BlockArgument>(value) == arguments)
+        order.push_back(r);
+  for (unsigned r : order) {
+    Value value = ret.getOperand(r);
     int target = -1;
     for (StringRef attrName :
          {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()}) {
@@ -568,9 +579,7 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
     }
     if (auto name = step.getResultAttrOfType<StringAttr>(
             r, SharcDialect::getOutputAttrName()))
-      target = name.getValue() == "loss" ? lossBuffer
-               : name.getValue() == "lr" ? lrBuffer
-                                         : -1;
+      target = outputBuffer(name.getValue());
     if (target < 0)
       return ret.emitError() << "code generation: result " << r
                              << " of @train_step has no destination";
@@ -646,6 +655,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.shape.assign(buffer.shape.begin(), buffer.shape.end());
     entry.bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     entry.trainable = buffer.trainable;
+    entry.initialValue = buffer.initialValue;
     if (buffer.role == "param") {
       report.paramBytes += entry.bytes;
       if (buffer.trainable)
@@ -683,7 +693,9 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << ", " << cppStringLiteral(options.target) << ",\n  " << options.worldSize
      << ", " << options.microBatch << ", " << options.gradientAccumulation
      << ", " << report.arenaBytes << ",\n  " << buffers.size() << ", buffers, "
-     << lossBuffer << ", " << lrBuffer << ", " << stepBuffer << ",\n  {";
+     << lossBuffer << ", " << lrBuffer << ", " << stepBuffer << ", "
+     << outputBuffer("loss_scale") << ", " << outputBuffer("overflow") << ", "
+     << outputBuffer("at_min_scale") << ",\n  {";
   for (size_t k = 0; k < 4; ++k)
     os << (k ? ", " : "") << report.collectiveCalls[k] << "u";
   os << "},\n  {";

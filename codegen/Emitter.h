@@ -47,6 +47,9 @@ struct ReportBuffer {
   int64_t bytes = 0;
   /// True for a parameter the step updates (it has a gradient).
   bool trainable = false;
+  /// State only: the value of every element before the first step
+  /// (`#sharc.state<..., init = V>`).
+  double initialValue = 0;
 };
 
 /// What the emitted program needs per rank, for `sharc compile --report` and

@@ -243,6 +243,8 @@ private:
     /// Constant data as a C++ initializer list (constants only).
     std::string constantData;
     bool trainable = false;
+    /// State only: the value of every element before the first step.
+    double initialValue = 0;
   };
 
   LogicalResult collectBuffers();
@@ -348,6 +350,13 @@ private:
   std::vector<Buffer> buffers;
   DenseMap<Value, int> bufferOf;
   int lossBuffer = -1, lrBuffer = -1, stepBuffer = -1;
+  /// Output buffers by output name.
+  llvm::StringMap<int> outputBuffers;
+  /// The buffer of output `name`, -1 if there is none.
+  int outputBuffer(llvm::StringRef name) const {
+    auto it = outputBuffers.find(name);
+    return it == outputBuffers.end() ? -1 : it->second;
+  }
 
   llvm::StringMap<std::string> kernelNames;
   std::string kernelDefinitions;

@@ -193,6 +193,19 @@ def Sharc_GemmEpilogueAttr : AttrDef<Sharc_Dialect, "GemmEpilogue"> {
   let assemblyFormat = "`<` struct(params) `>`";
 }
 
+/// An f64 attribute parameter, 0 by default, printed as a float literal.
+def Sharc_F64Parameter : AttrOrTypeParameter<"::llvm::APFloat", "an f64"> {
+  let comparator = "$_lhs.bitwiseIsEqual($_rhs)";
+  let parser = [{ [&]() -> ::mlir::FailureOr<::llvm::APFloat> {
+      double value;
+      if ($_parser.parseFloat(value))
+        return ::mlir::failure();
+      return ::llvm::APFloat(value);
+    }() }];
+  let printer = [{ $_printer.printFloat($_self) }];
+  let defaultValue = "::llvm::APFloat(0.0)";
+}
+
 def Sharc_StateAttr : AttrDef<Sharc_Dialect, "State"> {
   let mnemonic = "state";
   let summary = "names a piece of training state";
@@ -203,11 +216,24 @@ def Sharc_StateAttr : AttrDef<Sharc_Dialect, "State"> {
     `momentum_buffer`, `step`, ...), `param` the sanitized name of the
     parameter it belongs to, or empty for state of the whole step (the step
     counter).  An argument and a result with equal attributes are the value
-    before and after the step.
+    before and after the step.  `init` is the value of every element before
+    the first step (0 when omitted; the loss scaler's state starts elsewhere,
+    e.g. `#sharc.state<"", "loss_scale", init = 65536.0>`).
   }];
   let parameters = (ins StringRefParameter<"parameter name">:$param,
-                        StringRefParameter<"kind of state">:$role);
-  let assemblyFormat = "`<` $param `,` $role `>`";
+                        StringRefParameter<"kind of state">:$role,
+                        Sharc_F64Parameter:$init);
+  let builders = [
+    AttrBuilder<(ins "::llvm::StringRef":$param, "::llvm::StringRef":$role,
+                     CArg<"double", "0.0">:$init), [{
+      return $_get($_ctxt, param, role, ::llvm::APFloat(init));
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    /// `init` as a double.
+    double getInitValue() const { return getInit().convertToDouble(); }
+  }];
+  let assemblyFormat = "`<` $param `,` $role (`,` `init` `=` $init^)? `>`";
 }
 
 //===----------------------------------------------------------------------===//

@@ -67,6 +67,10 @@ struct SchedulerOptions {
 /// The dynamic loss scaler's settings: DeepSpeed's `fp16` keys, with
 /// DeepSpeed's documented defaults.
 struct LossScaleOptions {
+  /// The largest initial_scale_power: 2^64 is already far beyond what any
+  /// fp16 gradient survives (fp16's largest finite value is 65504).
+  static constexpr int64_t kMaxInitialScalePower = 64;
+
   /// 2^initial_scale_power.
   double initialScale = 65536.0;
   /// loss_scale_window: clean steps between doublings.

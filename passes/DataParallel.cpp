@@ -88,10 +88,16 @@ static LogicalResult scaleLossSeeds(func::FuncOp step, int64_t worldSize) {
         last - 1, SharcDialect::getInputAttrName());
     if (!name || name.getValue() != "loss_seed")
       return WalkResult::advance();
-    Value seed = call.getOperand(last - 1);
+    // The seed is sharc-optimizer's constant, or sharc-loss-scale's product
+    // of it and the loss scale.
+    OpOperand *seedUse = &call->getOpOperand(last - 1);
+    if (auto product = seedUse->get().getDefiningOp<MulOp>())
+      seedUse = &product->getOpOperand(0);
+    Value seed = seedUse->get();
     if (!seed.getDefiningOp<ConstantOp>()) {
       call.emitError() << "sharc-data-parallel: the loss seed of this call "
-                          "is not a constant";
+                          "is neither a constant nor a constant times the "
+                          "loss scale";
       return WalkResult::interrupt();
     }
     int64_t microBatches = 1;
@@ -100,9 +106,8 @@ static LogicalResult scaleLossSeeds(func::FuncOp step, int64_t worldSize) {
     ImplicitLocOpBuilder b(seed.getLoc(), call);
     b.setInsertionPointAfterValue(seed);
     MathBuilder math(b);
-    call.setOperand(last - 1,
-                    math.constant(elementTypeOf(seed),
-                                  lossSeedValue(microBatches, worldSize)));
+    seedUse->set(math.constant(elementTypeOf(seed),
+                               lossSeedValue(microBatches, worldSize)));
     if (seed.use_empty())
       seed.getDefiningOp()->erase();
     return WalkResult::advance();

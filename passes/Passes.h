@@ -159,6 +159,17 @@ mlir::LogicalResult applyDataParallel(mlir::ModuleOp module,
 std::unique_ptr<mlir::Pass>
 createDataParallelPass(const TrainingOptions &options);
 
+/// Loss scaling and skipped steps in `@train_step` (sharc-loss-scale, see
+/// Passes.td): run after sharc-optimizer, before sharc-data-parallel.
+mlir::LogicalResult applyLossScaling(mlir::ModuleOp module,
+                                     const LossScalingOptions &options);
+
+/// The sharc-loss-scale options that `options.mixedPrecision` asks for:
+/// dynamic or static scaling for fp16, the overflow check alone for bf16
+/// with check_grad_overflow; none for fp32 and unchecked bf16.
+std::optional<LossScalingOptions>
+getLossScalingOptions(const TrainingOptions &options);
+
 /// The sharc-optimizer pass with `options`.
 std::unique_ptr<mlir::Pass>
 createOptimizerPass(const OptimizerOptions &options);

@@ -65,6 +65,50 @@ def Optimizer : Pass<"sharc-optimizer", "mlir::ModuleOp"> {
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }
 
+def LossScaling : Pass<"sharc-loss-scale", "mlir::ModuleOp"> {
+  let summary = "Loss scaling and skipped steps: DeepSpeed's fp16 loss scaler "
+                "in @train_step";
+  let description = [{
+    Runs after sharc-optimizer and before sharc-data-parallel (or a ZeRO
+    pass), on `@train_step`.  Every loss seed is multiplied by the loss
+    scale; one check over the complete gradients (the `sharc.gradients` op)
+    tells whether any element is infinite or NaN; the scale is updated as
+    DeepSpeed 0.19.8's DynamicLossScaler updates it; the gradients are
+    divided by the updated scale (as DeepSpeed divides them, after the
+    update); and a step whose gradients overflowed is skipped: parameters and
+    optimizer state keep their values, the learning-rate schedule and Adam's
+    step count do not advance (they count applied steps: `step` minus the new
+    `skipped_steps` state).  The scaler's state (`loss_scale`,
+    `loss_scale_hysteresis`, `last_overflow_step`) is training state; the
+    step returns the scale it used (`loss_scale`), whether it overflowed
+    (`overflow`) and whether it overflowed with the scale already at its
+    minimum (`at_min_scale`, where DeepSpeed stops).  `loss-scale` > 0 is a
+    static scale (no scaler state); `scaling=false` only skips steps whose
+    gradients are not finite (bf16's check_grad_overflow).  See
+    docs/passes.md and docs/training.md.
+  }];
+  let options = [
+    Option<"scaling", "scaling", "bool", "true",
+           "Scale the loss (false: only skip non-finite steps)">,
+    Option<"lossScale", "loss-scale", "double", "0.0",
+           "Static loss scale; 0: dynamic (fp16.loss_scale)">,
+    Option<"initialScalePower", "initial-scale-power", "int64_t", "16",
+           "Dynamic: the first scale is 2^N (fp16.initial_scale_power)">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
+           "Dynamic: clean steps before the scale doubles "
+           "(fp16.loss_scale_window)">,
+    Option<"hysteresis", "hysteresis", "int64_t", "2",
+           "Dynamic: overflows tolerated before the scale halves "
+           "(fp16.hysteresis)">,
+    Option<"consecutiveHysteresis", "consecutive-hysteresis", "bool", "false",
+           "Dynamic: a clean step refills the hysteresis "
+           "(fp16.consecutive_hysteresis)">,
+    Option<"minLossScale", "min-loss-scale", "double", "1.0",
+           "Dynamic: the smallest scale (fp16.min_loss_scale)">,
+  ];
+  let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
 def DataParallel : Pass<"sharc-data-parallel", "mlir::ModuleOp"> {
   let summary = "Makes @train_step data-parallel: loss seed, bucketed "
                 "gradient all-reduces, the mean loss";

@@ -26,12 +26,16 @@ struct TrainPipelineOptions
 };
 } // namespace
 
-/// Autodiff, the optimizer pass, data parallelism, then the clean-up.
+/// Autodiff, the optimizer pass, loss scaling (as `parallel`'s precision
+/// asks), data parallelism, then the clean-up.
 static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
                            std::unique_ptr<Pass> optimizer,
                            const TrainingOptions &parallel) {
   pm.addPass(createAutodiff(std::move(autodiff)));
   pm.addPass(std::move(optimizer));
+  if (std::optional<LossScalingOptions> scaling =
+          getLossScalingOptions(parallel))
+    pm.addPass(createLossScaling(*scaling));
   pm.addPass(createDataParallelPass(parallel));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

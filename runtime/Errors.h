@@ -9,6 +9,8 @@
 #ifndef SHARC_RUNTIME_ERRORS_H
 #define SHARC_RUNTIME_ERRORS_H
 
+#include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace sharc::rt {
@@ -17,6 +19,22 @@ namespace sharc::rt {
 /// exit code 1: MPI_Abort(MPI_COMM_WORLD, 1) when MPI is initialized (this ends
 /// every rank), exit(1) otherwise (R is then 0).
 [[noreturn]] void fatal(const std::string &message);
+
+/// Why a run stops when the gradients of step `step` overflowed with the
+/// loss scale already at its minimum `scale`, as DeepSpeed's
+/// DynamicLossScaler stops it (the evaluator and the binaries say the same).
+inline std::string lossScaleAtMinimumMessage(int64_t step, double scale) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.9g", scale);
+  return "step " + std::to_string(step) +
+         ": the gradients overflowed with the loss scale already at its "
+         "minimum (" +
+         text +
+         ", fp16.min_loss_scale), which cannot decrease further; DeepSpeed "
+         "stops here too (\"Current loss scale already at minimum - cannot "
+         "decrease scale anymore\").  Lower min_loss_scale, or find what "
+         "makes the gradients overflow";
+}
 
 } // namespace sharc::rt
 

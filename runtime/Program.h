@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 2;
+constexpr int kProgramAbiVersion = 3;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -26,8 +26,9 @@ enum class BufferRole {
   /// A trainable (or frozen) parameter: loaded from `weights/FILE`, updated
   /// in place by every step.
   param,
-  /// Optimizer state (`weights/FILE`, initially zeros) or the step
-  /// counter; updated in place by every step.
+  /// Optimizer or loss-scaler state, or a step counter (`weights/FILE`,
+  /// initially the state's `init`, zeros for optimizer state); updated in
+  /// place by every step.
   state,
   /// This rank's share of one data input for one step (micro-batch x GAS rows),
   /// filled by the data loader before every step.
@@ -37,7 +38,6 @@ enum class BufferRole {
   /// A constant tensor of the program: `constantData` is copied in once.
   constant,
 };
-
 
 constexpr int kMaxRank = 8;
 
@@ -84,6 +84,13 @@ struct ProgramInfo {
   int lossBuffer;
   int lrBuffer;
   int stepBuffer;
+  /// Indices of the outputs of loss scaling (sharc-loss-scale), -1 when the
+  /// program has none: the scale the step used (f64), whether its gradients
+  /// overflowed so that it was skipped (i1), and whether they overflowed
+  /// with the scale at its minimum (i1; the run must stop).
+  int scaleBuffer;
+  int overflowBuffer;
+  int atMinScaleBuffer;
   /// Planned collective calls and bytes (nccl-tests convention, see
   /// Communicator.h) per step on every rank, by CollectiveKind.
   uint64_t plannedCollectiveCalls[kNumCollectiveKinds];

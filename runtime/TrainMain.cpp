@@ -15,8 +15,8 @@
 #include "runtime/Device.h"
 #include "runtime/Errors.h"
 #include "runtime/Float16.h"
-#include "runtime/Npy.h"
 #include "runtime/Gemm.h"
+#include "runtime/Npy.h"
 #include "runtime/Program.h"
 #include "runtime/System.h"
 #include "runtime/ThreadPool.h"
@@ -87,7 +87,6 @@ const char *roleName(BufferRole role) {
   }
   return "?";
 }
-
 
 /// How a buffer of `type` is stored in a .npy file: bf16 as f32 (NumPy has no
 /// bfloat16; every bf16 value is exact in f32), i1 as NumPy's bool.
@@ -317,8 +316,7 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
       fail("constant '" + name + "' has no data");
     if (spec.role == BufferRole::param || spec.role == BufferRole::state) {
       std::string file = spec.file ? spec.file : "";
-      if (file.empty() || file.find('/') != std::string::npos ||
-          file[0] == '.')
+      if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
         fail("buffer '" + name + "' has file name '" + file + "'");
       if (!files.insert(file).second)
         fail("two buffers have file '" + file + "'");
@@ -338,8 +336,8 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
       fail(std::string(what) + " buffer index " + std::to_string(index) +
            " is out of range");
     const BufferSpec &spec = info.buffers[index];
-    bool typeOk = spec.type == DType::f64 ||
-                  (allowF32 && spec.type == DType::f32);
+    bool typeOk =
+        spec.type == DType::f64 || (allowF32 && spec.type == DType::f32);
     if (spec.role != role || spec.numElements != 1 || !typeOk)
       fail(std::string(what) + " buffer '" + spec.name + "' is a " +
            roleName(spec.role) + " " + dtypeName(spec.type) + " " +
@@ -348,6 +346,27 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
   checkScalar(info.lossBuffer, "loss", /*allowF32=*/true, BufferRole::output);
   checkScalar(info.lrBuffer, "learning-rate", /*allowF32=*/false,
               BufferRole::output);
+  if (info.scaleBuffer >= 0)
+    checkScalar(info.scaleBuffer, "loss-scale", /*allowF32=*/false,
+                BufferRole::output);
+  for (auto [index, what] :
+       {std::pair{info.overflowBuffer, "overflow"},
+        std::pair{info.atMinScaleBuffer, "at-min-scale"}}) {
+    if (index < 0)
+      continue;
+    if (index >= info.numBuffers)
+      fail(std::string(what) + " buffer index " + std::to_string(index) +
+           " is out of range");
+    const BufferSpec &spec = info.buffers[index];
+    if (spec.role != BufferRole::output || spec.numElements != 1 ||
+        spec.type != DType::i1)
+      fail(std::string(what) + " buffer '" + spec.name + "' is a " +
+           roleName(spec.role) + " " + dtypeName(spec.type) + " " +
+           shapeString(spec.shape, spec.rank));
+  }
+  if ((info.atMinScaleBuffer >= 0 && info.scaleBuffer < 0) ||
+      (info.scaleBuffer >= 0 && info.overflowBuffer < 0))
+    fail("a loss-scaled program needs its loss-scale and overflow outputs");
   if (info.stepBuffer >= 0) {
     if (info.stepBuffer >= info.numBuffers)
       fail("step buffer index " + std::to_string(info.stepBuffer) +
@@ -413,6 +432,13 @@ void saveBuffer(AtomicFileSet &files, const std::string &dir,
 }
 
 /// A scalar output as a double.
+/// The value of a one-element i1 output buffer.
+bool readFlag(const void *device) {
+  unsigned char value = 0;
+  copyToHost(&value, device, 1);
+  return value != 0;
+}
+
 double readScalar(const BufferSpec &spec, const void *device) {
   if (spec.type == DType::f32) {
     float value = 0;
@@ -574,15 +600,15 @@ int run(int argc, char **argv) {
       persistentBytes += static_cast<uint64_t>(spec.bytes);
   }
   if (deviceBytes > deviceMemoryBytes())
-    fatalOnce(comm, "this rank needs " + std::to_string(deviceBytes) +
-                        " bytes of " + deviceName() + " memory (arena " +
-                        std::to_string(info.arenaBytes) +
-                        ", parameters, state, constants and outputs " +
-                        std::to_string(persistentBytes) + ", inputs " +
-                        std::to_string(deviceBytes - info.arenaBytes -
-                                       persistentBytes) +
-                        "), more than the " +
-                        std::to_string(deviceMemoryBytes()) + " it has");
+    fatalOnce(
+        comm,
+        "this rank needs " + std::to_string(deviceBytes) + " bytes of " +
+            deviceName() + " memory (arena " + std::to_string(info.arenaBytes) +
+            ", parameters, state, constants and outputs " +
+            std::to_string(persistentBytes) + ", inputs " +
+            std::to_string(deviceBytes - info.arenaBytes - persistentBytes) +
+            "), more than the " + std::to_string(deviceMemoryBytes()) +
+            " it has");
   if (stagingBytes > hostMemoryBytes())
     fatalOnce(comm, "this rank needs " + std::to_string(stagingBytes) +
                         " bytes of host memory to stage one step's inputs, "
@@ -664,6 +690,7 @@ int run(int argc, char **argv) {
   comm.resetStats();
   double totalSeconds = 0;
   uint64_t measuredArena = 0;
+  int64_t skippedSteps = 0;
   Clock::time_point lastLine = Clock::now();
   for (int64_t s = 0; s < options.steps; ++s) {
     int64_t globalStep = firstStep + s;
@@ -700,16 +727,29 @@ int run(int argc, char **argv) {
     }
 
     bool last = s + 1 == options.steps;
-    if (s == 0 || (s + 1) % options.logEvery == 0 || last) {
+    bool overflow =
+        info.overflowBuffer >= 0 && readFlag(buffers[info.overflowBuffer]);
+    skippedSteps += overflow;
+    bool stop = info.atMinScaleBuffer >= 0 && overflow &&
+                readFlag(buffers[info.atMinScaleBuffer]);
+    if (s == 0 || (s + 1) % options.logEvery == 0 || last || overflow || stop) {
       double loss = readScalar(lossSpec, buffers[info.lossBuffer]);
       double lr = readScalar(lrSpec, buffers[info.lrBuffer]);
       if (isRoot) {
-        std::printf("step %" PRId64 " loss %.9g lr %.9g ms %.3f tokens/s "
-                    "%.1f\n",
-                    globalStep + 1, loss, lr, seconds * 1e3,
-                    seconds > 0 ? tokensPerStep / seconds : 0.0);
+        std::printf("step %" PRId64 " loss %.9g lr %.9g", globalStep + 1, loss,
+                    lr);
+        if (info.scaleBuffer >= 0)
+          std::printf(" scale %.9g", readScalar(info.buffers[info.scaleBuffer],
+                                                buffers[info.scaleBuffer]));
+        std::printf(" ms %.3f tokens/s %.1f%s\n", seconds * 1e3,
+                    seconds > 0 ? tokensPerStep / seconds : 0.0,
+                    overflow ? " skipped" : "");
         std::fflush(stdout);
       }
+      if (stop)
+        fatal(lossScaleAtMinimumMessage(
+            globalStep + 1, readScalar(info.buffers[info.scaleBuffer],
+                                       buffers[info.scaleBuffer])));
       lastLine = Clock::now();
     } else if (isRoot &&
                std::chrono::duration<double>(Clock::now() - lastLine).count() >=
@@ -740,6 +780,9 @@ int run(int argc, char **argv) {
     std::printf("summary: steps %" PRId64 ", mean step ms %.3f, tokens/s "
                 "%.1f\n",
                 options.steps, meanMs, tokensPerSecond);
+    if (info.overflowBuffer >= 0)
+      std::printf("summary: skipped steps %" PRId64 " (gradients not finite)\n",
+                  skippedSteps);
     std::printf("summary: arena bytes planned %" PRId64 " measured %" PRIu64
                 "\n",
                 info.arenaBytes, measuredArena);

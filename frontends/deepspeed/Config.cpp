@@ -797,10 +797,6 @@ const StringLiteral bf16Keys[] = {
 /// the config sets none.
 constexpr double kTorchAdamWDefaultWeightDecay = 0.01;
 
-/// The largest initial_scale_power: 2^64 is already far beyond what any
-/// fp16 gradient survives (fp16's largest finite value is 65504).
-constexpr int64_t kMaxInitialScalePower = 64;
-
 Error ConfigReader::readFp16(const json::Value &value) {
   Expected<const json::Object *> block = object("fp16", value);
   if (!block)
@@ -837,9 +833,10 @@ Error ConfigReader::readFp16(const json::Value &value) {
     }
     // initial_scale_power, loss_scale_window, hysteresis, min_loss_scale:
     // integers, as DeepSpeed declares them.
-    Range range = key == "initial_scale_power"
-                      ? Range{0.0, double(kMaxInitialScalePower)}
-                      : atLeastOne;
+    Range range =
+        key == "initial_scale_power"
+            ? Range{0.0, double(LossScaleOptions::kMaxInitialScalePower)}
+            : atLeastOne;
     Expected<int64_t> parsed = integer(path, item, range);
     if (!parsed)
       return parsed.takeError();
@@ -885,19 +882,9 @@ Error ConfigReader::checkPrecision() {
     return fail(bf16Key, "bfloat16 and fp16 modes cannot be simultaneously "
                          "enabled (as in DeepSpeed)");
   if (fp16Enabled)
-    return fail("fp16",
-                "not supported yet (fp16 mixed precision with loss scaling)");
-  if (!bf16Enabled)
-    return Error::success();
-  // DeepSpeed 0.19.8 skips a bf16 step whose gradients are not finite unless
-  // told not to; sharc cannot skip steps yet, so it asks rather than train
-  // differently.
-  if (options.mixedPrecision.bf16CheckOverflow)
-    return fail(bf16Key, "skipping steps whose gradients are not finite "
-                         "(check_grad_overflow, on unless set to false) is "
-                         "not supported yet; set \"check_grad_overflow\": "
-                         "false to train in bf16 without it");
-  options.mixedPrecision.precision = Precision::bf16;
+    options.mixedPrecision.precision = Precision::fp16;
+  else if (bf16Enabled)
+    options.mixedPrecision.precision = Precision::bf16;
   return Error::success();
 }
 

@@ -11,6 +11,7 @@ mean over the rank's micro-batches, averaged over the ranks, as sharc's
 binaries print it.
 
     losses = deepspeed_oracle.train("mlp", config, data, steps=10, ranks=2)
+    steps = deepspeed_oracle.train_steps(...)  # losses, scales, skips
 """
 
 import json
@@ -78,10 +79,12 @@ def _worker(rank, ranks, port, name, config, data, steps, result_path):
     micro = engine.train_micro_batch_size_per_gpu()
     gas = engine.gradient_accumulation_steps()
     total = next(iter(data.values())).shape[0]
-    losses = []
+    records = []
     for step in range(steps):
         rows = _rank_rows(step, rank, ranks, micro, gas, total)
         batch = [tensor[rows] for tensor in data.values()]
+        # The loss scale this step's backward uses (1 without fp16).
+        scale = float(getattr(engine.optimizer, "loss_scale", 1.0))
         local = 0.0
         for g in range(gas):
             inputs = [t[g * micro:(g + 1) * micro] for t in batch]
@@ -91,19 +94,28 @@ def _worker(rank, ranks, port, name, config, data, steps, result_path):
             local += loss.item()
         mean = torch.tensor([local / gas], dtype=torch.float64)
         dist.all_reduce(mean)
-        losses.append(mean.item() / ranks)
+        records.append({"loss": mean.item() / ranks, "scale": scale,
+                        "skipped": not engine.was_step_applied()})
     if rank == 0:
-        pathlib.Path(result_path).write_text(json.dumps(losses))
+        pathlib.Path(result_path).write_text(json.dumps(records))
     dist.barrier()
 
 
-def train(name, config, data, steps, ranks):
-    """DeepSpeed's per-step losses training model `name` of models.py with
+def train_steps(name, config, data, steps, ranks):
+    """Every step of DeepSpeed training model `name` of models.py with
     `config` (a dict) on `data` (name -> tensor, the model's inputs in order)
-    for `steps` steps on `ranks` gloo ranks."""
+    for `steps` steps on `ranks` gloo ranks: a dict per step with its `loss`,
+    the loss `scale` its backward used (1 without fp16) and whether the
+    engine `skipped` its update (gradients not finite)."""
     with tempfile.TemporaryDirectory() as directory:
-        result = pathlib.Path(directory) / "losses.json"
+        result = pathlib.Path(directory) / "steps.json"
         mp.start_processes(_worker, nprocs=ranks, start_method="spawn",
                            args=(ranks, _free_port(), name, config, data,
                                  steps, str(result)))
         return json.loads(result.read_text())
+
+
+def train(name, config, data, steps, ranks):
+    """DeepSpeed's per-step losses (train_steps)."""
+    return [step["loss"]
+            for step in train_steps(name, config, data, steps, ranks)]

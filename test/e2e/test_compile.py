@@ -551,3 +551,92 @@ def test_bf16_binary_matches_evaluator(sharc, tmp_path, name, ranks):
     fp32 = sharc("eval", model, "--train", "--steps", 6, *RECIPE,
                  "--grad-accum", ranks, *inputs)
     assert parse_steps(fp32.stdout)[0] != losses
+
+
+SCALED_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+) scale (\S+)"
+                         r"(?: ms \S+ tokens/s \S+)?( skipped)?$", re.MULTILINE)
+# A first scale high enough that the first steps overflow, a window short
+# enough that it grows again within the run.
+FP16 = ["--precision", "fp16", "--initial-scale-power", "24",
+        "--loss-scale-window", "3"]
+
+
+def expected_scales(skipped, scale, window, hysteresis):
+    """The scale of every step given which steps overflowed, by DeepSpeed
+    0.19.8's DynamicLossScaler rule (docs/semantics.md), written out here as
+    the test's independent reference."""
+    scales, left, last = [], hysteresis, -1
+    for step, overflow in enumerate(skipped):
+        scales.append(scale)
+        if overflow:
+            if hysteresis == 1 or left == 1:
+                scale = max(scale / 2, 1.0)
+            else:
+                left -= 1
+            last = step
+        else:
+            stable = step - last - 1
+            if stable > 0 and stable % window == 0:
+                left, scale = hysteresis, scale * 2
+    return scales
+
+
+def fp16_runs(sharc, tmp_path, name, ranks, steps=14):
+    """The fp16 step lines of the binary on `ranks` ranks and of the
+    evaluator (GAS `ranks`), as (step, loss, lr, scale, skipped) tuples."""
+    case = models.make_training_case(name)
+    model = tmp_path / f"{name}.onnx"
+    models.export(case, model)
+    _, inputs = models.write_data(name, 37, 3, tmp_path)
+    out = tmp_path / "out"
+    result = sharc("compile", model, *FP16, *RECIPE, "--world-size", ranks,
+                   "-o", out)
+    assert result.returncode == 0, result.stderr
+    run = mpirun(ranks, out / "train", *inputs, "--steps", steps)
+    assert run.returncode == 0, run.stderr
+    reference = sharc("eval", model, "--train", "--steps", steps, *FP16,
+                      *RECIPE, "--grad-accum", ranks, *inputs)
+    assert reference.returncode == 0, reference.stderr
+    binary = SCALED_LINE.findall(run.stdout)
+    evaluated = SCALED_LINE.findall(reference.stdout)
+    assert len(binary) == steps and len(evaluated) == steps, run.stdout
+    skipped = sum(bool(line[4]) for line in binary)
+    assert re.search(rf"^summary: skipped steps {skipped} ", run.stdout,
+                     re.MULTILINE), run.stdout
+    return binary, evaluated
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("name", ["mlp", "gpt", "bert", "cnn"])
+def test_fp16_binary_matches_evaluator(sharc, tmp_path, name, ranks):
+    """--precision fp16 with DeepSpeed's dynamic loss scaler: the CPU
+    binary prints `sharc eval --train`'s step lines, scale and skipped steps
+    included, digit for digit on one rank (GPT aside: see
+    test_fp16_gpt_digits).  On two ranks (against the evaluator's GAS 2,
+    another summation order) the scales and skipped steps are the same and
+    the losses agree within 1e-3, as for bf16.  The scales follow
+    DeepSpeed's rule from the skipped steps, and the run overflows (the
+    first scale, 2^24, is too high) and recovers."""
+    binary, evaluated = fp16_runs(sharc, tmp_path, name, ranks)
+    if ranks == 1 and name != "gpt":
+        assert binary == evaluated
+    assert [(k, s, x) for k, _, _, s, x in binary] == [
+        (k, s, x) for k, _, _, s, x in evaluated]
+    np.testing.assert_allclose([float(line[1]) for line in binary],
+                               [float(line[1]) for line in evaluated],
+                               rtol=1e-3)
+    scales = [float(line[3]) for line in binary]
+    skipped = [bool(line[4]) for line in binary]
+    assert skipped[0] and not all(skipped), binary
+    assert scales == expected_scales(skipped, 2.0 ** 24, 3, 2)
+
+
+@pytest.mark.xfail(strict=True, reason="open: on GPT a few f16 GEMM results "
+                   "of the binary round differently from the evaluator's "
+                   "(4 of 4096 gradient elements after one step); "
+                   "docs/codegen.md, 16-bit code")
+def test_fp16_gpt_digits(sharc, tmp_path):
+    """The digit-for-digit equality of test_fp16_binary_matches_evaluator,
+    on GPT (one rank)."""
+    binary, evaluated = fp16_runs(sharc, tmp_path, "gpt", 1)
+    assert binary == evaluated

@@ -141,10 +141,6 @@ CONFIG_ERRORS = {
         {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5}}},
         ["scheduler.params: WarmupDecayLR requires 'total_num_steps'"],
     ),
-    "fp16-not-supported-yet": (
-        {"fp16": {"enabled": True, "loss_scale": 0}},
-        ["fp16: not supported yet (fp16 mixed precision with loss scaling)"],
-    ),
     "zero-not-supported-yet": (
         {"zero_optimization": {"stage": 2}},
         ["zero_optimization: not supported yet (ZeRO sharding, stage 2)"],
@@ -206,16 +202,6 @@ CONFIG_ERRORS = {
     "fp16-and-bf16": (
         {"fp16": {"enabled": True}, "bf16": {"enabled": True}},
         ["bf16: bfloat16 and fp16 modes cannot be simultaneously enabled"],
-    ),
-    "bf16-overflow-skipping-not-supported-yet": (
-        {"bf16": {"enabled": True}},
-        ["bf16: skipping steps whose gradients are not finite "
-         "(check_grad_overflow, on unless set to false) is not supported yet; "
-         'set "check_grad_overflow": false'],
-    ),
-    "bfloat16-overflow-skipping-not-supported-yet": (
-        {"bfloat16": {"enabled": True, "check_grad_overflow": True}},
-        ["bfloat16: skipping steps whose gradients are not finite"],
     ),
     "zero-unknown-key": (
         {"zero_optimization": {"stage": 0, "reduce_bucket_sizee": 5000}},
@@ -370,20 +356,71 @@ def test_features_left_off_are_accepted(sharc, mlp):
 
 
 def test_bf16_config_equals_the_flag(sharc, mlp):
-    """bf16.enabled (with check_grad_overflow off) trains as --precision bf16
-    does, and not as fp32 does; the old name bfloat16 too."""
-    from_flag = train(sharc, mlp, "--precision", "bf16", "--clip", "1")
-    assert from_flag.returncode == 0, from_flag.stderr
-    for key in ("bf16", "bfloat16"):
-        from_config = train(sharc, mlp, config={
-            key: {"enabled": True, "check_grad_overflow": False}})
-        assert from_config.returncode == 0, from_config.stderr
-        assert from_config.stdout == from_flag.stdout
-    assert from_flag.stdout != train(sharc, mlp, "--clip", "1").stdout
-    assert_error(train(sharc, mlp, "--precision", "fp16"),
-                 "--precision fp16 is not supported yet")
+    """bf16.enabled trains as --precision bf16 does (with check_grad_overflow
+    on, DeepSpeed's default, or off as --check-grad-overflow=false), and not
+    as fp32 does; the old name bfloat16 too."""
+    for check, flags in ((True, []), (False, ["--check-grad-overflow=false"])):
+        from_flag = train(sharc, mlp, "--precision", "bf16", "--clip", "1",
+                          *flags)
+        assert from_flag.returncode == 0, from_flag.stderr
+        for key in ("bf16", "bfloat16"):
+            from_config = train(sharc, mlp, config={
+                key: {"enabled": True, "check_grad_overflow": check}})
+            assert from_config.returncode == 0, from_config.stderr
+            assert from_config.stdout == from_flag.stdout
+        assert from_flag.stdout != train(sharc, mlp, "--clip", "1").stdout
     assert_error(train(sharc, mlp, "--precision", "int8"),
-                 "--precision 'int8': expected fp32 or bf16")
+                 "--precision 'int8': expected fp32, fp16 or bf16")
+
+
+def test_fp16_config_equals_the_flags(sharc, mlp):
+    """The fp16 block's keys and the scaler's flags mean the same: each
+    setting changes the run (the scale line), and a config and its flags
+    print the same lines."""
+    settings = {"initial_scale_power": 20, "loss_scale_window": 2,
+                "hysteresis": 1, "consecutive_hysteresis": True,
+                "min_loss_scale": 2}
+    flags = ["--initial-scale-power", "20", "--loss-scale-window", "2",
+             "--hysteresis", "1", "--consecutive-hysteresis",
+             "--min-loss-scale", "2"]
+    from_config = train(sharc, mlp, config={
+        "fp16": dict(settings, enabled=True)})
+    assert from_config.returncode == 0, from_config.stderr
+    from_flags = train(sharc, mlp, "--precision", "fp16", "--clip", "1",
+                       *flags)
+    assert from_flags.returncode == 0, from_flags.stderr
+    assert from_config.stdout == from_flags.stdout
+    assert " scale 1048576" in from_config.stdout, from_config.stdout
+    # Defaults: 2^16.
+    default = train(sharc, mlp, "--precision", "fp16")
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.splitlines()[0].endswith(" scale 65536"), default.stdout
+    # A static scale.
+    static = train(sharc, mlp, config={"fp16": {"enabled": True,
+                                                "loss_scale": 100}})
+    assert static.returncode == 0, static.stderr
+    assert static.stdout == train(sharc, mlp, "--precision", "fp16",
+                                  "--loss-scale", "100", "--clip", "1").stdout
+    assert all(line.endswith(" scale 100")
+               for line in static.stdout.splitlines()), static.stdout
+
+
+def test_precision_flags_that_do_not_apply(sharc, mlp):
+    """The scaler's flags belong to fp16 (the dynamic ones to dynamic
+    scaling), --check-grad-overflow to bf16: elsewhere they are errors."""
+    assert_error(train(sharc, mlp, "--hysteresis", "1"),
+                 "--hysteresis does not apply to --precision fp32")
+    assert_error(train(sharc, mlp, "--precision", "bf16", "--loss-scale", "8"),
+                 "--loss-scale does not apply to --precision bf16")
+    assert_error(train(sharc, mlp, "--precision", "fp16", "--loss-scale", "8",
+                       "--loss-scale-window", "4"),
+                 "--loss-scale-window does not apply to a static loss scale")
+    assert_error(train(sharc, mlp, "--precision", "fp16",
+                       "--check-grad-overflow"),
+                 "--check-grad-overflow does not apply to --precision fp16")
+    assert_error(train(sharc, mlp, "--precision", "fp16",
+                       "--initial-scale-power", "65"),
+                 "--initial-scale-power must be in [0, 64], got 65")
 
 
 def test_precision_blocks_left_off_are_accepted(sharc, mlp):

@@ -298,7 +298,8 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
 }
 
 /// The initial value of persistent buffer `buffer`: a parameter from the
-/// model, zeros for optimizer state and the step counter.
+/// model, its `init` (zero unless stated) for optimizer and scaler state and
+/// the step counter.
 FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
                                const LoadedModel &model) {
   static const std::map<std::string, DType> types = {{"f32", DType::f32},
@@ -311,8 +312,12 @@ FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
     fail("'" + buffer.name + "' has unsupported type " + buffer.type);
     return failure();
   }
-  if (buffer.role == "state")
-    return Tensor(type->second, buffer.shape);
+  if (buffer.role == "state") {
+    Tensor state(type->second, buffer.shape);
+    for (int64_t i = 0, e = state.numElements(); i < e; ++i)
+      state.setDouble(i, buffer.initialValue);
+    return state;
+  }
   auto known = model.parameters.find(buffer.name);
   if (known == model.parameters.end()) {
     fail("parameter '" + buffer.name +

@@ -19,6 +19,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Regex.h"
 
+#include <cmath>
 #include <memory>
 #include <type_traits>
 
@@ -113,12 +114,39 @@ struct TrainFlags {
 #include "ir/TrainingOptions.def"
   Flag<std::string> precision{
       "precision",
-      cl::desc("Compute precision: fp32 or bf16 (bf16: compute in bf16 with "
-               "fp32 master weights; bf16.enabled)"),
-      cl::value_desc("fp32|bf16"),
+      cl::desc("Compute precision: fp32, fp16 or bf16 (16 bits: compute in "
+               "16 bits with fp32 master weights; fp16.enabled, "
+               "bf16.enabled)"),
+      cl::value_desc("fp32|fp16|bf16"),
       cl::sub(sub),
       cl::sub(compile),
       cl::cat(category)};
+  // The loss scaler (fp16 only) and bf16's overflow check.
+  template <typename T> Flag<T> scalerFlag(const char *name, const char *desc) {
+    return Flag<T>(llvm::StringRef(name), cl::desc(desc), valueName<T>(),
+                   cl::sub(sub), cl::sub(compile), cl::cat(category));
+  }
+  Flag<double> lossScale = scalerFlag<double>(
+      "loss-scale", "fp16: a static loss scale; 0 scales dynamically "
+                    "(fp16.loss_scale)");
+  Flag<int64_t> initialScalePower = scalerFlag<int64_t>(
+      "initial-scale-power", "fp16: the first dynamic scale is 2^N "
+                             "(fp16.initial_scale_power)");
+  Flag<int64_t> lossScaleWindow = scalerFlag<int64_t>(
+      "loss-scale-window", "fp16: clean steps before the scale doubles "
+                           "(fp16.loss_scale_window)");
+  Flag<int64_t> hysteresis = scalerFlag<int64_t>(
+      "hysteresis", "fp16: overflows tolerated before the scale halves "
+                    "(fp16.hysteresis)");
+  Flag<bool> consecutiveHysteresis = scalerFlag<bool>(
+      "consecutive-hysteresis", "fp16: a clean step refills the hysteresis "
+                                "(fp16.consecutive_hysteresis)");
+  Flag<double> minLossScale =
+      scalerFlag<double>("min-loss-scale", "fp16: the smallest dynamic scale "
+                                           "(fp16.min_loss_scale)");
+  Flag<bool> checkGradOverflow = scalerFlag<bool>(
+      "check-grad-overflow", "bf16: skip a step whose gradients are not "
+                             "finite (bf16.check_grad_overflow; default on)");
   Flag<std::string> betas{"betas",
                           cl::desc("Adam: moment decays "
                                    "(optimizer.params.betas)"),
@@ -132,6 +160,10 @@ struct TrainFlags {
   std::vector<cl::Option *> all() {
     std::vector<cl::Option *> result = {&steps, &config, &dumpState, &dumpGrads,
                                         &loss,  &freeze, &precision};
+    result.insert(result.end(),
+                  {&lossScale, &initialScalePower, &lossScaleWindow,
+                   &hysteresis, &consecutiveHysteresis, &minLossScale,
+                   &checkGradOverflow});
 #define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
   result.push_back(&FIELD);
 #define SHARC_BETA_OPTION(FIELD, NAME, DESC, KEY)                              \
@@ -212,19 +244,64 @@ LogicalResult applyFlags(TrainingOptions &options) {
     }
   }
 
+  PrecisionOptions &precision = options.mixedPrecision;
   if (given(f.precision)) {
-    if (f.precision == "fp32") {
-      options.mixedPrecision.precision = Precision::fp32;
-    } else if (f.precision == "bf16") {
-      options.mixedPrecision.precision = Precision::bf16;
-    } else if (f.precision == "fp16") {
-      fail("--precision fp16 is not supported yet (it needs dynamic loss "
-           "scaling)");
-      return failure();
-    } else {
-      fail("--precision '" + f.precision + "': expected fp32 or bf16");
+    std::optional<Precision> chosen =
+        llvm::StringSwitch<std::optional<Precision>>(f.precision)
+            .Case("fp32", Precision::fp32)
+            .Case("fp16", Precision::fp16)
+            .Case("bf16", Precision::bf16)
+            .Default(std::nullopt);
+    if (!chosen) {
+      fail("--precision '" + f.precision + "': expected fp32, fp16 or bf16");
       return failure();
     }
+    precision.precision = *chosen;
+  }
+  LossScaleOptions &scaler = precision.lossScale;
+  override(f.lossScale, precision.staticLossScale);
+  override(f.lossScaleWindow, scaler.window);
+  override(f.hysteresis, scaler.hysteresis);
+  override(f.consecutiveHysteresis, scaler.consecutiveHysteresis);
+  override(f.minLossScale, scaler.minScale);
+  override(f.checkGradOverflow, precision.bf16CheckOverflow);
+  if (given(f.initialScalePower)) {
+    if (f.initialScalePower < 0 ||
+        f.initialScalePower > LossScaleOptions::kMaxInitialScalePower) {
+      fail("--initial-scale-power must be in [0, " +
+           Twine(LossScaleOptions::kMaxInitialScalePower) + "], got " +
+           Twine(int64_t(f.initialScalePower)));
+      return failure();
+    }
+    scaler.initialScale = std::ldexp(1.0, int(f.initialScalePower));
+  }
+  // The scaler's flags apply to fp16 (its dynamic ones to dynamic scaling),
+  // the overflow check to bf16.
+  bool fp16 = precision.precision == Precision::fp16;
+  bool dynamic = fp16 && precision.staticLossScale == 0;
+  std::pair<cl::Option *, bool> precisionFlags[] = {
+      {&f.lossScale, fp16},
+      {&f.initialScalePower, dynamic},
+      {&f.lossScaleWindow, dynamic},
+      {&f.hysteresis, dynamic},
+      {&f.consecutiveHysteresis, dynamic},
+      {&f.minLossScale, dynamic},
+      {&f.checkGradOverflow, precision.precision == Precision::bf16}};
+  StringRef precisionName = precision.precision == Precision::fp16   ? "fp16"
+                            : precision.precision == Precision::bf16 ? "bf16"
+                                                                     : "fp32";
+  for (auto [flag, applies] : precisionFlags) {
+    if (!given(*flag) || applies)
+      continue;
+    if (fp16 && flag != &f.checkGradOverflow)
+      fail("--" + flag->ArgStr +
+           " does not apply to a static loss scale (fp16.loss_scale > 0)");
+    else
+      fail("--" + flag->ArgStr + " does not apply to --precision " +
+           precisionName +
+           (flag == &f.checkGradOverflow ? "; it is bf16's"
+                                         : "; it sets fp16's loss scaler"));
+    return failure();
   }
 
   SchedulerOptions &schedule = options.scheduler;

@@ -14,6 +14,7 @@
 #include "ir/SharcOps.h"
 #include "passes/Passes.h"
 #include "runtime/AtomicFile.h"
+#include "runtime/Errors.h"
 #include "runtime/Npy.h"
 #include "tools/sharc/Diagnostics.h"
 #include "tools/sharc/Options.h"
@@ -303,6 +304,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     auto type = cast<RankedTensorType>(step.getArgument(i).getType());
     if (StateAttr state = getStateAttr(step, i)) {
       args[i] = Tensor(*dtypeOf(type.getElementType()), type.getShape());
+      for (int64_t j = 0, e = args[i].numElements(); j < e; ++j)
+        args[i].setDouble(j, state.getInitValue());
       continue;
     }
     ParamAttr param = getParamAttr(step, i);
@@ -355,7 +358,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
                   "; every data input needs the same number of rows");
   // Where each result goes back in: equal sharc.param / sharc.state.
   std::vector<std::pair<unsigned, unsigned>> feedback;
-  std::optional<unsigned> lossResult, lrResult;
+  std::optional<unsigned> lossResult, lrResult, scaleResult, overflowResult,
+      atMinResult;
   for (unsigned r = 0, e = step.getNumResults(); r < e; ++r) {
     for (StringRef attrName :
          {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()}) {
@@ -371,6 +375,12 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       lossResult = r;
     else if (name == "lr")
       lrResult = r;
+    else if (name == "loss_scale")
+      scaleResult = r;
+    else if (name == "overflow")
+      overflowResult = r;
+    else if (name == "at_min_scale")
+      atMinResult = r;
   }
   if (!lossResult || !lrResult)
     return fail("@train_step has no 'loss' or 'lr' result");
@@ -390,8 +400,17 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       return 1;
     llvm::outs() << "step " << k + 1 << " loss "
                  << formatScalar((*results)[*lossResult].getDouble(0)) << " lr "
-                 << formatScalar((*results)[*lrResult].getDouble(0)) << "\n";
+                 << formatScalar((*results)[*lrResult].getDouble(0));
+    if (scaleResult)
+      llvm::outs() << " scale "
+                   << formatScalar((*results)[*scaleResult].getDouble(0));
+    if (overflowResult && (*results)[*overflowResult].getDouble(0) != 0)
+      llvm::outs() << " skipped";
+    llvm::outs() << "\n";
     llvm::outs().flush();
+    if (atMinResult && (*results)[*atMinResult].getDouble(0) != 0)
+      return fail(rt::lossScaleAtMinimumMessage(
+          k + 1, (*results)[*scaleResult].getDouble(0)));
     for (auto [result, arg] : feedback)
       args[arg] = std::move((*results)[result]);
   }
