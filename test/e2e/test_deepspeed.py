@@ -136,3 +136,176 @@ def test_bf16_training_within_deepspeeds_own_bf16_spread(sharc, tmp_path):
     np.testing.assert_allclose(runs["fp32"], ds_fp32, rtol=RTOL)
     # ... and sharc's bf16 run is not its fp32 run.
     assert np.max(np.abs(runs["bf16"] - runs["fp32"]) / runs["fp32"]) > 1e-5
+
+
+def scaled_steps(stdout):
+    """(scale, skipped) of every step line of an fp16 run."""
+    steps = []
+    for line in stdout.splitlines():
+        if line.startswith("step "):
+            words = line.split()
+            steps.append((float(words[words.index("scale") + 1]),
+                          words[-1] == "skipped"))
+    return steps
+
+
+# fp16 conformance: the scales and skipped steps of DeepSpeed's engine and of
+# sharc's binary on 2 ranks, with inf (or NaN) planted in the data of chosen
+# steps, on one rank's share or the other's.  The first scale is low enough
+# that neither side overflows by itself (DeepSpeed computes the loss in
+# fp16, sharc in fp32: their own overflows would differ by design), the
+# windows short so that the scale grows within the run.
+FP16_STEPS = 14
+FP16_CASES = {
+    # name: (ZeRO stage of DeepSpeed, fp16 block, {step: (rank, value)})
+    "hysteresis-2": (1, {"initial_scale_power": 6, "loss_scale_window": 3,
+                         "hysteresis": 2},
+                     {3: (0, "inf"), 4: (1, "inf"), 5: (0, "nan"),
+                      11: (1, "inf")}),
+    "hysteresis-1": (1, {"initial_scale_power": 6, "loss_scale_window": 2,
+                         "hysteresis": 1},
+                     {2: (0, "inf"), 6: (1, "nan"), 7: (0, "inf")}),
+    "consecutive-hysteresis": (1, {"initial_scale_power": 6,
+                                   "loss_scale_window": 4, "hysteresis": 2,
+                                   "consecutive_hysteresis": True},
+                               {3: (0, "inf"), 5: (1, "inf"), 6: (0, "inf"),
+                                8: (1, "inf")}),
+    "static": (1, {"loss_scale": 128}, {4: (0, "inf"), 9: (1, "nan")}),
+    # DeepSpeed's stage-0 fp16 optimizer halves on every overflow: sharc's
+    # scaler with hysteresis 1.
+    "stage-0": (0, {"initial_scale_power": 6, "loss_scale_window": 3,
+                    "hysteresis": 1},
+                {3: (0, "inf"), 4: (1, "inf"), 10: (0, "nan")}),
+}
+
+
+def planted_data(name, steps, micro, ranks, plants, directory):
+    """Inputs of `steps` steps without wrapping, with `value` in the first
+    float input of rank `rank`'s share of each planted step (1-based)."""
+    rows = steps * micro * ranks
+    data, inputs = models.write_data(name, rows, 17, directory)
+    first = next(iter(data))
+    for step, (rank, value) in plants.items():
+        row = (step - 1) * micro * ranks + rank * micro + 1
+        data[first][row, 0] = float(value)
+    np.save(f"{directory}/{first}.npy", data[first].numpy())
+    return data, inputs
+
+
+@pytest.mark.parametrize("case", FP16_CASES)
+def test_fp16_scales_and_skips_match_deepspeed(sharc, tmp_path, case):
+    stage, scaler, plants = FP16_CASES[case]
+    name, ranks, micro = "mlp", 2, 8
+    training = models.make_training_case(name)
+    model = tmp_path / f"{name}.onnx"
+    models.export(training, model)
+    data, inputs = planted_data(name, FP16_STEPS, micro, ranks, plants,
+                                tmp_path)
+    config = {"train_micro_batch_size_per_gpu": micro,
+              "optimizer": {"type": "AdamW", "params": {
+                  "lr": 0.01, "torch_adam": True}},
+              "fp16": dict(scaler, enabled=True)}
+    expected = deepspeed_oracle.train_steps(
+        name, dict(config, zero_optimization={"stage": stage}), data,
+        FP16_STEPS, ranks)
+    config_path = tmp_path / "ds_config.json"
+    config_path.write_text(json.dumps(config))
+    out = tmp_path / "out"
+    compiled = sharc("compile", model, "--config", config_path,
+                     "--world-size", ranks, "-o", out)
+    assert compiled.returncode == 0, compiled.stderr
+    run = mpirun(ranks, out / "train", *inputs, "--steps", FP16_STEPS)
+    assert run.returncode == 0, run.stderr
+    got = scaled_steps(run.stdout)
+    assert got == [(step["scale"], step["skipped"]) for step in expected], (
+        got, expected)
+    # Every planted step is skipped, and only those.
+    assert [k + 1 for k, (_, skipped) in enumerate(got) if skipped] == sorted(
+        plants)
+    # The first step's loss (same weights and data; DeepSpeed computes the
+    # forward in fp16 up to the loss, sharc its loss in fp32) within 1%; the
+    # trajectories are bounded by test_fp16_training_within_deepspeeds_own_spread.
+    assert losses_of(run.stdout)[0] == pytest.approx(expected[0]["loss"],
+                                                     rel=1e-2)
+
+
+def test_fp16_stops_at_the_minimum_scale_as_deepspeed(sharc, tmp_path):
+    """An overflow with the scale already at min_loss_scale ends the run, in
+    DeepSpeed (ZeRO's DynamicLossScaler raises) and in sharc (exit 1, after
+    the step line, with DeepSpeed's reason), at the same step."""
+    name, ranks, micro = "mlp", 2, 8
+    training = models.make_training_case(name)
+    model = tmp_path / f"{name}.onnx"
+    models.export(training, model)
+    plants = {2: (0, "inf"), 3: (1, "inf")}
+    data, inputs = planted_data(name, 5, micro, ranks, plants, tmp_path)
+    config = {"train_micro_batch_size_per_gpu": micro,
+              "optimizer": {"type": "AdamW", "params": {
+                  "lr": 0.01, "torch_adam": True}},
+              "fp16": {"enabled": True, "initial_scale_power": 5,
+                       "min_loss_scale": 16, "hysteresis": 1}}
+    with pytest.raises(Exception, match="already at minimum"):
+        deepspeed_oracle.train_steps(
+            name, dict(config, zero_optimization={"stage": 1}), data, 5, ranks)
+    config_path = tmp_path / "ds_config.json"
+    config_path.write_text(json.dumps(config))
+    out = tmp_path / "out"
+    compiled = sharc("compile", model, "--config", config_path,
+                     "--world-size", ranks, "-o", out)
+    assert compiled.returncode == 0, compiled.stderr
+    run = mpirun(ranks, out / "train", *inputs, "--steps", 5)
+    assert run.returncode == 1, run.stdout
+    assert "step 3: the gradients overflowed with the loss scale already at " \
+        "its minimum (16" in run.stderr, run.stderr
+    assert scaled_steps(run.stdout) == [(32.0, False), (32.0, True),
+                                        (16.0, True)]
+    # The evaluator stops there too.
+    evaluated = sharc("eval", model, "--train", "--steps", 5, "--config",
+                      config_path, "--grad-accum", ranks, *inputs)
+    assert evaluated.returncode == 1
+    assert "already at its minimum" in evaluated.stderr
+
+
+def test_fp16_training_within_deepspeeds_own_spread(sharc, tmp_path):
+    """fp16 with the dynamic scaler against DeepSpeed's fp16 engine (ZeRO
+    stage 1, 2 ranks) on clean data: the same scales and no skipped step, and
+    losses within twice DeepSpeed's own fp16-versus-fp32 spread on the same
+    run (as for bf16: DeepSpeed runs the loss in fp16, sharc in fp32); and
+    sharc's fp16 run is not its fp32 run."""
+    name, ranks, micro, steps = "mlp", 2, 8, 10
+    training = models.make_training_case(name)
+    model = tmp_path / f"{name}.onnx"
+    models.export(training, model)
+    data, inputs = models.write_data(name, steps * micro * ranks, 11, tmp_path)
+    base = {"train_micro_batch_size_per_gpu": micro, "gradient_clipping": 0.0,
+            "optimizer": {"type": "AdamW", "params": {
+                "lr": 0.01, "torch_adam": True}}}
+    fp16 = dict(base, fp16={"enabled": True, "initial_scale_power": 8,
+                            "loss_scale_window": 4})
+    ds_fp32 = np.array(deepspeed_oracle.train(name, base, data, steps, ranks))
+    ds_fp16 = deepspeed_oracle.train_steps(
+        name, dict(fp16, zero_optimization={"stage": 1}), data, steps, ranks)
+
+    runs = {}
+    for label, config in (("fp32", base), ("fp16", fp16)):
+        path = tmp_path / f"ds-{label}.json"
+        path.write_text(json.dumps(config))
+        out = tmp_path / f"out-{label}"
+        compiled = sharc("compile", model, "--config", path, "--world-size",
+                         ranks, "-o", out)
+        assert compiled.returncode == 0, compiled.stderr
+        run = mpirun(ranks, out / "train", *inputs, "--steps", steps)
+        assert run.returncode == 0, run.stderr
+        runs[label] = run.stdout
+    assert scaled_steps(runs["fp16"]) == [
+        (step["scale"], step["skipped"]) for step in ds_fp16]
+    assert not any(step["skipped"] for step in ds_fp16)
+    ds_losses = np.array([step["loss"] for step in ds_fp16])
+    spread = np.max(np.abs(ds_losses - ds_fp32))
+    assert spread > 0
+    losses = np.array(losses_of(runs["fp16"]))
+    assert np.max(np.abs(losses - ds_losses)) <= 2 * spread, (
+        losses, ds_losses, spread)
+    fp32 = np.array(losses_of(runs["fp32"]))
+    np.testing.assert_allclose(fp32, ds_fp32, rtol=RTOL)
+    assert np.max(np.abs(losses - fp32) / fp32) > 1e-5
