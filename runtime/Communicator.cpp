@@ -103,8 +103,8 @@ void Communicator::wait(uint64_t ticket) { doWait(ticket); }
 
 void Communicator::waitAll() { doWait(started); }
 
-uint64_t Communicator::doStartAllReduce(void *buffer, size_t count,
-                                        DType type, ReduceOp op) {
+uint64_t Communicator::doStartAllReduce(void *buffer, size_t count, DType type,
+                                        ReduceOp op) {
   doAllReduce(buffer, count, type, op);
   return ++started;
 }
@@ -224,29 +224,33 @@ template <typename T> T combine(T a, T b, ReduceOp op) {
 }
 
 /// out[i] = parts[0][i] op parts[1][i] op ... op parts[n-1][i], folded left in
-/// part order; `parts` is n consecutive arrays of `count` T.
-template <typename T>
+/// part order in `Acc` and converted once; `parts` is n consecutive arrays of
+/// `count` T.  Floats accumulate in double and round once, as the evaluator's
+/// collectives do (ir/EvalCollectives.cpp), so that a binary on N ranks
+/// reproduces `sharc eval --train --world-size N` bit for bit.
+template <typename T, typename Acc = T>
 void fold(const void *parts, void *out, size_t count, int n, ReduceOp op) {
   const T *in = static_cast<const T *>(parts);
   T *result = static_cast<T *>(out);
   for (size_t i = 0; i < count; ++i) {
-    T acc = in[i];
+    Acc acc = in[i];
     for (int j = 1; j < n; ++j)
-      acc = combine(acc, in[j * count + i], op);
-    result[i] = acc;
+      acc = combine(acc, Acc(in[j * count + i]), op);
+    result[i] = T(acc);
   }
 }
 
-/// fold() for 16-bit floats: accumulates in f32, rounds once.
+/// fold() for 16-bit floats: accumulates in double, rounds once (through
+/// round-to-odd f32, which rounds as directly from double).
 template <float (*toFloat)(uint16_t), uint16_t (*fromFloat)(float)>
 void fold16(const void *parts, void *out, size_t count, int n, ReduceOp op) {
   const uint16_t *in = static_cast<const uint16_t *>(parts);
   uint16_t *result = static_cast<uint16_t *>(out);
   for (size_t i = 0; i < count; ++i) {
-    float acc = toFloat(in[i]);
+    double acc = toFloat(in[i]);
     for (int j = 1; j < n; ++j)
-      acc = combine(acc, toFloat(in[j * count + i]), op);
-    result[i] = fromFloat(acc);
+      acc = combine(acc, double(toFloat(in[j * count + i])), op);
+    result[i] = fromFloat(roundToOddFloat(acc));
   }
 }
 
@@ -254,7 +258,7 @@ void foldParts(const void *parts, void *out, size_t count, int n, DType type,
                ReduceOp op) {
   switch (type) {
   case DType::f32:
-    return fold<float>(parts, out, count, n, op);
+    return fold<float, double>(parts, out, count, n, op);
   case DType::f64:
     return fold<double>(parts, out, count, n, op);
   case DType::i32:

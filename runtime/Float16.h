@@ -77,6 +77,22 @@ inline uint16_t floatToBFloat16(float f) {
   return uint16_t(bits >> 16);
 }
 
+/// `x` rounded to float toward zero, with the last bit set when inexact
+/// (round to odd): rounding that to 16 bits gives the same result as
+/// rounding `x` itself (float has 24 >= p + 2 bits).
+inline float roundToOddFloat(double x) {
+  float f = static_cast<float>(x);
+  if (static_cast<double>(f) == x || x != x)
+    return f;
+  if (__builtin_fabs(static_cast<double>(f)) > __builtin_fabs(x))
+    f = __builtin_nextafterf(f, 0.0f);
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, sizeof(bits));
+  bits |= 1;
+  __builtin_memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 } // namespace sharc::rt
 
 #endif // SHARC_RUNTIME_FLOAT16_H

@@ -70,21 +70,7 @@ using math::wrapSub;
 // double directly, as the evaluator does.
 //===----------------------------------------------------------------------===//
 
-/// `x` rounded to float toward zero, with the last bit set when inexact
-/// (round to odd): rounding that to 16 bits gives the same result as
-/// rounding `x` itself (float has 24 >= p + 2 bits).
-inline float roundToOddFloat(double x) {
-  float f = static_cast<float>(x);
-  if (static_cast<double>(f) == x || x != x)
-    return f;
-  if (__builtin_fabs(static_cast<double>(f)) > __builtin_fabs(x))
-    f = __builtin_nextafterf(f, 0.0f);
-  uint32_t bits;
-  __builtin_memcpy(&bits, &f, sizeof(bits));
-  bits |= 1;
-  __builtin_memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+using rt::roundToOddFloat;
 
 /// IEEE binary16 storage.
 struct f16 {

@@ -555,3 +555,14 @@ def test_grad_accum_flag_is_checked_against_the_config(sharc, mlp):
     config = {"train_batch_size": 16}
     assert_error(train(sharc, mlp, "--grad-accum", "3", config=config),
                  "train_batch_size 16", "gradient_accumulation_steps 3")
+
+
+def test_dump_grads_needs_one_rank(sharc, mlp, tmp_path):
+    """The evaluator simulates --world-size N ranks, but --dump-grads writes
+    one rank's gradients: with N > 1 it is an error, and nothing is
+    written."""
+    grads = tmp_path / "grads"
+    assert_error(train(sharc, mlp, "--world-size", "2", "--dump-grads", grads),
+                 "--dump-grads needs one rank (--world-size 1)")
+    assert not grads.exists()
+    assert train(sharc, mlp, "--world-size", "2").returncode == 0

@@ -95,8 +95,9 @@ TEST(MpiCommunicator, AllReduceSum16BitRoundsOnce) {
     EXPECT_EQ(halfToFloat(halves[i]), expected) << i;
     EXPECT_EQ(bfloat16ToFloat(bfloats[i]), expected) << i;
   }
-  // Every rank adds 2^-11 to 1 (each below half an f16 ulp of 1): in f32 the
-  // N-way sum is N + N * 2^-11, rounded once to f16, not N roundings.
+  // Every rank adds 2^-11 to 1 (each below half an f16 ulp of 1): in double
+  // the N-way sum is 1 + (N - 1) * 2^-11, rounded once to f16, not N
+  // roundings.
   uint16_t one = floatToHalf(1.0f), tiny = floatToHalf(0x1p-11f);
   std::vector<uint16_t> pair = {comm.rank() == 0 ? one : tiny, tiny};
   comm.allReduce(pair.data(), 2, DType::f16, ReduceOp::sum);
@@ -117,12 +118,13 @@ TEST(MpiCommunicator, AllReduceIsBitwiseIdenticalOnEveryRank) {
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < buffer.size(); ++i)
       ASSERT_EQ(all[r * buffer.size() + i], buffer[i]) << r << " " << i;
-  // The documented order: a left fold over ranks 0, 1, ..., N-1.
+  // The documented order: a left fold over ranks 0, 1, ..., N-1 in double,
+  // rounded once to float (as the evaluator's collectives sum).
   for (size_t i = 0; i < buffer.size(); ++i) {
-    float expected = 1.0f / float(3 + i) * (i % 2 ? 1e7f : 1.0f);
+    double sum = 1.0f / float(3 + i) * (i % 2 ? 1e7f : 1.0f);
     for (int r = 1; r < n; ++r)
-      expected += 1.0f / float(3 + i + 7 * r) * (i % 2 ? 1e7f : 1.0f);
-    EXPECT_EQ(buffer[i], expected) << i;
+      sum += 1.0f / float(3 + i + 7 * r) * (i % 2 ? 1e7f : 1.0f);
+    EXPECT_EQ(buffer[i], float(sum)) << i;
   }
 }
 
@@ -305,8 +307,8 @@ TEST(MpiCommunicator, StartedAllReducesOverlapAndCompleteInOrder) {
   for (size_t b = 0; b < buffers.size(); ++b) {
     for (size_t i = 0; i < buffers[b].size(); ++i)
       buffers[b][i] = float(input(comm.rank(), i + 1000 * b));
-    tickets.push_back(comm.startAllReduce(
-        buffers[b].data(), buffers[b].size(), DType::f32, ReduceOp::sum));
+    tickets.push_back(comm.startAllReduce(buffers[b].data(), buffers[b].size(),
+                                          DType::f32, ReduceOp::sum));
   }
   double busy = 0;
   for (int i = 0; i < 100000; ++i)
@@ -328,8 +330,8 @@ TEST(MpiCommunicator, StartedAllReducesOverlapAndCompleteInOrder) {
   uint64_t bytes = 257 * 4;
   EXPECT_EQ(stats.bytes, 3 * (2 * uint64_t(n - 1) * bytes / n));
   // A blocking collective after started ones waits for them first.
-  uint64_t last = comm.startAllReduce(buffers[0].data(), 1, DType::f32,
-                                      ReduceOp::max);
+  uint64_t last =
+      comm.startAllReduce(buffers[0].data(), 1, DType::f32, ReduceOp::max);
   comm.barrier();
   comm.wait(last);
 }

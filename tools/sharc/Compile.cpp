@@ -406,8 +406,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (failed(replaceableOutput(outDir)))
     return 1;
 
-  FailureOr<TrainingOptions> options =
-      resolveTrainingOptions(model.entry, /*compiled=*/true);
+  FailureOr<TrainingOptions> options = resolveTrainingOptions(model.entry);
   if (failed(options))
     return 1;
 

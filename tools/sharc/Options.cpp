@@ -407,8 +407,7 @@ FailureOr<int64_t> microBatchOf(func::FuncOp forward, std::string &source) {
 
 } // namespace
 
-FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward,
-                                                         bool compiled) {
+FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward) {
   TrainingOptions options;
   BatchSizeConfig batch;
   if (given(flags->config)) {
@@ -423,11 +422,6 @@ FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward,
   options.function = forward.getSymName().str();
   if (failed(applyFlags(options)))
     return failure();
-  if (options.worldSize > 1 && !compiled) {
-    fail("world-size > 1 needs a compiled program (sharc compile), the "
-         "evaluator CLI runs one rank");
-    return failure();
-  }
   if (given(flags->gradAccum))
     batch.gradAccumSteps = flags->gradAccum;
   if (batch.gradAccumSteps && *batch.gradAccumSteps < 1) {

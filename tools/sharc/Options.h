@@ -29,10 +29,9 @@ void registerTrainingFlags(llvm::cl::SubCommand &eval,
 
 /// The training options from --config and the flags, with the batch sizes
 /// settled against the micro-batch of `forward` (dim 0 of its inputs) and
-/// --world-size ranks, which only a compiled program (`compiled`) may set
-/// above 1.  Prints the error and fails on bad options.
+/// --world-size ranks.  Prints the error and fails on bad options.
 mlir::FailureOr<TrainingOptions>
-resolveTrainingOptions(mlir::func::FuncOp forward, bool compiled);
+resolveTrainingOptions(mlir::func::FuncOp forward);
 
 /// True when --train was given.
 bool trainingRequested();

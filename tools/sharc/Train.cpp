@@ -258,8 +258,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
   int64_t steps = trainingSteps();
   if (steps < 1)
     return fail("--steps must be at least 1");
-  FailureOr<TrainingOptions> options =
-      resolveTrainingOptions(model.entry, /*compiled=*/false);
+  FailureOr<TrainingOptions> options = resolveTrainingOptions(model.entry);
   if (failed(options))
     return 1;
 
@@ -386,18 +385,40 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     return fail("@train_step has no 'loss' or 'lr' result");
 
   std::optional<std::string> gradsDir = dumpGradsDir();
+  int64_t ranks = options->worldSize;
+  if (gradsDir && ranks > 1)
+    return fail("--dump-grads needs one rank (--world-size 1)");
+  // Every simulated rank holds its own copy of the state; rank r trains on
+  // its block of each step's global batch, as the training binary's loader
+  // shards it (docs/runtime.md, "Sharding rule").
+  std::vector<std::vector<Tensor>> rankArgs(ranks, args);
   for (int64_t k = 0; k < steps; ++k) {
-    for (auto &[index, stream] : data) {
-      int64_t rows = cast<RankedTensorType>(step.getArgument(index).getType())
-                         .getDimSize(0);
-      args[index] = takeRows(stream, (k * rows) % stream.shape()[0], rows);
-    }
+    for (int64_t r = 0; r < ranks; ++r)
+      for (auto &[index, stream] : data) {
+        int64_t rows = cast<RankedTensorType>(step.getArgument(index).getType())
+                           .getDimSize(0);
+        rankArgs[r][index] = takeRows(
+            stream, (k * rows * ranks + r * rows) % stream.shape()[0], rows);
+      }
     if (k + 1 == steps && gradsDir &&
-        failed(dumpGradients(*model.module, *options, step, args, *gradsDir)))
+        failed(dumpGradients(*model.module, *options, step, rankArgs[0],
+                             *gradsDir)))
       return 1;
-    FailureOr<std::vector<Tensor>> results = evaluate(step, args);
-    if (failed(results))
-      return 1;
+    std::vector<std::vector<Tensor>> allResults;
+    if (ranks == 1) {
+      FailureOr<std::vector<Tensor>> single = evaluate(step, rankArgs[0]);
+      if (failed(single))
+        return 1;
+      allResults.push_back(std::move(*single));
+    } else {
+      FailureOr<std::vector<std::vector<Tensor>>> multi =
+          evaluateRanks(step, rankArgs);
+      if (failed(multi))
+        return 1;
+      allResults = std::move(*multi);
+    }
+    // The ranks agree on the loss (its all-reduced mean) and the scale.
+    std::vector<Tensor> *results = &allResults.front();
     llvm::outs() << "step " << k + 1 << " loss "
                  << formatScalar((*results)[*lossResult].getDouble(0)) << " lr "
                  << formatScalar((*results)[*lrResult].getDouble(0));
@@ -411,12 +432,13 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     if (atMinResult && (*results)[*atMinResult].getDouble(0) != 0)
       return fail(rt::lossScaleAtMinimumMessage(
           k + 1, (*results)[*scaleResult].getDouble(0)));
-    for (auto [result, arg] : feedback)
-      args[arg] = std::move((*results)[result]);
+    for (int64_t r = 0; r < ranks; ++r)
+      for (auto [result, arg] : feedback)
+        rankArgs[r][arg] = std::move(allResults[r][result]);
   }
 
   std::optional<std::string> stateDir = dumpStateDir();
-  if (stateDir && failed(dumpState(step, args, *stateDir)))
+  if (stateDir && failed(dumpState(step, rankArgs[0], *stateDir)))
     return 1;
   return 0;
 }
