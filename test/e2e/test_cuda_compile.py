@@ -17,6 +17,7 @@ e2e-cuda-compile only when the build found nvcc and NCCL.  A model the code
 generator cannot emit yet (the CNN's convolutions) is skipped, not failed.
 """
 
+import json
 import os
 import pathlib
 import re
@@ -217,3 +218,27 @@ def test_fatbin_reader_matches_cuobjdump(work):
     assert result.returncode == 0, result.stderr
     assert sorted(entries_from_fatbin(binary)) == sorted(
         entries_from_cuobjdump(binary))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_cuda_sixteen_bit_program_builds(sharc, exported, work, precision):
+    """A 16-bit training step compiles and links for the GPU: f16/bf16
+    storage in the kernels, 16-bit GEMMs through cuBLASLt, and for fp16 the
+    loss scaler's state and outputs."""
+    out = work / f"gpt-{precision}-sm_90"
+    result = sharc("compile", exported("gpt"), "--target", "cuda",
+                   "--precision", precision, "--optimizer", "adamw", "-o", out,
+                   timeout=600)
+    if result.returncode != 0 and UNSUPPORTED in result.stderr:
+        pytest.skip(result.stderr.strip().splitlines()[-1])
+    assert result.returncode == 0, result.stderr
+    assert (out / "train").is_file()
+    source = (out / "program.cu").read_text()
+    storage = "sharc::kern::f16" if precision == "fp16" else "sharc::kern::bf16"
+    assert storage in source
+    assert f"DType::{'f16' if precision == 'fp16' else 'bf16'}" in source
+    manifest = json.loads((out / "manifest.json").read_text())
+    states = {buffer["name"] for buffer in manifest["buffers"]
+              if buffer["role"] == "state"}
+    assert "skipped_steps" in states
+    assert ("loss_scale" in states) == (precision == "fp16")
