@@ -64,6 +64,11 @@ struct ProgramReport {
   int64_t paramBytes = 0;
   int64_t gradientBytes = 0;
   int64_t stateBytes = 0;
+  /// Bytes of the 16-bit compute copies of the parameters (sharc-mixed-
+  /// precision casts each fp32 master weight once per step; they live in
+  /// the arena): one 16-bit result of the shape of each parameter read
+  /// directly by an op.
+  int64_t computeCopyBytes = 0;
   /// By runtime CollectiveKind: all-reduce, reduce-scatter, all-gather,
   /// broadcast.
   std::array<uint64_t, 4> collectiveCalls{};

@@ -152,6 +152,7 @@ def test_manifest_lists_every_state_tensor(sharc, case):
     states = [b for b in roles["state"] if b["name"] != "step"]
     assert len(states) == 2 * len(params)  # exp_avg and exp_avg_sq
     assert manifest["optimizer_state_bytes"] == sum(b["bytes"] for b in roles["state"])
+    assert manifest["compute_copy_bytes"] == 0  # fp32: no 16-bit copies
     assert not (out / "train").exists()
     # The optimizer writes parameters and moments in place: the only copies
     # into persistent buffers left are the loss and the learning rate.
@@ -544,6 +545,12 @@ def test_bf16_binary_matches_evaluator(sharc, tmp_path, name, ranks):
     result = sharc("compile", model, "--precision", "bf16", *RECIPE,
                    "--world-size", ranks, "-o", out)
     assert result.returncode == 0, result.stderr
+    # The fp32 masters are the parameters; the bf16 copies, at most one per
+    # parameter (not those only the fp32 policy ops read), are half as big.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert 0 < manifest["compute_copy_bytes"] <= manifest["parameter_bytes"] // 2
+    assert all(buffer["type"] == "f32" for buffer in manifest["buffers"]
+               if buffer["role"] == "param")
     run = mpirun(ranks, out / "train", *inputs, "--steps", 6)
     assert run.returncode == 0, run.stderr
     reference = sharc("eval", model, "--train", "--steps", 6, "--precision",
@@ -600,6 +607,12 @@ def fp16_runs(sharc, tmp_path, name, ranks, steps=14):
     result = sharc("compile", model, *FP16, *RECIPE, "--world-size", ranks,
                    "-o", out)
     assert result.returncode == 0, result.stderr
+    # The scaler's state starts where DeepSpeed's does.
+    first = {name: np.load(out / "weights" / f"{name}.npy").item()
+             for name in ("loss_scale", "loss_scale_hysteresis",
+                          "last_overflow_step", "skipped_steps", "step")}
+    assert first == {"loss_scale": 2.0 ** 24, "loss_scale_hysteresis": 2,
+                     "last_overflow_step": -1, "skipped_steps": 0, "step": 0}
     run = mpirun(ranks, out / "train", *inputs, "--steps", steps)
     assert run.returncode == 0, run.stderr
     reference = sharc("eval", model, "--train", "--steps", steps, *FP16,

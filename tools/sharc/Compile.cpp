@@ -349,6 +349,11 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
   os << "report: per rank: parameter bytes " << report.paramBytes
      << ", gradient bytes " << report.gradientBytes
      << ", optimizer state bytes " << report.stateBytes << "\n";
+  if (report.computeCopyBytes)
+    os << "report: per rank: 16-bit compute copies of the parameters "
+       << report.computeCopyBytes
+       << " bytes (in the arena, cast from the fp32 master weights each "
+          "step; the parameter bytes above are the fp32 masters)\n";
   static const char *const names[] = {"all-reduce", "reduce-scatter",
                                       "all-gather", "broadcast"};
   uint64_t total = 0;
@@ -496,6 +501,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"parameter_bytes", report.paramBytes},
       {"gradient_bytes", report.gradientBytes},
       {"optimizer_state_bytes", report.stateBytes},
+      {"compute_copy_bytes", report.computeCopyBytes},
       {"kernels", report.numKernels},
       {"gemm_calls_per_step", report.numGemmCalls},
       {"gemm_epilogues_per_step", report.numGemmEpilogues},
