@@ -37,16 +37,54 @@ struct MatmulShape {
   int64_t lhsCols, rhsCols;
 };
 
+/// The batch dimensions of a matmul's operands and result, with the trailing
+/// ones along which the rhs is broadcast (and the untransposed lhs is not)
+/// folded into the rows: a stack of lhs matrices times one rhs is one taller
+/// GEMM, as the code generator calls it (codegen/EmitLinalg.cpp), so that the
+/// BLAS sees the same shapes and rounds the same way.
+struct MatmulBatch {
+  SmallVector<int64_t> lhs, rhs, out;
+};
+
+MatmulBatch foldBatch(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
+                      MatmulShape &s) {
+  MatmulBatch batch{SmallVector<int64_t>(lhs.shape().drop_back(2)),
+                    SmallVector<int64_t>(rhs.shape().drop_back(2)),
+                    SmallVector<int64_t>(out.shape().drop_back(2))};
+  auto trailing = [](ArrayRef<int64_t> dims, size_t outRank, size_t d) {
+    // Dimension d of the result, right-aligned in `dims` (1 where absent).
+    size_t missing = outRank - dims.size();
+    return d < missing ? int64_t(1) : dims[d - missing];
+  };
+  if (s.transposeLhs)
+    return batch;
+  size_t rank = batch.out.size();
+  size_t keep = rank;
+  while (keep > 0) {
+    size_t d = keep - 1;
+    if (trailing(batch.rhs, rank, d) != 1 ||
+        trailing(batch.lhs, rank, d) != batch.out[d])
+      break;
+    s.m *= batch.out[d];
+    --keep;
+  }
+  auto truncate = [&](SmallVector<int64_t> &dims) {
+    size_t missing = rank - dims.size();
+    dims.resize(keep > missing ? keep - missing : 0);
+  };
+  truncate(batch.lhs);
+  truncate(batch.rhs);
+  batch.out.resize(keep);
+  return batch;
+}
+
 /// Calls `fn(lhsOffset, rhsOffset, outOffset)` for each matrix of the
 /// broadcast batch.
 template <typename Fn>
-void forEachBatch(const Tensor &lhs, const Tensor &rhs, const Tensor &out,
-                  const MatmulShape &s, Fn fn) {
-  ArrayRef<int64_t> batch = out.shape().drop_back(2);
-  SmallVector<int64_t> lhsStrides =
-      broadcastStrides(lhs.shape().drop_back(2), batch);
-  SmallVector<int64_t> rhsStrides =
-      broadcastStrides(rhs.shape().drop_back(2), batch);
+void forEachBatch(const MatmulBatch &shapes, const MatmulShape &s, Fn fn) {
+  ArrayRef<int64_t> batch = shapes.out;
+  SmallVector<int64_t> lhsStrides = broadcastStrides(shapes.lhs, batch);
+  SmallVector<int64_t> rhsStrides = broadcastStrides(shapes.rhs, batch);
   for (int64_t &stride : lhsStrides)
     stride *= s.m * s.k;
   for (int64_t &stride : rhsStrides)
@@ -110,9 +148,10 @@ LogicalResult evalMatmul(const OpCall &call, MatmulOp op) {
   s.k = s.transposeLhs ? lhs.shape()[lhs.rank() - 2] : s.lhsCols;
   if (out.numElements() == 0 || s.k == 0)
     return success();
+  MatmulBatch shapes = foldBatch(lhs, rhs, out, s);
 
   if (!out.isFloat()) {
-    forEachBatch(lhs, rhs, out, s, [&](int64_t a, int64_t b, int64_t c) {
+    forEachBatch(shapes, s, [&](int64_t a, int64_t b, int64_t c) {
       integerMatmul(s, &lhs.ints()[a], &rhs.ints()[b], &out.ints()[c]);
     });
     wrapInPlace(out);
@@ -125,7 +164,7 @@ LogicalResult evalMatmul(const OpCall &call, MatmulOp op) {
     std::vector<float> a(lhs.floats().begin(), lhs.floats().end());
     std::vector<float> b(rhs.floats().begin(), rhs.floats().end());
     std::vector<float> c(out.numElements());
-    forEachBatch(lhs, rhs, out, s, [&](int64_t ao, int64_t bo, int64_t co) {
+    forEachBatch(shapes, s, [&](int64_t ao, int64_t bo, int64_t co) {
       gemm<float>(s, &a[ao], &b[bo], &c[co]);
     });
     llvm::copy(c, out.floats().begin());
@@ -133,7 +172,7 @@ LogicalResult evalMatmul(const OpCall &call, MatmulOp op) {
     return success();
   }
   // f64 accumulates in double.
-  forEachBatch(lhs, rhs, out, s, [&](int64_t a, int64_t b, int64_t c) {
+  forEachBatch(shapes, s, [&](int64_t a, int64_t b, int64_t c) {
     gemm<double>(s, &lhs.floats()[a], &rhs.floats()[b], &out.floats()[c]);
   });
   roundInPlace(out);
