@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import re
+import select
 import shutil
 import subprocess
 import time
@@ -289,6 +290,12 @@ def test_a_rank_that_dies_ends_every_rank(sharc, tmp_path):
                 break
             time.sleep(0.1)
         assert len(victims) >= 2, "the ranks did not start"
+        # Past MPI's start-up on both ranks: the first step line (it needs
+        # both) has been printed.  A rank killed during MPI_Init ends the job
+        # through another path, with another message.
+        ready, _, _ = select.select([job.stdout], [], [], 60)
+        assert ready and job.stdout.readline().startswith("step 1 "), \
+            "no first step line"
         os.kill(victims[-1], 9)
         _, stderr = job.communicate(timeout=60)
     finally:
