@@ -179,6 +179,18 @@ FP16_CASES = {
 }
 
 
+def compile_config(sharc, model, config, ranks, directory, label="ds"):
+    """Writes `config` as DIRECTORY/LABEL.json and compiles `model` with it
+    for `ranks` ranks into DIRECTORY/out-LABEL; returns both paths."""
+    config_path = directory / f"{label}.json"
+    config_path.write_text(json.dumps(config))
+    out = directory / f"out-{label}"
+    compiled = sharc("compile", model, "--config", config_path,
+                     "--world-size", ranks, "-o", out)
+    assert compiled.returncode == 0, compiled.stderr
+    return config_path, out
+
+
 def planted_data(name, steps, micro, ranks, plants, directory):
     """Inputs of `steps` steps without wrapping, with `value` in the first
     float input of rank `rank`'s share of each planted step (1-based)."""
@@ -208,12 +220,7 @@ def test_fp16_scales_and_skips_match_deepspeed(sharc, tmp_path, case):
     expected = deepspeed_oracle.train_steps(
         name, dict(config, zero_optimization={"stage": stage}), data,
         FP16_STEPS, ranks)
-    config_path = tmp_path / "ds_config.json"
-    config_path.write_text(json.dumps(config))
-    out = tmp_path / "out"
-    compiled = sharc("compile", model, "--config", config_path,
-                     "--world-size", ranks, "-o", out)
-    assert compiled.returncode == 0, compiled.stderr
+    config_path, out = compile_config(sharc, model, config, ranks, tmp_path)
     run = mpirun(ranks, out / "train", *inputs, "--steps", FP16_STEPS)
     assert run.returncode == 0, run.stderr
     got = scaled_steps(run.stdout)
@@ -247,12 +254,7 @@ def test_fp16_stops_at_the_minimum_scale_as_deepspeed(sharc, tmp_path):
     with pytest.raises(Exception, match="already at minimum"):
         deepspeed_oracle.train_steps(
             name, dict(config, zero_optimization={"stage": 1}), data, 5, ranks)
-    config_path = tmp_path / "ds_config.json"
-    config_path.write_text(json.dumps(config))
-    out = tmp_path / "out"
-    compiled = sharc("compile", model, "--config", config_path,
-                     "--world-size", ranks, "-o", out)
-    assert compiled.returncode == 0, compiled.stderr
+    config_path, out = compile_config(sharc, model, config, ranks, tmp_path)
     run = mpirun(ranks, out / "train", *inputs, "--steps", 5)
     assert run.returncode == 1, run.stdout
     assert "step 3: the gradients overflowed with the loss scale already at " \
@@ -288,12 +290,7 @@ def test_fp16_training_within_deepspeeds_own_spread(sharc, tmp_path):
 
     runs = {}
     for label, config in (("fp32", base), ("fp16", fp16)):
-        path = tmp_path / f"ds-{label}.json"
-        path.write_text(json.dumps(config))
-        out = tmp_path / f"out-{label}"
-        compiled = sharc("compile", model, "--config", path, "--world-size",
-                         ranks, "-o", out)
-        assert compiled.returncode == 0, compiled.stderr
+        _, out = compile_config(sharc, model, config, ranks, tmp_path, label)
         run = mpirun(ranks, out / "train", *inputs, "--steps", steps)
         assert run.returncode == 0, run.stderr
         runs[label] = run.stdout
