@@ -182,9 +182,13 @@ FailureOr<std::string> ProgramEmitter::loadScalar(KernelText &kernel,
     return failure();
   std::string member =
       kernel.pointer(storageType(element), /*isConst=*/true, *pointer);
-  std::string load = member + "[" +
-                     broadcastIndex(tensorType(value).getShape(), iteration) +
-                     "]";
+  std::string index = broadcastIndex(tensorType(value).getShape(), iteration);
+  // A 16-bit operand read at a broadcast index goes through gather16, which
+  // x86's vector gathers (32- and 64-bit only) can vectorize.
+  bool gather = (element.isF16() || element.isBF16()) && index != "i";
+  std::string load =
+      gather ? "sharc::kern::gather16(" + member + ", " + index + ")"
+             : member + "[" + index + "]";
   return scalarType(element) + "(" + load + ")";
 }
 

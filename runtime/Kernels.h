@@ -121,6 +121,29 @@ struct bf16 {
   }
 };
 
+/// p[index] for 16-bit f16/bf16 elements at a computed index (a broadcast
+/// operand): on the host, as one half of the 4-byte-aligned word that holds
+/// the element, because x86's vector gathers load 32- and 64-bit elements
+/// only, and GCC leaves a loop with a 16-bit gather scalar.  The word's
+/// other half may lie just outside the buffer, but never outside the
+/// aligned word, so never on another page; it is not used.
+template <typename T> SHARC_HD T gather16(const T *p, int64_t index) {
+#ifdef __CUDA_ARCH__
+  return p[index];
+#else
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "gather16 reads the low half of a word as the first element");
+  typedef uint32_t __attribute__((may_alias)) Word;
+  uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  const Word *words = reinterpret_cast<const Word *>(address & ~uintptr_t(3));
+  int64_t element = index + int64_t((address & 3) >> 1);
+  uint32_t word = words[element >> 1];
+  T value;
+  value.bits = uint16_t(element & 1 ? word >> 16 : word);
+  return value;
+#endif
+}
+
 /// `x` rounded to f16 / bf16, as a float.
 template <typename T> SHARC_HD float roundF16(T x) {
   return static_cast<float>(f16(x));

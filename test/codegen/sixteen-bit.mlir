@@ -5,14 +5,19 @@
 // weight is cast to bf16 once per step, the GEMM takes bf16 operands
 // (DType::bf16, f32 accumulation inside), the elementwise kernels store
 // sharc::kern::bf16 values rounded once, the softmax (the fp32 policy) reads
-// f32 (sixteen-bit-refused.mlir: a 16-bit softmax is refused).
+// f32 (sixteen-bit-refused.mlir: a 16-bit softmax is refused).  The bias,
+// read at a broadcast index, is loaded through sharc::kern::gather16 (a
+// 32-bit-word gather, which x86 vectorizes).
 
 func.func @main(%x: tensor<4x3xf32> {sharc.input = "x"},
-                %w: tensor<3x5xf32> {sharc.param = #sharc.param<"w", "fc.weight">})
+                %w: tensor<3x5xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
+                %b: tensor<5xf32> {sharc.param = #sharc.param<"b", "fc.bias">})
     -> (tensor<f32> {sharc.output = "loss"}) {
   %x16 = sharc.cast %x : tensor<4x3xf32> to tensor<4x3xbf16>
   %w16 = sharc.cast %w : tensor<3x5xf32> to tensor<3x5xbf16>
-  %0 = sharc.matmul %x16, %w16 : (tensor<4x3xbf16>, tensor<3x5xbf16>) -> tensor<4x5xbf16>
+  %b16 = sharc.cast %b : tensor<5xf32> to tensor<5xbf16>
+  %mm = sharc.matmul %x16, %w16 : (tensor<4x3xbf16>, tensor<3x5xbf16>) -> tensor<4x5xbf16>
+  %0 = sharc.add %mm, %b16 : (tensor<4x5xbf16>, tensor<5xbf16>) -> tensor<4x5xbf16>
   %1 = sharc.tanh %0 : tensor<4x5xbf16>
   %2 = sharc.cast %1 : tensor<4x5xbf16> to tensor<4x5xf32>
   %3 = sharc.softmax %2 {axis = 1 : i64} : tensor<4x5xf32>
@@ -31,8 +36,12 @@ func.func @main(%x: tensor<4x3xf32> {sharc.input = "x"},
 // up to f32 is exact.
 // CHECK-LABEL: struct K1 {
 // CHECK-NEXT: const sharc::kern::bf16 *p0;
-// CHECK: const float v1 = sharc::kern::roundBF16(sharc::math::tanh(double(v0)));
-// CHECK-NEXT: const float v2 = float(v1);
+// CHECK-NEXT: const sharc::kern::bf16 *p1;
+// CHECK: const float v0 = float(p0[i]);
+// CHECK-NEXT: const float v1 = float(sharc::kern::gather16(p1, (i % 5)));
+// CHECK-NEXT: const float v2 = sharc::kern::roundBF16((v0 + v1));
+// CHECK-NEXT: const float v3 = sharc::kern::roundBF16(sharc::math::tanh(double(v2)));
+// CHECK-NEXT: const float v4 = float(v3);
 // CHECK-LABEL: extern "C" void sharcProgramStep(
 // The forward GEMM and the weight gradient's GEMM on bf16 operands.
 // CHECK: args.type = sharc::rt::DType::bf16;

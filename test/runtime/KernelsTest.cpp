@@ -111,4 +111,25 @@ TEST(Kernels, HalfRoundingIsSingleRounding) {
   EXPECT_TRUE(std::isnan(float(sharc::kern::bf16(std::nan("")))));
 }
 
+/// gather16 reads the element it is asked for, from buffers that start on
+/// either half of a 4-byte word, at every index up to the last of an odd
+/// count (whose word runs past the end).
+TEST(Kernels, Gather16ReadsTheElement) {
+  alignas(4) uint16_t storage[20];
+  for (int i = 0; i < 20; ++i)
+    storage[i] = uint16_t(0x3c00 + 17 * i);
+  for (int start : {0, 1})
+    for (int count : {1, 7, 19 - start}) {
+      const auto *p =
+          reinterpret_cast<const sharc::kern::bf16 *>(storage + start);
+      const auto *h =
+          reinterpret_cast<const sharc::kern::f16 *>(storage + start);
+      for (int index = 0; index < count; ++index) {
+        EXPECT_EQ(sharc::kern::gather16(p, index).bits, storage[start + index])
+            << "start " << start << " index " << index;
+        EXPECT_EQ(sharc::kern::gather16(h, index).bits, storage[start + index]);
+      }
+    }
+}
+
 } // namespace

@@ -1116,8 +1116,8 @@ TEST_F(KernelTest, GeneratedKernelsMatchTheEvaluator) {
              "  std::abort();\n}\n";
   }
   // The kernels as programs are compiled (C++17, no FMA contraction, as
-  // sharc compile does); the runtime's GEMM and thread pool and a fatal()
-  // that aborts, in C++20 as the runtime.
+  // sharc compile does); the runtime's GEMM, thread pool and 16-bit
+  // conversions and a fatal() that aborts, in C++20 as the runtime.
   std::string cxx =
       std::string(SHARC_TEST_CXX) +
       " -O1 -fPIC -ffp-contract=off -fno-trapping-math -fno-math-errno -I" +
@@ -1128,9 +1128,11 @@ TEST_F(KernelTest, GeneratedKernelsMatchTheEvaluator) {
       "-std=c++20 -c " + SHARC_SOURCE_DIR + "/runtime/Gemm.cpp -o " + folder +
       "/gemm.o && " + cxx + "-std=c++20 -c " + SHARC_SOURCE_DIR +
       "/runtime/ThreadPool.cpp -o " + folder + "/pool.o && " + cxx +
-      "-std=c++20 -c " + stub + " -o " + stub + ".o && " + cxx + "-shared " +
-      cpp + ".o " + folder + "/gemm.o " + folder + "/pool.o " + stub +
-      ".o -o " + lib + " " + SHARC_TEST_BLAS + " -lpthread 2>&1";
+      "-std=c++20 -c " + SHARC_SOURCE_DIR + "/runtime/Float16.cpp -o " +
+      folder + "/float16.o && " + cxx + "-std=c++20 -c " + stub + " -o " +
+      stub + ".o && " + cxx + "-shared " + cpp + ".o " + folder + "/gemm.o " +
+      folder + "/pool.o " + folder + "/float16.o " + stub + ".o -o " + lib +
+      " " + SHARC_TEST_BLAS + " -lpthread 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   void *handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(handle, nullptr) << dlerror();
