@@ -8,14 +8,17 @@
 
 #include "ir/EvalInternal.h"
 #include "ir/SharcOps.h"
+#include "runtime/Gemm.h"
 #include "runtime/Math.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
 #include <cblas.h>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 using namespace mlir;
 using namespace sharc;
@@ -95,27 +98,30 @@ void forEachBatch(const MatmulBatch &shapes, const MatmulShape &s, Fn fn) {
                  });
 }
 
+/// C = op(A) op(B) for one batch, by the BLAS calls the runtime's gemm()
+/// makes (runtime/Gemm.h): blocks of rt::kGemmRowBlock rows, each its own
+/// call on one BLAS thread, so that every sum is added in the same order.
 template <typename T>
-void gemm(const MatmulShape &s, const T *a, const T *b, T *c);
-
-template <>
-void gemm<double>(const MatmulShape &s, const double *a, const double *b,
-                  double *c) {
-  cblas_dgemm(CblasRowMajor, s.transposeLhs ? CblasTrans : CblasNoTrans,
-              s.transposeRhs ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0, a,
-              std::max<int64_t>(1, s.lhsCols), b,
-              std::max<int64_t>(1, s.rhsCols), 0.0, c,
-              std::max<int64_t>(1, s.n));
-}
-
-template <>
-void gemm<float>(const MatmulShape &s, const float *a, const float *b,
-                 float *c) {
-  cblas_sgemm(CblasRowMajor, s.transposeLhs ? CblasTrans : CblasNoTrans,
-              s.transposeRhs ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f,
-              a, std::max<int64_t>(1, s.lhsCols), b,
-              std::max<int64_t>(1, s.rhsCols), 0.0f, c,
-              std::max<int64_t>(1, s.n));
+void gemm(const MatmulShape &s, const T *a, const T *b, T *c) {
+  // OpenBLAS's own threading would change the sums.
+  static const bool singleThreaded = (openblas_set_num_threads(1), true);
+  (void)singleThreaded;
+  auto transA = s.transposeLhs ? CblasTrans : CblasNoTrans;
+  auto transB = s.transposeRhs ? CblasTrans : CblasNoTrans;
+  int64_t lda = std::max<int64_t>(1, s.lhsCols);
+  int64_t ldb = std::max<int64_t>(1, s.rhsCols);
+  int64_t ldc = std::max<int64_t>(1, s.n);
+  for (int64_t row = 0; row < s.m; row += rt::kGemmRowBlock) {
+    int64_t rows = std::min(rt::kGemmRowBlock, s.m - row);
+    // Row r of op(A) is row r of A, or column r of A when transposed.
+    const T *blockA = a + (s.transposeLhs ? row : row * s.lhsCols);
+    if constexpr (std::is_same_v<T, double>)
+      cblas_dgemm(CblasRowMajor, transA, transB, rows, s.n, s.k, 1.0, blockA,
+                  lda, b, ldb, 0.0, c + row * s.n, ldc);
+    else
+      cblas_sgemm(CblasRowMajor, transA, transB, rows, s.n, s.k, 1.0f, blockA,
+                  lda, b, ldb, 0.0f, c + row * s.n, ldc);
+  }
 }
 
 /// Integer matmul with two's complement wrap-around.

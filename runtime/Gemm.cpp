@@ -44,21 +44,6 @@ void checkStride(const char *caller, const char *name, int64_t stride) {
           " is negative");
 }
 
-/// The f32 value of 16-bit element `i` of `data`.
-float load16(DType type, const uint16_t *data, int64_t i) {
-  return type == DType::f16 ? halfToFloat(data[i]) : bfloat16ToFloat(data[i]);
-}
-
-/// Copies the rows x cols 16-bit matrix at `src` (leading dimension `ld`) to
-/// a dense f32 matrix.
-void widen(DType type, const uint16_t *src, int64_t rows, int64_t cols,
-           int64_t ld, std::vector<float> &dst) {
-  dst.resize(rows * cols);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      dst[i * cols + j] = load16(type, src, i * ld + j);
-}
-
 /// The offset of batch `t` (counting outer batches times inner ones) of an
 /// operand with inner stride `stride` and outer stride `outerStride`.
 int64_t batchOffset(const GemmArgs &args, int64_t t, int64_t stride,
@@ -66,61 +51,168 @@ int64_t batchOffset(const GemmArgs &args, int64_t t, int64_t stride,
   return t / args.batch * outerStride + t % args.batch * stride;
 }
 
-/// The 16-bit path: each batch's operands are widened to f32 (once for a
-/// broadcast operand), multiplied by sgemm into an f32 C and rounded once.
-void gemm16(const GemmArgs &args) {
+/// One block of a GEMM: rows [rowBegin, rowEnd) of C in batch `batch`
+/// (counting outer batches times inner ones), computed on the calling thread
+/// by one BLAS call.
+using GemmBlockFn = void (*)(const void *context, int64_t batch,
+                             int64_t rowBegin, int64_t rowEnd);
+
+/// Runs `block` over the blocks of `args` (kGemmRowBlock rows of one batch
+/// each, Gemm.h), spread over the thread pool (ThreadPool.h) for large
+/// products.  The blocks do not depend on the thread count.
+void runBlocks(const GemmArgs &args, GemmBlockFn block, const void *context) {
+  struct Blocks {
+    GemmBlockFn block;
+    const void *context;
+    int64_t m, perBatch;
+  } blocks{block, context, args.m,
+           (args.m + kGemmRowBlock - 1) / kGemmRowBlock};
+  int64_t count = args.outerBatch * args.batch * blocks.perBatch;
+  auto run = [](const void *context, int64_t begin, int64_t end) {
+    const Blocks &b = *static_cast<const Blocks *>(context);
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t row = i % b.perBatch * kGemmRowBlock;
+      b.block(b.context, i / b.perBatch, row,
+              std::min(b.m, row + kGemmRowBlock));
+    }
+  };
+  double flops =
+      double(args.outerBatch * args.batch) * args.m * args.n * args.k;
+  if (hostThreads() <= 1 || count == 1 || flops < (1 << 18))
+    return run(&blocks, 0, count);
+  parallelFor(count, run, &blocks);
+}
+
+/// Copies the rows x cols 16-bit matrix at `src` (leading dimension `ld`) to
+/// the dense f32 matrix `dst`.
+void widenMatrix(DType type, const uint16_t *src, int64_t rows, int64_t cols,
+                 int64_t ld, std::vector<float> &dst) {
+  if (dst.size() < size_t(rows * cols))
+    dst.resize(rows * cols);
+  if (ld == cols)
+    return widen16(type, src, rows * cols, dst.data());
+  for (int64_t i = 0; i < rows; ++i)
+    widen16(type, src + i * ld, cols, dst.data() + i * cols);
+}
+
+/// A 16-bit GEMM in f32: the operands that every part reads whole (a
+/// broadcast A or B, the bias) widened once by the calling thread, null
+/// where each part widens its own block.
+struct Gemm16 {
+  const GemmArgs *args;
+  int64_t colsA, rowsB, colsB;
+  const float *a, *b, *bias;
+};
+
+/// f32 blocks of one thread, kept from call to call (each grows to the
+/// largest block the thread has seen, so steady-state steps allocate
+/// nothing).
+struct Scratch16 {
+  std::vector<float> a, b, c;
+};
+
+/// Rows [rowBegin, rowEnd) of batch `batch` of a 16-bit GEMM: these rows
+/// of op(A), and B unless shared, are widened to f32, multiplied by sgemm
+/// (f32 accumulation) into an f32 block of C (prefilled with the bias, or C
+/// itself when beta is not 0), and each row rounded once to 16 bits; the
+/// activation is computed in double from the f32 sum and rounded to f32
+/// first, as the f32 epilogue does.
+void gemm16Block(const void *context, int64_t batch, int64_t rowBegin,
+                 int64_t rowEnd) {
+  const Gemm16 &g = *static_cast<const Gemm16 *>(context);
+  const GemmArgs &args = *g.args;
+  thread_local Scratch16 s;
   const auto *a = static_cast<const uint16_t *>(args.a);
   const auto *b = static_cast<const uint16_t *>(args.b);
   auto *c = static_cast<uint16_t *>(args.c);
-  int64_t rowsA = args.transA ? args.k : args.m;
-  int64_t colsA = args.transA ? args.m : args.k;
-  int64_t rowsB = args.transB ? args.n : args.k;
-  int64_t colsB = args.transB ? args.k : args.n;
-  std::vector<float> wideA, wideB, wideC(args.m * args.n);
-  for (int64_t batch = 0; batch < args.outerBatch * args.batch; ++batch) {
-    if (batch == 0 || args.strideA != 0 || args.outerStrideA != 0)
-      widen(args.type,
-            a + batchOffset(args, batch, args.strideA, args.outerStrideA),
-            rowsA, colsA, args.lda, wideA);
-    if (batch == 0 || args.strideB != 0 || args.outerStrideB != 0)
-      widen(args.type,
-            b + batchOffset(args, batch, args.strideB, args.outerStrideB),
-            rowsB, colsB, args.ldb, wideB);
-    uint16_t *cBatch =
-        c + batchOffset(args, batch, args.strideC, args.outerStrideC);
+  auto *aux = static_cast<uint16_t *>(args.aux);
+  int64_t rows = rowEnd - rowBegin, n = args.n;
+  {
+    // Row r of op(A) is row r of A, or column r of A when transposed.
+    const float *wideA;
+    int64_t lda;
+    if (g.a) {
+      wideA = g.a + (args.transA ? rowBegin : rowBegin * g.colsA);
+      lda = g.colsA;
+    } else {
+      const uint16_t *batchA =
+          a + batchOffset(args, batch, args.strideA, args.outerStrideA);
+      if (args.transA)
+        widenMatrix(args.type, batchA + rowBegin, args.k, rows, args.lda, s.a);
+      else
+        widenMatrix(args.type, batchA + rowBegin * args.lda, rows, args.k,
+                    args.lda, s.a);
+      wideA = s.a.data();
+      lda = args.transA ? rows : args.k;
+    }
+    const float *wideB = g.b;
+    if (!wideB) {
+      widenMatrix(args.type,
+                  b + batchOffset(args, batch, args.strideB, args.outerStrideB),
+                  g.rowsB, g.colsB, args.ldb, s.b);
+      wideB = s.b.data();
+    }
+    int64_t offsetC =
+        batchOffset(args, batch, args.strideC, args.outerStrideC) +
+        rowBegin * args.ldc;
+    if (s.c.size() < size_t(rows * n))
+      s.c.resize(rows * n);
     float beta = float(args.beta);
-    if (args.bias) {
-      for (int64_t i = 0; i < args.m; ++i)
-        for (int64_t j = 0; j < args.n; ++j)
-          wideC[i * args.n + j] =
-              load16(args.type, static_cast<const uint16_t *>(args.bias), j);
+    if (g.bias) {
+      for (int64_t i = 0; i < rows; ++i)
+        std::copy(g.bias, g.bias + n, s.c.data() + i * n);
       beta = 1;
     } else if (args.beta != 0) {
-      widen(args.type, cBatch, args.m, args.n, args.ldc, wideC);
+      widenMatrix(args.type, c + offsetC, rows, n, args.ldc, s.c);
     }
     cblas_sgemm(CblasRowMajor, args.transA ? CblasTrans : CblasNoTrans,
-                args.transB ? CblasTrans : CblasNoTrans, int(args.m),
-                int(args.n), int(args.k), float(args.alpha), wideA.data(),
-                int(std::max<int64_t>(1, colsA)), wideB.data(),
-                int(std::max<int64_t>(1, colsB)), beta, wideC.data(),
-                int(args.n));
-    auto narrow = [&](float value) {
-      return args.type == DType::f16 ? floatToHalf(value)
-                                     : floatToBFloat16(value);
-    };
-    uint16_t *auxBatch =
-        args.aux ? static_cast<uint16_t *>(args.aux) +
-                       batchOffset(args, batch, args.strideC, args.outerStrideC)
-                 : nullptr;
-    for (int64_t i = 0; i < args.m; ++i)
-      for (int64_t j = 0; j < args.n; ++j) {
-        float value = wideC[i * args.n + j];
-        if (auxBatch)
-          auxBatch[i * args.ldc + j] = narrow(value);
-        cBatch[i * args.ldc + j] =
-            narrow(float(applyActivation(args.activation, value)));
-      }
+                args.transB ? CblasTrans : CblasNoTrans, int(rows), int(n),
+                int(args.k), float(args.alpha), wideA,
+                int(std::max<int64_t>(1, lda)), wideB,
+                int(std::max<int64_t>(1, g.colsB)), beta, s.c.data(), int(n));
+    for (int64_t i = 0; i < rows; ++i) {
+      float *row = s.c.data() + i * n;
+      if (aux)
+        narrow16(args.type, row, n, aux + offsetC + i * args.ldc);
+      if (args.activation != GemmActivation::none)
+        for (int64_t j = 0; j < n; ++j)
+          row[j] = float(applyActivation(args.activation, row[j]));
+      narrow16(args.type, row, n, c + offsetC + i * args.ldc);
+    }
   }
+}
+
+/// The 16-bit path: gemm16Block over the thread pool, with the operands that
+/// every part reads whole widened once.
+void gemm16(const GemmArgs &args) {
+  thread_local std::vector<float> sharedA, sharedB, sharedBias;
+  int64_t rowsA = args.transA ? args.k : args.m;
+  Gemm16 g{&args,
+           args.transA ? args.m : args.k,
+           args.transB ? args.n : args.k,
+           args.transB ? args.k : args.n,
+           nullptr,
+           nullptr,
+           nullptr};
+  int64_t batches = args.outerBatch * args.batch;
+  bool broadcastA = args.strideA == 0 && args.outerStrideA == 0;
+  bool broadcastB = args.strideB == 0 && args.outerStrideB == 0;
+  if (broadcastA && batches > 1) {
+    widenMatrix(args.type, static_cast<const uint16_t *>(args.a), rowsA,
+                g.colsA, args.lda, sharedA);
+    g.a = sharedA.data();
+  }
+  if (broadcastB || batches == 1) {
+    widenMatrix(args.type, static_cast<const uint16_t *>(args.b), g.rowsB,
+                g.colsB, args.ldb, sharedB);
+    g.b = sharedB.data();
+  }
+  if (args.bias) {
+    widenMatrix(args.type, static_cast<const uint16_t *>(args.bias), 1, args.n,
+                args.n, sharedBias);
+    g.bias = sharedBias.data();
+  }
+  runBlocks(args, gemm16Block, &g);
 }
 
 } // namespace
@@ -215,99 +307,65 @@ void activateRows(const GemmArgs &args, int64_t offsetC, int64_t rowBegin,
     activateRows<T, GemmActivation::geluTanh>(args, offsetC, rowBegin, rowEnd);
 }
 
-/// Rows [rowBegin, rowEnd) of batches [batchBegin, batchEnd) of `args`
-/// (f32/f64; outer batches times inner ones), on the calling thread.
-void gemmPart(const GemmArgs &args, int64_t batchBegin, int64_t batchEnd,
-              int64_t rowBegin, int64_t rowEnd) {
+/// Rows [rowBegin, rowEnd) of batch `batch` of `args` (f32/f64), on the
+/// calling thread.
+void gemmBlock(const void *context, int64_t batch, int64_t rowBegin,
+               int64_t rowEnd) {
+  const GemmArgs &args = *static_cast<const GemmArgs *>(context);
   CBLAS_TRANSPOSE transA = args.transA ? CblasTrans : CblasNoTrans;
   CBLAS_TRANSPOSE transB = args.transB ? CblasTrans : CblasNoTrans;
-  // Row r of op(A) is row r of A, or column r of A when transposed.
-  int64_t rowOffsetA = args.transA ? rowBegin : rowBegin * args.lda;
   int64_t rows = rowEnd - rowBegin;
-  for (int64_t batch = batchBegin; batch < batchEnd; ++batch) {
-    int64_t batchC =
-        batchOffset(args, batch, args.strideC, args.outerStrideC);
-    int64_t offsetA =
-        batchOffset(args, batch, args.strideA, args.outerStrideA) + rowOffsetA;
-    int64_t offsetB = batchOffset(args, batch, args.strideB, args.outerStrideB);
-    int64_t offsetC = batchC + rowBegin * args.ldc;
-    // A bias: C starts as the bias in every row, and the product adds to it.
-    double beta = args.beta;
-    if (args.bias) {
-      if (args.type == DType::f32)
-        fillRows(static_cast<float *>(args.c) + batchC, args.ldc, args.bias,
-                 args.n, rowBegin, rowEnd);
-      else
-        fillRows(static_cast<double *>(args.c) + batchC, args.ldc, args.bias,
-                 args.n, rowBegin, rowEnd);
-      beta = 1;
-    }
+  int64_t batchC = batchOffset(args, batch, args.strideC, args.outerStrideC);
+  // Row r of op(A) is row r of A, or column r of A when transposed.
+  int64_t offsetA = batchOffset(args, batch, args.strideA, args.outerStrideA) +
+                    (args.transA ? rowBegin : rowBegin * args.lda);
+  int64_t offsetB = batchOffset(args, batch, args.strideB, args.outerStrideB);
+  int64_t offsetC = batchC + rowBegin * args.ldc;
+  // A bias: C starts as the bias in every row, and the product adds to it.
+  double beta = args.beta;
+  if (args.bias) {
     if (args.type == DType::f32)
-      cblas_sgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
-                  int(args.k), float(args.alpha),
-                  static_cast<const float *>(args.a) + offsetA, int(args.lda),
-                  static_cast<const float *>(args.b) + offsetB, int(args.ldb),
-                  float(beta), static_cast<float *>(args.c) + offsetC,
-                  int(args.ldc));
+      fillRows(static_cast<float *>(args.c) + batchC, args.ldc, args.bias,
+               args.n, rowBegin, rowEnd);
     else
-      cblas_dgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
-                  int(args.k), args.alpha,
-                  static_cast<const double *>(args.a) + offsetA,
-                  int(args.lda),
-                  static_cast<const double *>(args.b) + offsetB,
-                  int(args.ldb), beta,
-                  static_cast<double *>(args.c) + offsetC, int(args.ldc));
-    // The activation epilogue, while this block of rows is in cache.
-    if (args.activation == GemmActivation::none)
-      continue;
-    if (args.type == DType::f32)
-      activateRows<float>(args, batchC, rowBegin, rowEnd);
-    else
-      activateRows<double>(args, batchC, rowBegin, rowEnd);
+      fillRows(static_cast<double *>(args.c) + batchC, args.ldc, args.bias,
+               args.n, rowBegin, rowEnd);
+    beta = 1;
   }
+  if (args.type == DType::f32)
+    cblas_sgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
+                int(args.k), float(args.alpha),
+                static_cast<const float *>(args.a) + offsetA, int(args.lda),
+                static_cast<const float *>(args.b) + offsetB, int(args.ldb),
+                float(beta), static_cast<float *>(args.c) + offsetC,
+                int(args.ldc));
+  else
+    cblas_dgemm(CblasRowMajor, transA, transB, int(rows), int(args.n),
+                int(args.k), args.alpha,
+                static_cast<const double *>(args.a) + offsetA, int(args.lda),
+                static_cast<const double *>(args.b) + offsetB, int(args.ldb),
+                beta, static_cast<double *>(args.c) + offsetC, int(args.ldc));
+  // The activation epilogue, while this block of rows is in cache.
+  if (args.activation == GemmActivation::none)
+    return;
+  if (args.type == DType::f32)
+    activateRows<float>(args, batchC, rowBegin, rowEnd);
+  else
+    activateRows<double>(args, batchC, rowBegin, rowEnd);
 }
 
 } // namespace
 
 void gemm(const GemmArgs &args) {
   validateGemm(args, "gemm");
+  // OpenBLAS's own threading would change the sums (see kGemmRowBlock).
+  static const bool singleThreaded = (openblas_set_num_threads(1), true);
+  (void)singleThreaded;
   if (args.batch == 0 || args.m == 0 || args.n == 0 || args.outerBatch == 0)
     return;
   if (args.type == DType::f16 || args.type == DType::bf16)
     return gemm16(args);
-  // Large products are spread over the thread pool (ThreadPool.h): across
-  // batches (outer and inner) when there are enough, else across row blocks
-  // of C.  Each part is an independent BLAS call on the calling thread, so no
-  // output element depends on the split.
-  int64_t threads = hostThreads();
-  int64_t batches = args.outerBatch * args.batch;
-  double flops = double(batches) * args.m * args.n * args.k;
-  if (threads <= 1 || flops < (1 << 18)) {
-    gemmPart(args, 0, batches, 0, args.m);
-    return;
-  }
-  struct Split {
-    const GemmArgs *args;
-    bool byBatch;
-    int64_t parts, batches;
-  } split{&args, batches >= threads,
-          batches >= threads ? batches : std::min(threads, args.m), batches};
-  parallelFor(
-      split.parts,
-      [](const void *context, int64_t begin, int64_t end) {
-        const Split &s = *static_cast<const Split *>(context);
-        const GemmArgs &a = *s.args;
-        if (s.byBatch)
-          return gemmPart(a, begin, end, 0, a.m);
-        gemmPart(a, 0, s.batches, a.m * begin / s.parts,
-                 a.m * end / s.parts);
-      },
-      &split);
-}
-
-void setBlasThreads(int threads) {
-  if (threads > 0)
-    openblas_set_num_threads(threads);
+  runBlocks(args, gemmBlock, &args);
 }
 
 } // namespace sharc::rt

@@ -9,7 +9,7 @@
 #ifndef SHARC_RUNTIME_GEMM_H
 #define SHARC_RUNTIME_GEMM_H
 
-#include "runtime/Communicator.h"
+#include "runtime/DType.h"
 #include "runtime/Math.h"
 
 #include <cstdint>
@@ -88,14 +88,21 @@ struct GemmArgs {
 /// (batch, m and n all non-zero).
 void validateGemm(const GemmArgs &args, const char *caller);
 
-/// Computes `args` on host memory: cblas_sgemm/dgemm for f32/f64; f16 and
-/// bf16 are converted to f32, multiplied by sgemm (f32 accumulation) and
-/// rounded once to the 16-bit type.  Fatal on invalid arguments.
-void gemm(const GemmArgs &args);
+/// Rows of C per BLAS call on the host: gemm() cuts every batch into blocks
+/// of this many rows (the last one shorter) whatever the thread count, and
+/// the threads share out the blocks.  A BLAS's sum for an element depends on
+/// the call it is part of (OpenBLAS's edge kernels and its own threading add
+/// in other orders), so a fixed cut makes the result independent of the
+/// threads, and the evaluator, which makes the same calls one thread at a
+/// time, computes the same bits.
+constexpr int64_t kGemmRowBlock = 64;
 
-/// Threads the host BLAS may use for one call (OpenBLAS).  The training
-/// binary sets 1: gemm() spreads large products over the thread pool itself.
-void setBlasThreads(int threads);
+/// Computes `args` on host memory in blocks of kGemmRowBlock rows, each one
+/// BLAS call on one BLAS thread (gemm() sets OpenBLAS to one thread: its own
+/// threading changes the sums): cblas_sgemm/dgemm for f32/f64; f16 and bf16
+/// are converted to f32, multiplied by sgemm (f32 accumulation) and rounded
+/// once to the 16-bit type.  Fatal on invalid arguments.
+void gemm(const GemmArgs &args);
 
 } // namespace sharc::rt
 

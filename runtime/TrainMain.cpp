@@ -470,9 +470,6 @@ struct InputSlot {
 
 int run(int argc, char **argv) {
   deviceInit(localRankFromEnvironment());
-  // Kernels and GEMMs share one pool of threads (ThreadPool.h); BLAS itself
-  // runs single-threaded inside it, so no second set of threads spins.
-  setBlasThreads(1);
   // Parsed before the communicator, whose start-up the timeout bounds too;
   // errors are reported below, once.
   Options options = parseOptions(argc, argv);

@@ -338,14 +338,15 @@ def make_case(name: str, seed: int = 0, gpt_config: GptConfig = None) -> Case:
     return Case(name, module, inputs, opset)
 
 
-def make_training_case(name: str, seed: int = 0) -> Case:
+def make_training_case(name: str, seed: int = 0,
+                       gpt_config: GptConfig = None) -> Case:
     """make_case(name, seed) with every parameter perturbed by its own noise,
     so that no two parameters hold equal values.  The exporter merges
     initializers with equal values (LayerNorm's fresh weights are all ones),
     which would tie parameters that PyTorch trains separately; with distinct
     values the ONNX initializers are exactly the parameters, under the names
     of named_parameters(), and sharc and PyTorch train the same weights."""
-    case = make_case(name, seed)
+    case = make_case(name, seed, gpt_config)
     generator = torch.Generator().manual_seed(seed + 2)
     with torch.no_grad():
         for parameter in case.module.parameters():
@@ -385,11 +386,13 @@ def save_inputs(case: Case, directory) -> Dict[str, str]:
     return paths
 
 
-def write_data(name: str, rows: int, seed: int, directory, scale: float = 1.0):
-    """Random inputs of model `name` with `rows` rows (make_inputs, the first
-    input multiplied by `scale`), written as DIRECTORY/NAME.npy; returns the
-    tensors and the matching `--input=NAME=PATH` arguments."""
-    data = make_inputs(name, rows, torch.Generator().manual_seed(seed))
+def write_data(name: str, rows: int, seed: int, directory, scale: float = 1.0,
+               config=None):
+    """Random inputs of model `name` (of `config`, else the default one) with
+    `rows` rows (make_inputs, the first input multiplied by `scale`), written
+    as DIRECTORY/NAME.npy; returns the tensors and the matching
+    `--input=NAME=PATH` arguments."""
+    data = make_inputs(name, rows, torch.Generator().manual_seed(seed), config)
     if scale != 1.0:
         first = next(iter(data))
         data[first] = data[first] * scale

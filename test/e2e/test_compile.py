@@ -574,6 +574,40 @@ def test_bf16_binary_matches_evaluator(sharc, tmp_path, name, ranks):
     assert parse_steps(fp32.stdout)[0] != losses
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_threads_do_not_change_the_bits(sharc, tmp_path, precision):
+    """One rank with two threads (`mpirun --bind-to none`, SHARC_NUM_THREADS=2)
+    prints the evaluator's step lines digit for digit.  The GPT is large
+    enough for the thread pool (256 rows per micro-batch: GEMMs of several
+    row blocks and over 2^18 multiply-adds, which gemm() shares out between
+    the threads): a BLAS call cut by thread count rather than by the fixed
+    blocks of runtime/Gemm.h changes last bits, and these digits."""
+    config = models.GptConfig(vocab=96, seq=64, dim=64, heads=2, layers=1,
+                              batch=4)
+    case = models.make_training_case("gpt", gpt_config=config)
+    model = tmp_path / "gpt.onnx"
+    models.export(case, model)
+    _, inputs = models.write_data("gpt", 12, 3, tmp_path, config=config)
+    out = tmp_path / "out"
+    precision_args = ["--precision", precision]
+    result = sharc("compile", model, *precision_args, *RECIPE, "-o", out)
+    assert result.returncode == 0, result.stderr
+    launcher = shutil.which("mpirun")
+    assert launcher, "mpirun not found"
+    run = subprocess.run(
+        [launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to",
+         "none", "-np", "1", "-x", "SHARC_NUM_THREADS", str(out / "train"),
+         *inputs, "--steps", "4", "--log-every", "1"],
+        capture_output=True, text=True, timeout=600,
+        env=os.environ | {"SHARC_NUM_THREADS": "2"})
+    assert run.returncode == 0, run.stderr
+    reference = sharc("eval", model, "--train", "--steps", 4, *precision_args,
+                      *RECIPE, *inputs)
+    assert reference.returncode == 0, reference.stderr
+    assert len(STEP_LINE.findall(run.stdout)) == 4, run.stdout
+    assert STEP_LINE.findall(run.stdout) == STEP_LINE.findall(reference.stdout)
+
+
 SCALED_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+) scale (\S+)"
                          r"(?: ms \S+ tokens/s \S+)?( skipped)?$", re.MULTILINE)
 # A first scale high enough that the first steps overflow, a window short

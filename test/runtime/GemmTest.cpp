@@ -11,6 +11,7 @@
 #include "runtime/Float16.h"
 #include "test/runtime/GemmBuffer.h"
 
+#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -245,10 +246,8 @@ TEST_P(GemmTypes, BroadcastBatches) {
 
 TEST_P(GemmTypes, BiasEpilogue) {
   std::mt19937 rng(17);
-  for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1, 1},
-                         {21, 35, 40},
-                         {65, 17, 3},
-                         {6, 5, 0}})
+  for (auto [m, n, k] :
+       {std::array<int64_t, 3>{1, 1, 1}, {21, 35, 40}, {65, 17, 3}, {6, 5, 0}})
     for (bool transA : {false, true})
       for (bool transB : {false, true})
         checkGemm(GetParam(),
@@ -311,8 +310,8 @@ TEST_P(GemmTypes, OuterBatchesAndSideBySideHeads) {
   double epsilon = type == DType::f64 ? 0x1p-52 : 0x1p-23;
   bool is16 = type == DType::f16 || type == DType::bf16;
   auto near = [&](double got, double expected, double magnitude) {
-    double tolerance = epsilon * 16 * magnitude +
-                       (is16 ? 2 * ulp16(type, expected) : 0.0);
+    double tolerance =
+        epsilon * 16 * magnitude + (is16 ? 2 * ulp16(type, expected) : 0.0);
     return std::fabs(got - expected) <= tolerance;
   };
   for (int64_t s = 0; s < seqs; ++s)
@@ -354,9 +353,8 @@ TEST_P(GemmTypes, OuterBatchesAndSideBySideHeads) {
         for (int64_t d = 0; d < dim; ++d) {
           double sum = 0, magnitude = 0;
           for (int64_t u = 0; u < tokens; ++u) {
-            double x =
-                scores.get(((s * heads + h) * tokens + t) * tokens + u) *
-                v.get(s * tokens * row + u * row + h * dim + d);
+            double x = scores.get(((s * heads + h) * tokens + t) * tokens + u) *
+                       v.get(s * tokens * row + u * row + h * dim + d);
             sum += x;
             magnitude += std::fabs(x);
           }
@@ -417,6 +415,111 @@ TEST_P(GemmTypes, EmptyProblemsTouchNothing) {
   args.m = 4;
   args.batch = 0;
   gemm(args);
+}
+
+/// A 16-bit GEMM is, bit for bit, what the evaluator computes (and what
+/// the CUDA path's f32 accumulation approximates): the operands widened to
+/// f32, sgemm over each block of kGemmRowBlock rows (C prefilled with the
+/// bias),
+/// the activation computed from the f32 sum, each value rounded once.  The
+/// shapes are large enough for gemm() to cut rows or batches over the
+/// thread pool and to widen per block, so a split that changed a sum would
+/// show here.
+TEST(Gemm16, BitsOfTheWidenedSgemm) {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<double> value(-1, 1);
+  struct Case {
+    int64_t m, n, k, batch;
+    bool transA, transB, broadcastA, broadcastB, bias;
+    GemmActivation activation;
+    double beta;
+  };
+  const Case cases[] = {
+      {130, 70, 60, 1, false, false, false, false, false, GemmActivation::none,
+       0},
+      {130, 70, 60, 1, true, true, false, false, true, GemmActivation::geluTanh,
+       0},
+      {45, 50, 40, 5, false, true, false, true, false, GemmActivation::relu, 0},
+      {45, 50, 40, 5, true, false, true, false, false, GemmActivation::none,
+       0.5},
+      {33, 90, 70, 3, false, false, false, false, true, GemmActivation::relu,
+       0}};
+  for (DType type : {DType::f16, DType::bf16})
+    for (const Case &t : cases) {
+      SCOPED_TRACE(std::string(dtypeName(type)) + " m=" + std::to_string(t.m) +
+                   " batch=" + std::to_string(t.batch) +
+                   " transA=" + std::to_string(t.transA) +
+                   " transB=" + std::to_string(t.transB));
+      int64_t rowsA = t.transA ? t.k : t.m, colsA = t.transA ? t.m : t.k;
+      int64_t rowsB = t.transB ? t.n : t.k, colsB = t.transB ? t.k : t.n;
+      int64_t sizeA = rowsA * colsA, sizeB = rowsB * colsB, sizeC = t.m * t.n;
+      int64_t batchesA = t.broadcastA ? 1 : t.batch;
+      int64_t batchesB = t.broadcastB ? 1 : t.batch;
+      Buffer a(type, batchesA * sizeA), b(type, batchesB * sizeB),
+          c(type, t.batch * sizeC), bias(type, t.n);
+      for (int64_t i = 0; i < batchesA * sizeA; ++i)
+        a.set(i, value(rng));
+      for (int64_t i = 0; i < batchesB * sizeB; ++i)
+        b.set(i, value(rng));
+      for (int64_t i = 0; i < t.batch * sizeC; ++i)
+        c.set(i, value(rng));
+      for (int64_t j = 0; j < t.n; ++j)
+        bias.set(j, value(rng));
+      Buffer aux = c;
+      // The reference, in f32 on whole batches.
+      std::vector<float> expected(t.batch * sizeC),
+          expectedAux(t.batch * sizeC);
+      for (int64_t batch = 0; batch < t.batch; ++batch) {
+        std::vector<float> wa(sizeA), wb(sizeB), wc(sizeC);
+        for (int64_t i = 0; i < sizeA; ++i)
+          wa[i] = float(a.get((t.broadcastA ? 0 : batch) * sizeA + i));
+        for (int64_t i = 0; i < sizeB; ++i)
+          wb[i] = float(b.get((t.broadcastB ? 0 : batch) * sizeB + i));
+        for (int64_t i = 0; i < sizeC; ++i)
+          wc[i] = t.bias ? float(bias.get(i % t.n))
+                         : float(c.get(batch * sizeC + i));
+        // The evaluator's calls: one per kGemmRowBlock rows, one BLAS thread.
+        openblas_set_num_threads(1);
+        for (int64_t row = 0; row < t.m; row += kGemmRowBlock)
+          cblas_sgemm(CblasRowMajor, t.transA ? CblasTrans : CblasNoTrans,
+                      t.transB ? CblasTrans : CblasNoTrans,
+                      int(std::min(kGemmRowBlock, t.m - row)), int(t.n),
+                      int(t.k), 1.0f,
+                      wa.data() + (t.transA ? row : row * colsA), int(colsA),
+                      wb.data(), int(colsB), t.bias ? 1.0f : float(t.beta),
+                      wc.data() + row * t.n, int(t.n));
+        for (int64_t i = 0; i < sizeC; ++i) {
+          expectedAux[batch * sizeC + i] = wc[i];
+          expected[batch * sizeC + i] =
+              float(applyActivation(t.activation, wc[i]));
+        }
+      }
+      GemmArgs args;
+      args.type = type;
+      args.transA = t.transA, args.transB = t.transB;
+      args.m = t.m, args.n = t.n, args.k = t.k, args.batch = t.batch;
+      args.beta = t.beta;
+      args.a = a.data(), args.lda = colsA,
+      args.strideA = t.broadcastA ? 0 : sizeA;
+      args.b = b.data(), args.ldb = colsB,
+      args.strideB = t.broadcastB ? 0 : sizeB;
+      args.c = c.data(), args.ldc = t.n, args.strideC = sizeC;
+      args.bias = t.bias ? bias.data() : nullptr;
+      args.activation = t.activation;
+      args.aux = t.activation != GemmActivation::none ? aux.data() : nullptr;
+      gemm(args);
+      Buffer rounded(type, 1);
+      for (int64_t i = 0; i < t.batch * sizeC; ++i) {
+        rounded.set(0, expected[i]);
+        ASSERT_EQ(std::memcmp(&c.bytes[2 * i], rounded.data(), 2), 0)
+            << "element " << i << ": " << c.get(i) << " vs " << rounded.get(0);
+        if (!args.aux)
+          continue;
+        rounded.set(0, expectedAux[i]);
+        ASSERT_EQ(std::memcmp(&aux.bytes[2 * i], rounded.data(), 2), 0)
+            << "aux element " << i;
+      }
+    }
 }
 
 std::string typeName(const testing::TestParamInfo<DType> &info) {
