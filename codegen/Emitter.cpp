@@ -568,15 +568,8 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
   for (unsigned r : order) {
     Value value = ret.getOperand(r);
     int target = -1;
-    for (StringRef attrName :
-         {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()}) {
-      Attribute attr = step.getResultAttr(r, attrName);
-      if (!attr)
-        continue;
-      for (BlockArgument arg : entry.getArguments())
-        if (step.getArgAttr(arg.getArgNumber(), attrName) == attr)
-          target = bufferOf[arg];
-    }
+    if (std::optional<unsigned> updated = getUpdatedArgument(step, r))
+      target = bufferOf[entry.getArgument(*updated)];
     if (auto name = step.getResultAttrOfType<StringAttr>(
             r, SharcDialect::getOutputAttrName()))
       target = outputBuffer(name.getValue());

@@ -334,6 +334,23 @@ ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
                                           SharcDialect::getParamAttrName());
 }
 
+std::optional<unsigned> sharc::getUpdatedArgument(Operation *op,
+                                                  unsigned result) {
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return std::nullopt;
+  for (StringRef name :
+       {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()}) {
+    Attribute attr = func.getResultAttr(result, name);
+    if (!attr)
+      continue;
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      if (func.getArgAttr(i, name) == attr)
+        return i;
+  }
+  return std::nullopt;
+}
+
 //===----------------------------------------------------------------------===//
 // Constants
 //===----------------------------------------------------------------------===//

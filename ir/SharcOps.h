@@ -119,6 +119,12 @@ bool isSplatConstant(mlir::Operation *op);
 /// Returns the `sharc.param` attribute of function argument `index`, or null.
 ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
 
+/// The argument of `func` whose next value result `result` is: the argument
+/// with an equal `sharc.param` or `sharc.state` attribute (a parameter or a
+/// piece of training state, updated by the step), or nullopt.
+std::optional<unsigned> getUpdatedArgument(mlir::Operation *func,
+                                           unsigned result);
+
 } // namespace sharc
 
 #endif // SHARC_IR_SHARCOPS_H

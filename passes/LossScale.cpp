@@ -269,16 +269,9 @@ LogicalResult sharc::applyLossScaling(ModuleOp module,
   b.setInsertionPoint(ret);
   SmallVector<Value> results(ret.getOperands());
   for (auto [r, value] : llvm::enumerate(results)) {
-    for (StringRef attrName :
-         {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()}) {
-      Attribute attr = step.getResultAttr(r, attrName);
-      if (!attr || r == *counterResult)
-        continue;
-      for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
-        if (step.getArgAttr(i, attrName) == attr &&
-            value != entry.getArgument(i))
-          value = math.select(overflow, entry.getArgument(i), value);
-    }
+    std::optional<unsigned> updated = getUpdatedArgument(step, r);
+    if (updated && r != *counterResult && value != entry.getArgument(*updated))
+      value = math.select(overflow, entry.getArgument(*updated), value);
   }
   results[*counterResult] = math.add(counter, math.constant(i64, 1));
 

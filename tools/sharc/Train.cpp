@@ -360,15 +360,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
   std::optional<unsigned> lossResult, lrResult, scaleResult, overflowResult,
       atMinResult;
   for (unsigned r = 0, e = step.getNumResults(); r < e; ++r) {
-    for (StringRef attrName :
-         {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()}) {
-      Attribute attr = step.getResultAttr(r, attrName);
-      if (!attr)
-        continue;
-      for (unsigned i = 0; i < numArgs; ++i)
-        if (step.getArgAttr(i, attrName) == attr)
-          feedback.emplace_back(r, i);
-    }
+    if (std::optional<unsigned> updated = getUpdatedArgument(step, r))
+      feedback.emplace_back(r, *updated);
     std::optional<StringRef> name = outputName(step, r);
     if (name == "loss")
       lossResult = r;
