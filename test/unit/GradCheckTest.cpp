@@ -5,8 +5,12 @@
 // differentiated by the pass; @main_grad, run on the evaluator, must match
 // central finite differences of @main (also run on the evaluator) to a
 // relative error below 1e-6 per gradient tensor.  Random data stays away from
-// the points where an op is not differentiable (ties, kinks).  The tie
-// conventions and the new ops are checked against values worked out by hand.
+// the points where an op is not differentiable (ties, kinks).  The same
+// function in f32, run through sharc-mixed-precision (f16 and bf16) and the
+// pass, must match the f64 gradient at the same 16-bit arguments within a
+// bound counted from the rounding steps of the rule (RoundingSteps).  The
+// tie conventions and the new ops are checked against values worked out by
+// hand.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,9 +20,14 @@
 #include "passes/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <random>
+#include <regex>
 
 using namespace mlir;
 using namespace sharc;
@@ -43,6 +52,167 @@ std::string typeOf(const Tensor &t) {
 
 constexpr double kSeed = 0.75;
 
+/// The rounding steps behind the error bound of checkMixedPrecision, in
+/// units of u, the unit roundoff of the 16-bit type (2^-11 for f16, 2^-8
+/// for bf16).  To first order, each rounding to 16 bits of a value that a
+/// gradient element depends on adds at most u times its amplification to
+/// that element's relative error, so their count bounds the normwise
+/// relative error ||g16 - g64|| / ||g64||.  The weights of the loss
+/// sum(out * weights) have two bits fewer than the 16-bit type, so the
+/// adjoint of %out (seed 0.75 times the weights) is exact, as are the
+/// 16-bit inputs, and the evaluator rounds each op's result once: what is
+/// counted is the op's own backward rule (AutodiffRules.cpp) run in 16 bits.
+///
+/// `terms` are the roundings of each output element's contribution to a
+/// gradient, `sum` those of the sum of the contributions (unbroadcast,
+/// accumulation, the cast back to the 16-bit compute copy), relative to the
+/// sum itself.  Per rule, as `terms` or "sum" `sum`:
+///  0  neg, abs, relu, floor, cast, reshape, transpose, slice, concat,
+///     trilu, insert_slice, scatter_add: the adjoint copied, negated,
+///     selected or zero, exactly;
+///  sum 1  add, sub, max, min, select (the shares 1, 1/2, 0 are exact),
+///     broadcast: the unbroadcast sum; gather, max_pool2d, avg_pool2d,
+///     conv2d: the grad op accumulates (repeated indices, overlapping
+///     windows, a convolution) and rounds once;
+///  sum 1  softmax, log_softmax, layer_norm, reduce, cross_entropy, nll_loss:
+///     the fp32 policy (docs/passes.md) runs the rule in f32 on the exact
+///     adjoint, so the one rounding is the gradient's where it returns to
+///     the operand's 16-bit compute copy (<= u, plus kF32Slack);
+///  1  log: g / x;  2  exp (z, g * z), sqrt (z, g/2 / z), sin and cos
+///     (cos x, g * cos x);  3  rsqrt (z, g * z, / x);
+///  1 + sum 1  mul (g * y), matmul (a batch-broadcast operand sums 16-bit
+///     GEMM results; a GEMM accumulates in f32 and rounds once);
+///  3 + sum 1  div (for y: z, g * z, / y);
+///  5 + sum 1  pow: 4.73, as y - 1 is rounded before x^(y-1), an exponent
+///     error amplified by |ln x| |y - 1| <= 1.73 for x in [0.5, 2] and y in
+///     [-1.5, 1.5], plus x^(y-1), y *, and g *;
+///  7  erf: 6.25, as the rounding of x * x becomes x^2 u <= 2.25 u in
+///     exp(-x^2), plus exp, the 16-bit constant 2/sqrt(pi) and two products;
+///  10 sigmoid, g z (1 - z): 9.39, as 1 - z cancels: z's error counts
+///     |1 - 2z| / (1 - z) <= 6.39 times for |x| <= 2, plus three roundings;
+///  20 tanh, g - g z z: 19.14, as the product's error (z twice and two
+///     roundings) is amplified by z^2 / (1 - z^2) = sinh^2 x <= 4.53 for
+///     |x| <= 1.5, plus the difference;
+///  22 gelu: its derivative has a zero (x = -0.75), so only a normwise
+///     bound holds.  1 + erf and 1 - t^2 cancel, but every term is O(1): an
+///     element's error is at most 5.08 u |g| (exact form, 11 roundings) or
+///     10.82 u |g| (tanh form, 20) for |x| <= 3, and ||g gelu'(x)|| is
+///     0.52 ||g|| and 0.68 ||g|| on the test's data (gelu' has RMS 0.72
+///     over [-3, 3]): at most 2 times that.
+/// (The fractional counts come from perturbing each rounding of a rule in
+/// turn over the data range of its test.)  A function of several ops adds
+/// up its ops' counts, and one term step for each computed value an op
+/// reads (a 16-bit result, or a policy op's f32 result cast down).
+///
+/// checkMixedPrecision expects (terms k + sum) u + kF32Slack to bound the
+/// error, where k >= 1 is the condition number of the sum (sumConditions:
+/// its terms can cancel in an unbroadcast or a GEMM), computed only when
+/// the bound with k = 1 is exceeded.
+struct RoundingSteps {
+  double terms = 0, sum = 0;
+};
+
+/// The rounding steps of `op`'s rule (see RoundingSteps).
+RoundingSteps roundingSteps(Operation *op) {
+  auto steps = [](double terms, double sum) {
+    return [=](Operation *) { return RoundingSteps{terms, sum}; };
+  };
+  return llvm::TypeSwitch<Operation *, RoundingSteps>(op)
+      .Case<NegOp, AbsOp, ReluOp, FloorOp, CastOp, ReshapeOp, TransposeOp,
+            SliceOp, ConcatOp, TriluOp, InsertSliceOp, ScatterAddOp, ConstantOp,
+            CompareOp>(steps(0, 0))
+      .Case<AddOp, SubOp, MaxOp, MinOp, SelectOp, BroadcastOp, GatherOp,
+            MaxPool2DOp, AvgPool2DOp, Conv2DOp>(steps(0, 1))
+      .Case<SoftmaxOp, LogSoftmaxOp, LayerNormOp, ReduceOp, CrossEntropyOp,
+            NllLossOp>(steps(0, 1))
+      .Case<LogOp>(steps(1, 0))
+      .Case<ExpOp, SqrtOp, SinOp, CosOp>(steps(2, 0))
+      .Case<RsqrtOp>(steps(3, 0))
+      .Case<MulOp, MatmulOp>(steps(1, 1))
+      .Case<DivOp>(steps(3, 1))
+      .Case<PowOp>(steps(5, 1))
+      .Case<ErfOp>(steps(7, 0))
+      .Case<SigmoidOp>(steps(10, 0))
+      .Case<TanhOp>(steps(20, 0))
+      .Case<GeluOp>(steps(22, 0))
+      .Default([](Operation *op) {
+        ADD_FAILURE() << "no rounding steps for "
+                      << op->getName().getStringRef().str();
+        return RoundingSteps();
+      });
+}
+
+/// The rounding steps of `main` (as mainText builds it, in f32): those of
+/// the ops that depend on a parameter, and a term step for each value
+/// computed by the body that they read.
+RoundingSteps mixedPrecisionSteps(func::FuncOp main) {
+  Block &block = main.getBody().front();
+  llvm::DenseSet<Value> dependent;
+  for (BlockArgument arg : block.getArguments())
+    if (main.getArgAttr(arg.getArgNumber(), "sharc.param"))
+      dependent.insert(arg);
+  SmallVector<Operation *> ops;
+  for (Operation &op : block)
+    ops.push_back(&op);
+  RoundingSteps steps;
+  // The body: all but the loss (mul, reduce, return).
+  for (Operation *op : ArrayRef(ops).drop_back(3)) {
+    if (llvm::none_of(op->getOperands(),
+                      [&](Value v) { return dependent.contains(v); }))
+      continue;
+    dependent.insert(op->result_begin(), op->result_end());
+    RoundingSteps own = roundingSteps(op);
+    steps.terms += own.terms;
+    steps.sum += own.sum;
+    for (Value operand : op->getOperands())
+      if (Operation *producer = operand.getDefiningOp();
+          producer && !isa<ConstantOp>(producer) &&
+          isa<FloatType>(cast<ShapedType>(operand.getType()).getElementType()))
+        ++steps.terms;
+  }
+  return steps;
+}
+
+/// What f32 arithmetic adds to the normwise relative error of a gradient:
+/// 256 f32 unit roundoffs (the policy ops' rules in f32, GEMMs accumulating
+/// in f32), 1/32 of f16's u.
+constexpr double kF32Slack = 0x1p-16;
+
+/// `value` rounded to `bits` significant bits (nearest, ties to even).
+double roundToBits(double value, int bits) {
+  int exponent;
+  double fraction = std::frexp(value, &exponent);
+  return std::ldexp(std::nearbyint(std::ldexp(fraction, bits)),
+                    exponent - bits);
+}
+
+/// `body` (IR whose float tensors are f64) with every f64 tensor type made
+/// f32, and every f64 hexadecimal literal written as the f32 of the same
+/// value (they are the constants of the test bodies: -inf); scalar f64
+/// attributes (`epsilon = 1.0e-5 : f64`) keep their type.
+std::string withF32Tensors(StringRef body) {
+  static const std::regex type(R"(tensor<((\d+x)*)f64>)");
+  std::string text = std::regex_replace(body.str(), type, "tensor<$1f32>");
+  static const std::regex hex("0x([0-9A-Fa-f]{16})");
+  std::string out;
+  std::sregex_iterator it(text.begin(), text.end(), hex), end;
+  size_t last = 0;
+  for (; it != end; ++it) {
+    uint64_t bits = std::stoull((*it)[1].str(), nullptr, 16);
+    double value;
+    std::memcpy(&value, &bits, sizeof(value));
+    float narrow = static_cast<float>(value);
+    EXPECT_EQ(static_cast<double>(narrow), value) << "inexact in f32";
+    uint32_t narrowBits;
+    std::memcpy(&narrowBits, &narrow, sizeof(narrowBits));
+    char spelled[16];
+    std::snprintf(spelled, sizeof(spelled), "0x%08X", narrowBits);
+    out += text.substr(last, it->position() - last) + spelled;
+    last = it->position() + it->length();
+  }
+  return out + text.substr(last);
+}
+
 class GradCheck : public IRTest {
 protected:
   /// Random f64 values in [low, high).
@@ -65,8 +235,8 @@ protected:
   /// Builds @main(args..., %weights) -> loss = sum(%out * %weights), where
   /// `body` computes `%out` of shape `outShape`.
   std::string mainText(ArrayRef<Arg> args, StringRef body,
-                       ArrayRef<int64_t> outShape) {
-    std::string out = tensorType(outShape, "f64");
+                       ArrayRef<int64_t> outShape, StringRef element = "f64") {
+    std::string out = tensorType(outShape, element);
     std::string text = "func.func @main(";
     for (const Arg &arg : args) {
       text += "%" + arg.name + ": " + typeOf(arg.value);
@@ -75,28 +245,36 @@ protected:
                         : " {sharc.input = \"" + arg.name + "\"}, ";
     }
     text += "%weights: " + out + " {sharc.input = \"weights\"})\n";
-    text += "    -> (tensor<f64> {sharc.output = \"loss\"}) {\n";
+    text += "    -> (" + tensorType({}, element) +
+            " {sharc.output = \"loss\"}) {\n";
     text += body.str() + "\n";
     std::string axes;
     for (size_t d = 0; d < outShape.size(); ++d)
       axes += (d ? ", " : ": ") + std::to_string(d);
     text += substitute(R"(
   %weighted = sharc.mul %out, %weights : ($0, $0) -> $0
-  %loss = sharc.reduce %weighted {kind = #sharc.reduce_kind<sum>, axes = array<i64$1>} : ($0) -> tensor<f64>
-  return %loss : tensor<f64>
+  %loss = sharc.reduce %weighted {kind = #sharc.reduce_kind<sum>, axes = array<i64$1>} : ($0) -> $2
+  return %loss : $2
 })",
-                       {out, axes});
+                       {out, axes, tensorType({}, element)});
     return text;
   }
 
-  /// Runs sharc-autodiff on `text`; returns @main's module, or null after
-  /// reporting a failure.
-  ModuleOp differentiate(StringRef text, const AutodiffOptions &options) {
+  /// Runs sharc-autodiff on `text`, after sharc-mixed-precision with dtype
+  /// `precision` when one is given (the order of the training pipeline);
+  /// returns @main's module, or null after reporting a failure.
+  ModuleOp differentiate(StringRef text, const AutodiffOptions &options,
+                         StringRef precision = "") {
     func::FuncOp main = parse(text);
     if (!main)
       return {};
     auto module = main->getParentOfType<ModuleOp>();
     PassManager pm(&context);
+    if (!precision.empty()) {
+      MixedPrecisionOptions mixed;
+      mixed.dtype = precision.str();
+      pm.addPass(createMixedPrecision(mixed));
+    }
     pm.addPass(createAutodiff(options));
     if (failed(pm.run(module))) {
       ADD_FAILURE() << "sharc-autodiff failed:\n" << diagnostics << text.str();
@@ -163,6 +341,137 @@ protected:
             << text;
     }
     checkedGradients += results->size() - 1;
+    for (DType half : {DType::f16, DType::bf16}) {
+      SCOPED_TRACE(dtypeName(half));
+      checkMixedPrecision(half, args, body, outShape, options, grad);
+    }
+  }
+
+  /// Builds the function of `check` in f32, runs sharc-mixed-precision with
+  /// dtype `half` and then sharc-autodiff, as the training pipeline does,
+  /// and compares its gradients with those of `grad64` (the f64 @main_grad)
+  /// evaluated at the same arguments: every float argument rounded to `half`
+  /// (the weights to two bits fewer: see RoundingSteps), integer ones as
+  /// they are.
+  void checkMixedPrecision(DType half, ArrayRef<Arg> args, StringRef body,
+                           ArrayRef<int64_t> outShape,
+                           const AutodiffOptions &options,
+                           func::FuncOp grad64) {
+    // Significand bits, and the unit roundoff.
+    int bits = half == DType::f16 ? 11 : 8;
+    double u = std::ldexp(1.0, -bits);
+    std::vector<Arg> narrow;
+    std::vector<Tensor> values64, values32;
+    for (const Arg &arg : args) {
+      Tensor rounded = arg.value;
+      // The weights, last: 0.75 times them is exact in 16 bits.
+      if (&arg == &args.back())
+        for (double &v : rounded.floats())
+          v = roundToBits(v, bits - 2);
+      if (rounded.isFloat())
+        rounded = rounded.convertTo(half).convertTo(arg.value.dtype());
+      values64.push_back(rounded);
+      values32.push_back(rounded.isFloat() ? rounded.convertTo(DType::f32)
+                                           : rounded);
+      narrow.push_back({arg.name, values32.back(), arg.param});
+    }
+    std::string text = mainText(ArrayRef(narrow).drop_back(),
+                                withF32Tensors(body), outShape, "f32");
+    func::FuncOp forward = parse(text);
+    if (!forward)
+      return;
+    RoundingSteps steps = mixedPrecisionSteps(forward);
+    ModuleOp module = differentiate(text, options, dtypeName(half));
+    if (!module)
+      return;
+    auto grad = module.lookupSymbol<func::FuncOp>("main_grad");
+    ASSERT_TRUE(grad);
+    values64.push_back(makeTensor(DType::f64, {}, {kSeed}));
+    values32.push_back(makeTensor(DType::f32, {}, {kSeed}));
+    FailureOr<std::vector<Tensor>> expected = evaluate(grad64, values64);
+    ASSERT_TRUE(succeeded(expected)) << diagnostics;
+    FailureOr<std::vector<Tensor>> actual = evaluate(grad, values32);
+    ASSERT_TRUE(succeeded(actual)) << diagnostics << text;
+    ASSERT_EQ(actual->size(), expected->size());
+    std::vector<double> conditions;
+    for (unsigned r = 1; r < actual->size(); ++r) {
+      std::string name =
+          grad.getResultAttrOfType<StringAttr>(r, "sharc.grad").str();
+      ASSERT_EQ(name,
+                grad64.getResultAttrOfType<StringAttr>(r, "sharc.grad").str());
+      const Tensor &a = (*actual)[r], &e = (*expected)[r];
+      ASSERT_EQ(a.dtype(), DType::f32) << name;
+      ASSERT_EQ(a.shape(), e.shape()) << name;
+      // The gradient comes back to f32 through the cast of the parameter's
+      // 16-bit compute copy: it is a 16-bit value (not one computed in f32).
+      EXPECT_EQ(a.convertTo(half).convertTo(DType::f32), a)
+          << "gradient of " << name << " is not a " << dtypeName(half)
+          << " value";
+      double diff = 0, norm = 0;
+      for (int64_t k = 0; k < a.numElements(); ++k) {
+        double d = a.getDouble(k) - e.getDouble(k);
+        diff += d * d;
+        norm += e.getDouble(k) * e.getDouble(k);
+      }
+      if (norm == 0) {
+        EXPECT_EQ(diff, 0) << "gradient of " << name;
+        continue;
+      }
+      double error = std::sqrt(diff / norm);
+      // A sum whose terms cancel amplifies the terms' errors by its
+      // condition number (computed when a bound without it is exceeded).
+      double condition = 1;
+      auto bound = [&] {
+        return (steps.terms * condition + steps.sum) * u + kF32Slack;
+      };
+      if (error > bound() && steps.terms > 0) {
+        if (conditions.empty())
+          conditions = sumConditions(grad64, values64, *expected);
+        condition = conditions[r];
+      }
+      EXPECT_LE(error, bound())
+          << "gradient of " << name << ": " << error / u << " u; bound ("
+          << steps.terms << " * " << condition << " + " << steps.sum << ") u, "
+          << condition << " the condition number of the sum\n"
+          << text;
+    }
+  }
+
+  /// The condition numbers of the gradients `grads` of `grad` at `values`
+  /// (weights next to last) as sums over the output's elements: each is
+  /// g = sum_i w_i c_i with c_i the gradient for the weights e_i, and
+  /// sum_i |w_i c_i| bounds what its terms' relative errors add up to;
+  /// returns ||sum_i |w_i c_i| || / ||g|| per gradient (1 for the loss).
+  std::vector<double> sumConditions(func::FuncOp grad,
+                                    std::vector<Tensor> values,
+                                    ArrayRef<Tensor> grads) {
+    Tensor &weights = values[values.size() - 2];
+    Tensor w = weights;
+    std::vector<std::vector<double>> absolute(grads.size());
+    for (unsigned r = 0; r < grads.size(); ++r)
+      absolute[r].assign(grads[r].numElements(), 0);
+    for (int64_t i = 0; i < w.numElements(); ++i) {
+      for (int64_t k = 0; k < w.numElements(); ++k)
+        weights.setDouble(k, k == i ? 1 : 0);
+      FailureOr<std::vector<Tensor>> c = evaluate(grad, values);
+      if (failed(c)) {
+        ADD_FAILURE() << diagnostics;
+        return std::vector<double>(grads.size(), 1);
+      }
+      for (unsigned r = 1; r < grads.size(); ++r)
+        for (int64_t k = 0; k < grads[r].numElements(); ++k)
+          absolute[r][k] += std::fabs(w.getDouble(i) * (*c)[r].getDouble(k));
+    }
+    std::vector<double> conditions(grads.size(), 1);
+    for (unsigned r = 1; r < grads.size(); ++r) {
+      double sum = 0, norm = 0;
+      for (int64_t k = 0; k < grads[r].numElements(); ++k) {
+        sum += absolute[r][k] * absolute[r][k];
+        norm += grads[r].getDouble(k) * grads[r].getDouble(k);
+      }
+      conditions[r] = std::sqrt(sum / norm);
+    }
+    return conditions;
   }
 
   std::mt19937 rng{20240611};
@@ -589,8 +898,8 @@ func.func @main(%x: tensor<4x3x$0> {sharc.input = "x"},
   Tensor t = ints({4}, {0, 4, 2, 2});
   std::vector<Tensor> grads;
   for (DType type : {DType::f64, DType::f32}) {
-    ModuleOp module = differentiate(substitute(text, {std::string(dtypeName(type))}),
-                                    AutodiffOptions());
+    ModuleOp module = differentiate(
+        substitute(text, {std::string(dtypeName(type))}), AutodiffOptions());
     ASSERT_TRUE(module);
     auto grad = module.lookupSymbol<func::FuncOp>("main_grad");
     FailureOr<std::vector<Tensor>> r =
