@@ -29,6 +29,58 @@ parameter + gradient + optimizer-state tensor bytes.
     tools/benchmark-cpu.py --model gpt --dim 128 --layers 4 --seq 64 \\
         --batch 8 --vocab 512 --steps 20 --threads 2
 
+With --compare-precisions (no PyTorch run) it instead compiles the same model
+once per precision (`sharc compile --precision fp32|bf16|fp16 --world-size N`,
+default all three), runs the binaries alternately ROUNDS times under
+`mpirun -np N` (N = --world-size, default 1; every rank runs the same program
+on its own micro-batch, so each rank's figures are the same) and prints one
+table of per-rank memory and step time, with the ratios bf16/fp32 and
+fp16/fp32.  Its default size (GPT, dim 256, 4 layers, 4 heads, seq 256,
+batch 8, vocab 512; 10 timed steps after 2 warm-up) is one where activations
+dominate memory.  The figures, per rank:
+
+  planned (OUT/manifest.json, the same figures as `sharc compile --report`):
+    parameters       the fp32 master weights (parameter_bytes);
+    optimizer state  AdamW's moments and step (and fp16's loss-scaler state)
+                     (optimizer_state_bytes);
+    arena            the planned peak of the one static arena
+                     (arena_bytes): activations and temporaries, and also the
+                     fp32 gradients and the 16-bit compute copies of the
+                     parameters, which live in the arena; so
+    gradients, 16-bit compute copies
+                     (gradient_bytes, compute_copy_bytes) are shown as parts
+                     of the arena, not added to the total;
+    inputs/outputs   the other persistent buffers of the manifest;
+    total            parameters + optimizer state + arena + inputs/outputs.
+  measured (by the running binary and the OS, not taken from the plan):
+    arena            `summary: arena bytes planned P measured M`: the
+                     runtime (runtime/TrainMain.cpp) allocates exactly the
+                     planned P bytes, fills them with a sentinel byte (0xA5)
+                     before step 1 and, after step 1, scans for the highest
+                     byte that no longer holds it.  This observes what the
+                     step really wrote, but only inside the planned
+                     allocation: M can never exceed P (a write past the plan
+                     is not detected), and it is the highest byte written,
+                     not the peak of bytes live at once;
+    RSS in steps     the largest VmRSS of each rank's process
+                     (/proc/PID/status), sampled every 20 ms from the line
+                     of step 2 on (while steps 3.. run); this includes the
+                     whole planned arena (the sentinel fill touched every
+                     page of it), code, MPI and BLAS, the input staging
+                     buffers and any heap memory the runtime allocates
+                     outside the plan (e.g. for GEMM operands);
+    peak RSS         "Maximum resident set size" of /usr/bin/time -v around
+                     each rank; on the CPU target this includes a host copy
+                     of the whole arena that the sentinel scan makes after
+                     step 1 (`std::vector host(arenaBytes)`), so it is about
+                     one arena more than the RSS in steps.
+  step ms: the binary's own per-step times (the `ms` field of its step
+  lines), pooled over the timed steps of every round: median and minimum,
+  and the median of each round.
+
+    tools/benchmark-cpu.py --compare-precisions --threads 2 --rounds 3
+    tools/benchmark-cpu.py --compare-precisions --world-size 2 --threads 1
+
 Results go in docs/performance.md.
 """
 
@@ -42,12 +94,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "test" / "e2e"))
 
-STEP_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+) ms (\S+)", re.MULTILINE)
+# fp16 programs add ` scale S` after the learning rate and ` skipped` at the
+# end of a step whose gradients overflowed.
+STEP_LINE = re.compile(r"^step (?P<step>\d+) loss (?P<loss>\S+) lr (?P<lr>\S+)"
+                       r"(?: scale (?P<scale>\S+))? ms (?P<ms>\S+)"
+                       r"(?: tokens/s \S+)?(?P<skipped> skipped)?$", re.MULTILINE)
+SKIPPED_LINE = re.compile(r"^summary: skipped steps (\d+)", re.MULTILINE)
+COLLECTIVE_LINE = re.compile(
+    r"^summary: collective bytes per step planned (\d+) measured (\S+)", re.MULTILINE)
 ARENA_LINE = re.compile(r"^summary: arena bytes planned (\d+) measured (\d+)",
                         re.MULTILINE)
 MAX_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
@@ -56,12 +116,15 @@ MAX_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description="Compare sharc's compiled CPU training binary with "
-                    "PyTorch eager (fp32 AdamW step).")
+                    "PyTorch eager (fp32 AdamW step), or (--compare-precisions) "
+                    "its fp32, bf16 and fp16 binaries with each other.")
     parser.add_argument("--model", choices=("gpt", "mlp", "bert"), default="gpt")
-    parser.add_argument("--steps", type=int, default=20,
-                        help="timed steps after warm-up (default 20)")
-    parser.add_argument("--warmup", type=int, default=3,
-                        help="untimed steps first (default 3)")
+    parser.add_argument("--steps", type=int,
+                        help="timed steps after warm-up (default 20; "
+                             "--compare-precisions: 10)")
+    parser.add_argument("--warmup", type=int,
+                        help="untimed steps first (default 3; "
+                             "--compare-precisions: 2)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="run sharc and PyTorch alternately this many times "
                              "(default 3): a shared machine's speed drifts, so "
@@ -70,23 +133,66 @@ def parse_args(argv=None):
                         help="CPU threads for both (default: all cores)")
     parser.add_argument("--build-dir", default="build",
                         help="sharc build directory with bin/sharc (default build)")
-    parser.add_argument("--dim", type=int, default=128, help="hidden size (gpt, bert; mlp hidden)")
+    parser.add_argument("--dim", type=int,
+                        help="hidden size (gpt, bert; mlp hidden) (default 128; "
+                             "--compare-precisions: 256)")
     parser.add_argument("--layers", type=int, default=4, help="blocks (gpt, bert)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads (gpt, bert)")
-    parser.add_argument("--seq", type=int, default=64, help="sequence length (gpt, bert)")
-    parser.add_argument("--batch", type=int, default=8, help="micro-batch rows")
+    parser.add_argument("--seq", type=int,
+                        help="sequence length (gpt, bert) (default 64; "
+                             "--compare-precisions: 256)")
+    parser.add_argument("--batch", type=int, default=8,
+                        help="micro-batch rows (per rank)")
     parser.add_argument("--vocab", type=int, default=512, help="vocabulary (gpt, bert)")
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+    parser.add_argument("--precision", choices=("fp32", "bf16"),
                         help="bf16: sharc compile --precision bf16 (bf16 compute, "
                              "fp32 master weights) against PyTorch under "
                              "torch.autocast('cpu', torch.bfloat16) with fp32 "
-                             "parameters")
+                             "parameters (default fp32)")
+    parser.add_argument("--compare-precisions", nargs="?", metavar="LIST",
+                        const="fp32,bf16,fp16",
+                        help="instead of the PyTorch comparison: compile the "
+                             "model once per precision of LIST (default "
+                             "fp32,bf16,fp16), run the binaries alternately and "
+                             "print per-rank planned and measured memory and "
+                             "step time, with the ratios to fp32")
+    parser.add_argument("--world-size", type=int, default=1,
+                        help="--compare-precisions: data-parallel ranks "
+                             "(sharc compile --world-size N, mpirun -np N; "
+                             "default 1)")
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", help="keep files here (default: a temporary folder)")
     parser.add_argument("--torch-worker", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.torch_worker:
+        return args
+    compare = args.compare_precisions is not None
+    defaults = ({"dim": 256, "seq": 256, "steps": 10, "warmup": 2} if compare
+                else {"dim": 128, "seq": 64, "steps": 20, "warmup": 3})
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if compare:
+        if args.precision is not None:
+            parser.error("--precision is the PyTorch comparison's; "
+                         "--compare-precisions takes a LIST")
+        precisions = [p.strip() for p in args.compare_precisions.split(",") if p.strip()]
+        bad = [p for p in precisions if p not in ("fp32", "bf16", "fp16")]
+        if bad or not precisions or len(set(precisions)) != len(precisions):
+            parser.error("--compare-precisions: a comma-separated list of "
+                         "distinct fp32, bf16, fp16")
+        args.compare_precisions = precisions
+        if args.world_size < 1:
+            parser.error("--world-size must be >= 1")
+    else:
+        if args.world_size != 1:
+            parser.error("--world-size is for --compare-precisions (the "
+                         "PyTorch comparison runs one process)")
+        if args.precision is None:
+            args.precision = "fp32"
+    return args
 
 
 # --------------------------------------------------------------------------
@@ -206,21 +312,118 @@ def run_checked(command, env=None, what=""):
     return result
 
 
-def compile_sharc(args, work, onnx_path):
-    """Compiles the model once; returns (OUT directory, seconds)."""
+def sharc_binary(args):
     sharc = (REPO / args.build_dir / "bin" / "sharc").resolve()
     if not sharc.is_file():
         sys.exit(f"benchmark-cpu: {sharc} not found; build sharc first")
-    out = work / "out"
+    return sharc
+
+
+def compile_sharc(args, work, onnx_path, precision=None, world_size=1,
+                  name="out"):
+    """Compiles the model once (into WORK/NAME); returns (OUT directory,
+    seconds)."""
+    sharc = sharc_binary(args)
+    out = (work / name).resolve()
     start = time.perf_counter()
-    run_checked([sharc, "compile", onnx_path, "--optimizer", "adamw",
-                 "--lr", repr(args.lr), "--weight-decay", repr(args.weight_decay),
-                 "--precision", args.precision, "-o", out],
-                what="sharc compile")
+    command = [sharc, "compile", onnx_path, "--optimizer", "adamw",
+               "--lr", repr(args.lr), "--weight-decay", repr(args.weight_decay),
+               "--precision", precision or args.precision, "-o", out]
+    if world_size != 1:
+        command += ["--world-size", str(world_size)]
+    run_checked(command, what="sharc compile")
     return out, time.perf_counter() - start
 
 
-def run_sharc(args, out, compile_s, input_files):
+def rank_pids(binary):
+    """Processes whose argv[0] is `binary` (the ranks of one mpirun job; the
+    /usr/bin/time wrapped around each has its own argv[0])."""
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+        except OSError:
+            continue
+        if argv0 == os.fsencode(binary):
+            pids.append(int(entry.name))
+    return pids
+
+
+def vm_rss_kb(pid):
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class RssSampler:
+    """Largest VmRSS of each process running `binary`, sampled every
+    `period` seconds once start() is called (from a thread of its own)."""
+
+    def __init__(self, binary, expected, period=0.02):
+        self.binary, self.expected, self.period = str(binary), expected, period
+        self.max_kb = {}
+        self.pids = []
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def start(self):
+        self.started.set()
+
+    def stop(self):
+        self.stopped.set()
+        self.started.set()
+        self.thread.join()
+
+    def _loop(self):
+        self.started.wait()
+        while not self.stopped.is_set():
+            if len(self.pids) < self.expected:
+                self.pids = rank_pids(self.binary)
+            for pid in self.pids:
+                kb = vm_rss_kb(pid)
+                if kb is not None:
+                    self.max_kb[pid] = max(self.max_kb.get(pid, 0), kb)
+            self.stopped.wait(self.period)
+
+
+def run_sampled(command, env, binary, ranks, what):
+    """Runs `command`, sampling the VmRSS of its `ranks` processes running
+    `binary` from the line of step 2 on; returns (stdout, stderr, per-rank
+    largest VmRSS in KiB, sorted by pid)."""
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                   stderr=errors, text=True, env=env)
+        sampler = RssSampler(binary, ranks)
+        lines = []
+        try:
+            for line in process.stdout:
+                lines.append(line)
+                # From the line of step 2 on: every rank has then left
+                # step 1 and the arena scan after it (rank 0 prints).
+                match = STEP_LINE.match(line.rstrip("\n"))
+                if match and int(match["step"]) >= 2:
+                    sampler.start()
+            status = process.wait()
+        finally:
+            sampler.stop()
+        errors.seek(0)
+        stderr = errors.read()
+    stdout = "".join(lines)
+    if status != 0:
+        sys.exit(f"benchmark-cpu: {what} failed (status {status}):\n"
+                 f"$ {' '.join(map(str, command))}\n{stdout}{stderr}")
+    return stdout, stderr, [sampler.max_kb[pid] for pid in sorted(sampler.max_kb)]
+
+
+def run_sharc(args, out, compile_s, input_files, world_size=1, sample_rss=False):
     manifest = json.loads((out / "manifest.json").read_text())
 
     launcher = shutil.which("mpirun")
@@ -228,7 +431,8 @@ def run_sharc(args, out, compile_s, input_files):
         sys.exit("benchmark-cpu: mpirun not found")
     timer = "/usr/bin/time"
     use_timer = os.access(timer, os.X_OK)
-    command = [launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "1",
+    command = [launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "-np", str(world_size),
                "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS",
                "-x", "MKL_NUM_THREADS"]
     if use_timer:
@@ -238,20 +442,35 @@ def run_sharc(args, out, compile_s, input_files):
         command += ["--input", f"{name}={path}"]
     command += ["--steps", str(args.warmup + args.steps), "--log-every", "1"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    result = run_checked(list(map(str, command)), env=thread_env(args.threads),
-                         what="the compiled binary")
+    if sample_rss:
+        stdout, stderr, step_rss_kb = run_sampled(
+            list(map(str, command)), thread_env(args.threads), out / "train",
+            world_size, "the compiled binary")
+    else:
+        result = run_checked(list(map(str, command)), env=thread_env(args.threads),
+                             what="the compiled binary")
+        stdout, stderr, step_rss_kb = result.stdout, result.stderr, []
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    steps = [(int(k), float(loss), float(ms))
-             for k, loss, _, ms in STEP_LINE.findall(result.stdout)]
-    match = MAX_RSS.search(result.stderr + result.stdout)
-    if match:
-        max_rss_kb, rss_source = int(match.group(1)), "/usr/bin/time -v"
+    lines = list(STEP_LINE.finditer(stdout))
+    steps = [(int(m["step"]), float(m["loss"]), float(m["ms"])) for m in lines]
+    rank_rss_kb = [int(kb) for kb in MAX_RSS.findall(stderr + stdout)]
+    if rank_rss_kb:
+        max_rss_kb, rss_source = max(rank_rss_kb), "/usr/bin/time -v"
     else:
         # Largest child of this process so far (mpirun or the binary).
         max_rss_kb, rss_source = max(children, before), "getrusage(CHILDREN)"
-    arena = ARENA_LINE.search(result.stdout)
+    arena = ARENA_LINE.search(stdout)
+    skipped = SKIPPED_LINE.search(stdout)
+    collective = COLLECTIVE_LINE.search(stdout)
     input_bytes = sum(b["bytes"] for b in manifest["buffers"] if b["role"] == "input")
     return {
+        "manifest": manifest,
+        "rank_rss_kb": rank_rss_kb, "step_rss_kb": step_rss_kb,
+        "scales": [float(m["scale"]) for m in lines if m["scale"]],
+        "skipped_lines": sum(1 for m in lines if m["skipped"]),
+        "skipped": int(skipped.group(1)) if skipped else None,
+        "collective_planned": int(collective.group(1)) if collective else None,
+        "collective_measured": collective.group(2) if collective else None,
         "compile_s": compile_s,
         "step_ms": [ms for _, _, ms in steps],
         "losses": [loss for _, loss, _ in steps],
@@ -296,16 +515,200 @@ def mib(nbytes):
     return nbytes / (1 << 20)
 
 
-def main():
-    args = parse_args()
-    if args.torch_worker:
-        torch_worker(args.torch_worker)
-        return
-    if args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.rounds < 1:
-        sys.exit("benchmark-cpu: --steps, --threads and --rounds must be >= 1, "
-                 "--warmup >= 0")
-    os.environ.update({k: v for k, v in thread_env(args.threads).items()
-                       if k.endswith("_NUM_THREADS")})
+# --------------------------------------------------------------------------
+# --compare-precisions: fp32 against bf16 and fp16, sharc only
+# --------------------------------------------------------------------------
+
+
+def build_info(args, binary):
+    """What the binaries were built from: the sharc build's source tree (its
+    commit and uncommitted changes, if it is a git checkout) and the BLAS
+    library the binary links (with OpenBLAS's version and core)."""
+    lines = []
+    build = (REPO / args.build_dir).resolve()
+    source = None
+    cache = build / "CMakeCache.txt"
+    if cache.is_file():
+        match = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$",
+                          cache.read_text(errors="replace"), re.MULTILINE)
+        source = pathlib.Path(match.group(1)) if match else None
+    source = source or REPO
+    git = ["git", "-C", str(source)]
+    commit = subprocess.run(git + ["log", "-1", "--format=%h %cs"],
+                            capture_output=True, text=True)
+    if commit.returncode == 0:
+        # What the compiler and the binaries are built from (the binaries
+        # also include runtime/ headers from the sources when compiled).
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no",
+                                      "--", "CMakeLists.txt", "cmake", "codegen",
+                                      "frontends", "ir", "passes", "runtime",
+                                      "tools/sharc"],
+                               capture_output=True, text=True).stdout.split("\n")
+        dirty = [line[3:] for line in dirty if line.strip()]
+        lines.append(f"sharc {build}/bin/sharc, sources {source} at commit "
+                     f"{commit.stdout.strip()}"
+                     + (f", with uncommitted changes to {', '.join(dirty)}" if dirty
+                        else ", no uncommitted changes"))
+    else:
+        lines.append(f"sharc {build}/bin/sharc, sources {source} (not a git checkout)")
+    ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    blas = re.search(r"^\s*(\S*blas\S*) => (\S+)", ldd, re.MULTILINE | re.IGNORECASE)
+    if blas:
+        detail = ""
+        try:
+            import ctypes
+            library = ctypes.CDLL(blas.group(2))
+            library.openblas_get_config.restype = ctypes.c_char_p
+            library.openblas_get_corename.restype = ctypes.c_char_p
+            config = library.openblas_get_config().decode().split()
+            detail = (f" ({' '.join(config[:2])}, core "
+                      f"{library.openblas_get_corename().decode()})")
+        except (OSError, AttributeError):
+            pass
+        lines.append(f"BLAS {blas.group(2)}{detail}")
+    return lines
+
+
+def compare_precisions(args, work, onnx_path, input_files, n_params):
+    precisions = args.compare_precisions
+    n = args.world_size
+    outs = {}
+    for precision in precisions:
+        outs[precision] = compile_sharc(args, work, onnx_path, precision, n,
+                                        name=f"out-{precision}-np{n}")
+        print(f"compiled {precision} in {outs[precision][1]:.1f} s", flush=True)
+    info = build_info(args, outs[precisions[0]][0] / "train")
+    w = args.warmup
+    runs = {p: [] for p in precisions}
+    for r in range(args.rounds):
+        for precision in precisions:
+            out, compile_s = outs[precision]
+            result = run_sharc(args, out, compile_s, input_files, world_size=n,
+                               sample_rss=True)
+            if len(result["step_ms"]) != w + args.steps:
+                sys.exit(f"benchmark-cpu: {precision}: expected {w + args.steps} "
+                         f"step lines, found {len(result['step_ms'])}")
+            runs[precision].append(result)
+        print(f"round {r + 1}: median step ms "
+              + ", ".join(f"{p} {median(runs[p][-1]['step_ms'][w:]):.1f}"
+                          for p in precisions), flush=True)
+    print()
+
+    def planned(result):
+        manifest = result["manifest"]
+        persistent = sum(b["bytes"] for b in manifest["buffers"])
+        other = persistent - manifest["parameter_bytes"] - manifest["optimizer_state_bytes"]
+        return {
+            "param": manifest["parameter_bytes"],
+            "state": manifest["optimizer_state_bytes"],
+            "arena": manifest["arena_bytes"],
+            "grad": manifest["gradient_bytes"],
+            "copies": manifest.get("compute_copy_bytes", 0),
+            "other": other,
+            "total": persistent + manifest["arena_bytes"],
+        }
+
+    first = {p: runs[p][0] for p in precisions}
+    plans = {p: planned(first[p]) for p in precisions}
+    for p in precisions:
+        for result in runs[p][1:]:
+            if result["arena_measured"] != first[p]["arena_measured"]:
+                print(f"note: {p}: measured arena differs between rounds "
+                      f"({result['arena_measured']} vs {first[p]['arena_measured']})")
+    steps = {p: [ms for result in runs[p] for ms in result["step_ms"][w:]]
+             for p in precisions}
+    step_rss = {p: max(kb for result in runs[p] for kb in result["step_rss_kb"])
+                if all(result["step_rss_kb"] for result in runs[p]) else None
+                for p in precisions}
+    peak_rss = {p: max(result["max_rss_kb"] for result in runs[p]) for p in precisions}
+
+    sizes = (f"dim {args.dim}, layers {args.layers}, heads {args.heads}, "
+             f"seq {args.seq}, vocab {args.vocab}, " if args.model != "mlp"
+             else f"hidden {args.dim}, ")
+    print(f"model {args.model}: {sizes}micro-batch {args.batch} per rank; "
+          f"{n_params} parameters ({mib(4 * n_params):.1f} MiB in fp32); AdamW "
+          f"lr {args.lr} weight decay {args.weight_decay}")
+    print(f"world size {n} (mpirun -np {n}), {args.threads} thread(s) per rank; "
+          f"{args.steps} timed steps after {w} warm-up, {args.rounds} round(s) "
+          f"of {', '.join(precisions)} alternately; work dir {work}")
+    for line in info:
+        print(line)
+    print()
+
+    base = "fp32" if "fp32" in precisions else None
+    others = [p for p in precisions if p != base] if base else []
+    head = f"{'per rank':44}" + "".join(f"{p:>10}" for p in precisions) \
+        + "".join(f"{p + '/' + base:>11}" for p in others)
+    print(head)
+
+    def row(label, values, with_ratios=True, digits=1):
+        cells = "".join(f"{values[p]:>10.{digits}f}" if values[p] is not None
+                        else f"{'-':>10}"
+                        for p in precisions)
+        ratios = ""
+        for p in others if with_ratios else ():
+            a, b = values[p], values[base]
+            ratios += f"{a / b:>11.2f}" if a is not None and b else f"{'-':>11}"
+        print(f"{label:44}{cells}{ratios}")
+
+    def plan_row(label, key):
+        row(label, {p: mib(plans[p][key]) for p in precisions})
+
+    print("planned MiB (manifest.json)")
+    plan_row("  parameters (fp32 master weights)", "param")
+    plan_row("  optimizer state (fp32)", "state")
+    plan_row("  arena (activations, temporaries, ...)", "arena")
+    plan_row("    in it: gradients (fp32)", "grad")
+    plan_row("    in it: 16-bit compute copies", "copies")
+    plan_row("  inputs, outputs", "other")
+    plan_row("  total", "total")
+    print("measured MiB")
+    row("  arena (sentinel high-water mark)",
+        {p: mib(first[p]["arena_measured"]) if first[p]["arena_measured"] is not None
+         else None for p in precisions})
+    row("  RSS during steps 3.. (VmRSS, max)",
+        {p: mib(step_rss[p] * 1024) if step_rss[p] else None for p in precisions})
+    row("  peak RSS (time -v; + scan's arena copy)",
+        {p: mib(peak_rss[p] * 1024) for p in precisions})
+    row("  RSS during steps - planned total",
+        {p: mib(step_rss[p] * 1024 - plans[p]["total"]) if step_rss[p] else None
+         for p in precisions}, with_ratios=False)
+    print("step ms")
+    row("  median", {p: median(steps[p]) for p in precisions}, digits=2)
+    row("  min", {p: min(steps[p]) for p in precisions}, digits=2)
+    for r in range(args.rounds):
+        row(f"  median of round {r + 1}",
+            {p: median(runs[p][r]["step_ms"][w:]) for p in precisions}, digits=2)
+    print()
+    for p in precisions:
+        last = runs[p][-1]
+        extra = ""
+        if last["scales"]:
+            extra = f", loss scale {last['scales'][-1]:g}"
+        if last["skipped"] is not None:
+            extra += f", skipped steps {last['skipped']}"
+        collectives = ""
+        if n > 1:
+            collectives = (f"; collective bytes per step planned "
+                           f"{last['collective_planned']} measured "
+                           f"{last['collective_measured']}")
+        ranks = ""
+        if n > 1:
+            ranks = "; peak RSS per rank MiB " + ", ".join(
+                f"{mib(kb * 1024):.1f}" for kb in last["rank_rss_kb"])
+            if last["step_rss_kb"]:
+                ranks += "; RSS during steps per rank MiB " + ", ".join(
+                    f"{mib(kb * 1024):.1f}" for kb in last["step_rss_kb"])
+        print(f"{p}: loss at step 1 {last['losses'][0]:.6f}, at step "
+              f"{w + args.steps} {last['losses'][-1]:.6f}{extra}; "
+              f"{last['kernels']} kernels, {last['gemm_calls']} GEMM calls per step; "
+              f"arena planned {plans[p]['arena']} measured {first[p]['arena_measured']} "
+              f"bytes{collectives}{ranks}")
+
+
+def prepare(args):
+    """Exports the model and writes the data (4 x batch rows per rank); returns
+    (work directory, ONNX path, {input name: .npy path}, parameter count)."""
     import numpy as np
     import torch
     import models
@@ -316,7 +719,7 @@ def main():
     case, config = build_case(args)
     onnx_path = work / f"{args.model}.onnx"
     models.export(case, onnx_path)
-    rows = 4 * args.batch
+    rows = 4 * args.batch * args.world_size
     data = models.make_inputs(args.model, rows,
                               torch.Generator().manual_seed(args.seed + 11), config)
     input_files = {}
@@ -325,6 +728,23 @@ def main():
         np.save(input_files[name], tensor.numpy())
     n_params = sum(p.numel() for p in case.module.parameters())
     del case
+    return work, onnx_path, input_files, n_params
+
+
+def main():
+    args = parse_args()
+    if args.torch_worker:
+        torch_worker(args.torch_worker)
+        return
+    if args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.rounds < 1:
+        sys.exit("benchmark-cpu: --steps, --threads and --rounds must be >= 1, "
+                 "--warmup >= 0")
+    os.environ.update({k: v for k, v in thread_env(args.threads).items()
+                       if k.endswith("_NUM_THREADS")})
+    work, onnx_path, input_files, n_params = prepare(args)
+    if args.compare_precisions:
+        compare_precisions(args, work, onnx_path, input_files, n_params)
+        return
 
     out, compile_s = compile_sharc(args, work, onnx_path)
     w = args.warmup
