@@ -220,19 +220,26 @@ def test_fatbin_reader_matches_cuobjdump(work):
         entries_from_cuobjdump(binary))
 
 
-@pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_cuda_sixteen_bit_program_builds(sharc, exported, work, precision):
-    """A 16-bit training step compiles and links for the GPU: f16/bf16
-    storage in the kernels, 16-bit GEMMs through cuBLASLt, and for fp16 the
-    loss scaler's state and outputs."""
-    out = work / f"gpt-{precision}-sm_90"
+@pytest.mark.parametrize("precision,arch", [("fp16", "sm_80"), ("bf16", "sm_90")])
+def test_cuda_sixteen_bit_program_builds(sharc, exported, work, precision, arch):
+    """A 16-bit training step compiles and links for the GPU, with machine
+    code for the requested architecture (each precision for one of sm_80
+    and sm_90, so both architectures build 16-bit kernels): f16/bf16 storage
+    in the kernels, 16-bit GEMMs through cuBLASLt, and for fp16 the loss
+    scaler's state and outputs."""
+    out = work / f"gpt-{precision}-{arch}"
     result = sharc("compile", exported("gpt"), "--target", "cuda",
-                   "--precision", precision, "--optimizer", "adamw", "-o", out,
-                   timeout=600)
+                   "--cuda-arch", arch, "--precision", precision,
+                   "--optimizer", "adamw", "-o", out, timeout=600)
     if result.returncode != 0 and UNSUPPORTED in result.stderr:
         pytest.skip(result.stderr.strip().splitlines()[-1])
     assert result.returncode == 0, result.stderr
     assert (out / "train").is_file()
+    # The runtime library holds sm_80 and sm_90 code alike; the program adds
+    # one cubin of `arch` (test_cuda_binary_is_built_for_arch).
+    elf = [a for kind, a in entries_from_cuobjdump(out / "train") if kind == "elf"]
+    want, other = int(arch[3:]), (90 if arch == "sm_80" else 80)
+    assert elf.count(want) > elf.count(other), elf
     source = (out / "program.cu").read_text()
     storage = "sharc::kern::f16" if precision == "fp16" else "sharc::kern::bf16"
     assert storage in source
