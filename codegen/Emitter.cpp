@@ -168,6 +168,19 @@ LogicalResult ProgramEmitter::collectBuffers() {
     bufferOf[arg] = static_cast<int>(buffers.size());
     buffers.push_back(std::move(buffer));
   }
+  // ZeRO slices: optimizer state of a parameter's shape is whole; of
+  // another, this rank's slice of it (sharc-zero).
+  for (Buffer &buffer : buffers) {
+    if (buffer.role != "state")
+      continue;
+    for (auto [k, param] : llvm::enumerate(buffers))
+      if (param.role == "param" &&
+          StringRef(buffer.name).starts_with(param.name + ".") &&
+          StringRef(buffer.name).drop_front(param.name.size() + 1).count('.') ==
+              0 &&
+          param.shape != buffer.shape)
+        buffer.sliceOf = static_cast<int>(k);
+  }
   // Trainable parameters: those whose new value is not the argument itself.
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
   for (auto [r, value] : llvm::enumerate(ret.getOperands())) {
@@ -325,6 +338,69 @@ LogicalResult ProgramEmitter::emitAllReduceStart(AllReduceStartOp op) {
   uint64_t n = options.worldSize;
   report.collectiveCalls[0] += 1;
   report.collectiveBytes[0] += n > 1 ? 2 * (n - 1) * bytes / n : 0;
+  return success();
+}
+
+LogicalResult ProgramEmitter::checkGroup(Operation *op, int64_t ranks) {
+  if (static_cast<int>(ranks) == options.worldSize)
+    return success();
+  return op->emitError() << "code generation: '" << op->getName() << "' over "
+                         << ranks << " ranks in a program compiled for "
+                         << options.worldSize;
+}
+
+/// The runtime DType of a collective's float or integer element type.
+static std::string collectiveType(Type element) {
+  return element.isF32()         ? "f32"
+         : element.isF64()       ? "f64"
+         : element.isF16()       ? "f16"
+         : element.isBF16()      ? "bf16"
+         : element.isInteger(32) ? "i32"
+                                 : "i64";
+}
+
+/// A reduce-scatter (`sum` set; each rank's slice is the result) or an
+/// all-gather (the slice is the operand) from `op`'s operand buffer to its
+/// result buffer, counted in the report.
+LogicalResult ProgramEmitter::emitSliceCollective(Operation *op, int64_t ranks,
+                                                  std::optional<bool> sum) {
+  if (failed(checkGroup(op, ranks)))
+    return failure();
+  FailureOr<std::string> send = pointerTo(op->getOperand(0)),
+                         recv = pointerTo(op->getResult(0));
+  if (failed(send) || failed(recv))
+    return failure();
+  Type element = elementOf(op->getOperand(0));
+  bool scatter = sum.has_value();
+  int64_t slice = tensorType(scatter ? op->getResult(0) : op->getOperand(0))
+                      .getNumElements();
+  body() += std::string("  ctx->comm->") +
+            (scatter ? "reduceScatter(" : "allGather(") + *send + ", " + *recv +
+            ", " + str(slice) +
+            ", sharc::rt::DType::" + collectiveType(element);
+  if (scatter)
+    body() += std::string(", sharc::rt::ReduceOp::") + (*sum ? "sum" : "max");
+  body() += ");\n";
+  int kind = scatter ? 1 : 2;
+  report.collectiveCalls[kind] += 1;
+  report.collectiveBytes[kind] +=
+      uint64_t(options.worldSize - 1) * slice * elementBytes(element);
+  return success();
+}
+
+LogicalResult ProgramEmitter::emitShard(ShardOp op) {
+  if (failed(checkGroup(op, op.getRanks())))
+    return failure();
+  FailureOr<std::string> src = pointerTo(op.getOperand()),
+                         dest = pointerTo(op.getResult());
+  if (failed(src) || failed(dest))
+    return failure();
+  int64_t bytes = tensorType(op.getResult()).getNumElements() *
+                  elementBytes(elementOf(op.getResult()));
+  body() += "  sharc::kern::copy(ctx, " + *dest +
+            ", static_cast<const char *>(" + *src +
+            ") + int64_t(ctx->comm->rank()) * " + str(bytes) + ", " +
+            str(bytes) + ");\n";
   return success();
 }
 
@@ -540,6 +616,14 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       .Case([&](ScatterAddOp op) { return emitScatterAdd(op); })
       .Case([&](AllReduceStartOp op) { return emitAllReduceStart(op); })
       .Case([&](WaitOp op) { return emitWait(op); })
+      .Case([&](ReduceScatterOp op) {
+        return emitSliceCollective(op, op.getRanks(),
+                                   op.getKind() == CollectiveKind::sum);
+      })
+      .Case([&](AllGatherOp op) {
+        return emitSliceCollective(op, op.getRanks(), std::nullopt);
+      })
+      .Case([&](ShardOp op) { return emitShard(op); })
       .Case([&](AllReduceOp op) {
         return op.emitError() << "code generation: a synchronous all_reduce "
                                  "(run sharc-schedule-collectives)";
@@ -646,6 +730,9 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.role = buffer.role;
     entry.type = dtypeEnumerator(buffer.element);
     entry.shape.assign(buffer.shape.begin(), buffer.shape.end());
+    const SmallVector<int64_t> &fileShape =
+        buffer.sliceOf < 0 ? buffer.shape : buffers[buffer.sliceOf].shape;
+    entry.fileShape.assign(fileShape.begin(), fileShape.end());
     entry.bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     entry.trainable = buffer.trainable;
     entry.initialValue = buffer.initialValue;
@@ -691,8 +778,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
       os << (d ? ", " : "") << size;
     int64_t bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     os << "}, " << numElements(buffer.shape) << ", " << bytes << ", "
-       << (buffer.role == "constant" ? "constant" + str(i) : "nullptr")
-       << "},\n";
+       << (buffer.role == "constant" ? "constant" + str(i) : "nullptr") << ", "
+       << buffer.sliceOf << "},\n";
   }
   os << "};\n\n";
   os << "const sharc::rt::ProgramInfo info = {\n"
@@ -702,7 +789,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << ", " << report.arenaBytes << ",\n  " << buffers.size() << ", buffers, "
      << lossBuffer << ", " << lrBuffer << ", " << stepBuffer << ", "
      << outputBuffer("loss_scale") << ", " << outputBuffer("overflow") << ", "
-     << outputBuffer("at_min_scale") << ",\n  {";
+     << outputBuffer("at_min_scale") << ", " << options.zeroStage << ",\n  {";
   for (size_t k = 0; k < 4; ++k)
     os << (k ? ", " : "") << report.collectiveCalls[k] << "u";
   os << "},\n  {";
@@ -728,6 +815,8 @@ FailureOr<EmitOptions> sharc::programOptionsOf(func::FuncOp step) {
   EmitOptions options;
   if (auto ranks = step->getAttrOfType<IntegerAttr>("sharc.world_size"))
     options.worldSize = static_cast<int>(ranks.getInt());
+  if (auto stage = step->getAttrOfType<IntegerAttr>("sharc.zero_stage"))
+    options.zeroStage = static_cast<int>(stage.getInt());
   step.walk([&](MicroBatchLoopOp loop) {
     options.gradientAccumulation = loop.getCount();
   });

@@ -31,6 +31,8 @@ struct EmitOptions {
   int worldSize = 1;
   int64_t microBatch = 1;
   int64_t gradientAccumulation = 1;
+  /// The ZeRO stage (`sharc.zero_stage`, set by sharc-zero; 0 without it).
+  int zeroStage = 0;
 };
 
 /// One persistent buffer of the emitted program.
@@ -44,6 +46,10 @@ struct ReportBuffer {
   /// "f32", "i64", ...
   std::string type;
   std::vector<int64_t> shape;
+  /// The shape of its file in the weights and state folders: `shape`, or
+  /// for optimizer state that holds this rank's ZeRO slice, the whole
+  /// parameter's (the files are the same at every stage and world size).
+  std::vector<int64_t> fileShape;
   int64_t bytes = 0;
   /// True for a parameter the step updates (it has a gradient).
   bool trainable = false;
@@ -78,6 +84,7 @@ struct ProgramReport {
 
 /// The facts of `step` that EmitOptions records, read from the IR: the world
 /// size (`sharc.world_size`, set by sharc-data-parallel; 1 without it), the
+/// ZeRO stage (`sharc.zero_stage`; 0 without it), the
 /// micro-batches per step (the count of its micro-batch loop; 1 without
 /// one) and the rows of a micro-batch (dimension 0 of its first data input,
 /// divided by the micro-batches).  `target` and `model` are the caller's.

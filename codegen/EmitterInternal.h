@@ -245,6 +245,9 @@ private:
     bool trainable = false;
     /// State only: the value of every element before the first step.
     double initialValue = 0;
+    /// State only: the index of the parameter buffer of which this buffer
+    /// holds this rank's ZeRO slice (sharc-zero), -1 when it is whole.
+    int sliceOf = -1;
   };
 
   LogicalResult collectBuffers();
@@ -334,6 +337,14 @@ private:
   LogicalResult emitCopy(Value from, Value to);
   LogicalResult emitAllReduceStart(AllReduceStartOp op);
   LogicalResult emitWait(WaitOp op);
+  /// A reduce-scatter (`sum`: whether it sums, else takes the maximum) or,
+  /// without `sum`, an all-gather.
+  LogicalResult emitSliceCollective(Operation *op, int64_t ranks,
+                                    std::optional<bool> sum);
+  LogicalResult emitShard(ShardOp op);
+  /// Fails unless a collective (or shard) over `ranks` ranks matches the
+  /// world size the program is compiled for.
+  LogicalResult checkGroup(Operation *op, int64_t ranks);
   /// A C++ `for` over the micro-batches running the body's statements; the
   /// body's micro-batch arguments point into the inputs, its carried
   /// arguments at the loop's results.

@@ -161,5 +161,17 @@ std::optional<LogicalResult> eval::evalCollectiveOp(const OpCall &call) {
       .Case([&](ReduceScatterOp op) { return evalReduceScatter(call, op); })
       .Case([&](AllGatherOp op) { return evalAllGather(call, op); })
       .Case([&](BroadcastFromOp op) { return evalBroadcastFrom(call, op); })
+      .Case([&](ShardOp op) -> LogicalResult {
+        int64_t ranks = op.getRanks();
+        int64_t group = call.group ? call.group->size() : 1;
+        if (group != ranks)
+          return call.error()
+                 << "'sharc.shard' is for a group of " << ranks
+                 << " ranks, but " << group << " ranks are running";
+        int64_t count = call.result().numElements();
+        copyElements(call.operand(0), call.rank * count, call.result(), 0,
+                     count);
+        return success();
+      })
       .Default([](Operation *) { return Result(); });
 }

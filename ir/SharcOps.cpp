@@ -168,6 +168,15 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
              << TrainingOptions::kMaxWorldSize << "] on a function";
     return success();
   }
+  if (name == "sharc.zero_stage") {
+    auto stage = dyn_cast<IntegerAttr>(value);
+    if (!isa<FunctionOpInterface>(op) || !stage || stage.getInt() < 0 ||
+        stage.getInt() > TrainingOptions::kMaxZeroStage)
+      return op->emitError()
+             << "'" << name << "' must be an integer in [0, "
+             << TrainingOptions::kMaxZeroStage << "] on a function";
+    return success();
+  }
   if (name == "sharc.arena_bytes") {
     if (!isa<FunctionOpInterface>(op))
       return op->emitError() << "'" << name << "' applies to functions only";
@@ -646,21 +655,29 @@ RankedTensorType sharc::storedTensorType(Type type) {
   return dyn_cast<RankedTensorType>(type);
 }
 
-LogicalResult
-ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                  Adaptor adaptor,
-                                  SmallVectorImpl<Type> &results) {
-  auto type = tensorType(adaptor.getOperand());
-  int64_t ranks = adaptor.getRanks();
+/// The type of one rank's slice of dimension 0 of `operand` over `ranks`
+/// ranks (reduce_scatter, shard), or an error naming `op`.
+static LogicalResult inferRankSlice(std::optional<Location> loc, StringRef op,
+                                    Value operand, int64_t ranks,
+                                    SmallVectorImpl<Type> &results) {
+  auto type = tensorType(operand);
   if (failed(checkRanks(loc, ranks)))
     return failure();
   if (type.getRank() < 1 || type.getDimSize(0) % ranks != 0)
-    return emitOptionalError(loc, "reduce_scatter needs dimension 0 of ", type,
+    return emitOptionalError(loc, op, " needs dimension 0 of ", type,
                              " to be a multiple of the group size ", ranks);
   SmallVector<int64_t> shape(type.getShape());
   shape[0] /= ranks;
   results.push_back(RankedTensorType::get(shape, type.getElementType()));
   return success();
+}
+
+LogicalResult
+ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                  Adaptor adaptor,
+                                  SmallVectorImpl<Type> &results) {
+  return inferRankSlice(loc, "reduce_scatter", adaptor.getOperand(),
+                        adaptor.getRanks(), results);
 }
 
 LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
@@ -676,6 +693,14 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
   shape[0] *= adaptor.getRanks();
   results.push_back(RankedTensorType::get(shape, type.getElementType()));
   return success();
+}
+
+LogicalResult ShardOp::inferReturnTypes(MLIRContext *,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &results) {
+  return inferRankSlice(loc, "shard", adaptor.getOperand(), adaptor.getRanks(),
+                        results);
 }
 
 LogicalResult BroadcastFromOp::verify() {

@@ -718,6 +718,19 @@ def Sharc_AllGatherOp : Sharc_Op<"all_gather", [InferTypeOpAdaptor]> {
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
 }
 
+def Sharc_ShardOp : Sharc_Op<"shard", [Pure, InferTypeOpAdaptor]> {
+  let summary = "this rank's slice of dimension 0, without communication";
+  let description = [{
+    Rank r of a group of `ranks` keeps slice r of dimension 0 of its own
+    operand (dimension 0 divided by `ranks`): the layout of
+    `sharc.reduce_scatter`'s result, with no sum.  ZeRO takes each rank's
+    slice of a parameter this way (docs/zero.md).
+  }];
+  let arguments = (ins Sharc_Tensor:$operand, Sharc_I64Attr:$ranks);
+  let results = (outs Sharc_Tensor:$result);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+}
+
 def Sharc_BroadcastFromOp : Sharc_Op<"broadcast_from",
     [SameOperandsAndResultType]> {
   let summary = "every rank receives rank `root`'s operand";

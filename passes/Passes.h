@@ -146,6 +146,16 @@ template <typename Base> struct WithDataParallelOptions : Base {
   }
 };
 
+/// ZeRO stage 1 on `@train_step` for `options.worldSize` ranks
+/// (docs/zero.md): the `sharc.gradients` hand-off becomes bucketed
+/// reduce-scatters, the update runs on this rank's slice of each parameter
+/// with the optimizer state of that slice only, and the new slices are
+/// all-gathered.  Nothing changes at stage 0; at one rank only the step's
+/// `sharc.zero_stage` attribute is set.
+mlir::LogicalResult applyZero(mlir::ModuleOp module,
+                              const TrainingOptions &options);
+std::unique_ptr<mlir::Pass> createZeroPass(const TrainingOptions &options);
+
 /// Makes `@train_step` data-parallel over `options.worldSize` ranks
 /// (docs/training.md): the loss seed becomes 1/(GAS N), the
 /// `sharc.gradients` op becomes all-reduces in buckets of at most

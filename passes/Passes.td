@@ -126,6 +126,26 @@ def DataParallel : Pass<"sharc-data-parallel", "mlir::ModuleOp"> {
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }
 
+def Zero : Pass<"sharc-zero", "mlir::ModuleOp"> {
+  let summary = "ZeRO stage 1: each rank keeps and updates the optimizer "
+                "state of its slice of every parameter";
+  let description = [{
+    Runs after sharc-optimizer (and sharc-loss-scale), before
+    sharc-data-parallel, when `zero-stage` is 1 and `world-size` N > 1.
+    Each trainable parameter of n elements is viewed as [N, ceil(n / N)]
+    (zero padding at the end); rank r owns row r.  The `sharc.gradients`
+    hand-off becomes reduce-scatters in buckets of at most
+    `reduce-bucket-size` elements; the update is rebuilt on this rank's
+    slices (full sums of a gradient, such as the clipping norm, become the
+    slice's sum and an all-reduce); the optimizer state arguments and
+    results hold the slices only; the updated slices are all-gathered into
+    the full parameters.  See docs/zero.md.
+  }];
+  // The options are those of sharc-data-parallel (WithDataParallelOptions in
+  // Passes.h, from TrainingOptions.def).
+  let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
 def PlanMemory : Pass<"sharc-plan-memory", "mlir::ModuleOp"> {
   let summary = "Plans the intermediate tensors of each function into one "
                 "static arena";

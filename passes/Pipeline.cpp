@@ -27,7 +27,8 @@ struct TrainPipelineOptions
 } // namespace
 
 /// Autodiff, the optimizer pass, loss scaling (as `parallel`'s precision
-/// asks), data parallelism, then the clean-up.
+/// asks), ZeRO partitioning (at stage 1), data parallelism, then the
+/// clean-up.
 static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
                            std::unique_ptr<Pass> optimizer,
                            const TrainingOptions &parallel) {
@@ -36,6 +37,9 @@ static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
   if (std::optional<LossScalingOptions> scaling =
           getLossScalingOptions(parallel))
     pm.addPass(createLossScaling(*scaling));
+  // Any stage but 0 (sharc-zero checks it).
+  if (parallel.zeroStage != 0)
+    pm.addPass(createZeroPass(parallel));
   pm.addPass(createDataParallelPass(parallel));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

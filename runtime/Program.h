@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 3;
+constexpr int kProgramAbiVersion = 4;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -60,6 +60,10 @@ struct BufferSpec {
   int64_t bytes;
   /// Host data of a constant buffer (bytes() bytes); null otherwise.
   const void *constantData;
+  /// Optimizer state under ZeRO (sharc-zero): the index of the parameter
+  /// buffer of which this buffer holds this rank's slice (its ceil(n / N)
+  /// elements from rank() * ceil(n / N) on, zero past n); -1 when whole.
+  int sliceOf;
 };
 
 /// Everything the compiler knows about the program, fixed at compile time.
@@ -91,6 +95,9 @@ struct ProgramInfo {
   int scaleBuffer;
   int overflowBuffer;
   int atMinScaleBuffer;
+  /// The ZeRO stage the step was compiled for (0: every rank holds all the
+  /// optimizer state).
+  int zeroStage;
   /// Planned collective calls and bytes (nccl-tests convention, see
   /// Communicator.h) per step on every rank, by CollectiveKind.
   uint64_t plannedCollectiveCalls[kNumCollectiveKinds];

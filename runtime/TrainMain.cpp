@@ -380,21 +380,52 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
   }
 }
 
+/// The elements of a tensor of `shape`.
+int64_t shapeElements(const std::vector<int64_t> &shape) {
+  int64_t count = 1;
+  for (int64_t size : shape)
+    count *= size;
+  return count;
+}
+
+/// The shape of `spec`'s file: its own, or for a ZeRO slice of optimizer
+/// state, its parameter's (the files hold whole tensors at every stage).
+std::vector<int64_t> fileShape(const ProgramInfo &info,
+                               const BufferSpec &spec) {
+  const BufferSpec &whole =
+      spec.sliceOf >= 0 ? info.buffers[spec.sliceOf] : spec;
+  return std::vector<int64_t>(whole.shape, whole.shape + whole.rank);
+}
+
 /// Reads `dir/FILE` for a parameter or state buffer, checks its type and
-/// shape against `spec`, and copies it to `device`.
-void loadBuffer(const std::string &dir, const BufferSpec &spec, void *device) {
+/// shape, and copies it to `device`: for a ZeRO slice, elements
+/// [rank s, rank s + s) of the whole tensor in the file (zeros past its
+/// end).
+void loadBuffer(const std::string &dir, const ProgramInfo &info,
+                const BufferSpec &spec, int rank, void *device) {
   std::string path = (std::filesystem::path(dir) / spec.file).string();
   NpyArray array;
   std::string error;
   if (!readNpy(path, array, error))
     fatal(std::string(roleName(spec.role)) + " '" + spec.name + "': " + error);
-  std::vector<int64_t> expected(spec.shape, spec.shape + spec.rank);
+  std::vector<int64_t> expected = fileShape(info, spec);
   NpyType expectedType = fileType(spec.type);
   if (array.type != expectedType || array.shape != expected)
     fatal(path + ": " + roleName(spec.role) + " '" + spec.name +
           "' expects a " + npyTypeName(expectedType) + " array of shape " +
           shapeString(expected) + ", got a " + npyTypeName(array.type) +
           " array of shape " + shapeString(array.shape));
+  if (spec.sliceOf >= 0) {
+    // This rank's slice, zero-padded (the dtype is not bf16: ZeRO slices
+    // hold fp32 optimizer state).
+    size_t element = dtypeBytes(spec.type);
+    size_t begin = size_t(rank) * spec.numElements * element;
+    std::vector<char> slice(spec.bytes, 0);
+    if (begin < array.data.size())
+      std::memcpy(slice.data(), array.data.data() + begin,
+                  std::min(slice.size(), array.data.size() - begin));
+    array.data = std::move(slice);
+  }
   if (spec.type == DType::bf16) {
     std::vector<uint16_t> bits(spec.numElements);
     floatsToBFloat16(reinterpret_cast<const float *>(array.data.data()),
@@ -405,15 +436,16 @@ void loadBuffer(const std::string &dir, const BufferSpec &spec, void *device) {
   copyToDevice(device, array.data.data(), spec.bytes);
 }
 
-/// Copies a parameter or state buffer to the host and writes `dir/FILE`
-/// into `files`, the state being saved.
+/// Writes the parameter or state buffer `spec`, whose bytes are `host`
+/// (for a ZeRO slice: every rank's slice, gathered), as `dir/FILE` into
+/// `files`, the state being saved.
 void saveBuffer(AtomicFileSet &files, const std::string &dir,
-                const BufferSpec &spec, const void *device) {
-  std::vector<char> host(spec.bytes);
-  copyToHost(host.data(), device, spec.bytes);
+                const ProgramInfo &info, const BufferSpec &spec,
+                std::vector<char> host) {
   NpyArray array;
   array.type = fileType(spec.type);
-  array.shape.assign(spec.shape, spec.shape + spec.rank);
+  array.shape = fileShape(info, spec);
+  host.resize(size_t(shapeElements(array.shape)) * dtypeBytes(spec.type));
   if (spec.type == DType::bf16) {
     array.data.resize(spec.numElements * sizeof(float));
     const auto *bits = reinterpret_cast<const uint16_t *>(host.data());
@@ -632,7 +664,7 @@ int run(int argc, char **argv) {
     switch (spec.role) {
     case BufferRole::param:
     case BufferRole::state:
-      loadBuffer(options.weightsDir, spec, buffers[i]);
+      loadBuffer(options.weightsDir, info, spec, comm.rank(), buffers[i]);
       break;
     case BufferRole::constant:
       copyToDevice(buffers[i], spec.constantData, spec.bytes);
@@ -808,20 +840,47 @@ int run(int argc, char **argv) {
     std::fflush(stderr);
   }
 
-  if (!options.saveStateDir.empty() && isRoot) {
-    // Every file is written before any replaces its previous version; a
-    // failure leaves neither them nor a directory the set created.
-    AtomicFileSet files;
-    std::string message;
-    if (!files.createDirectories(options.saveStateDir, message))
-      fatal("--save-state: " + message);
+  if (!options.saveStateDir.empty()) {
+    // The saved tensors on the host: ZeRO slices gathered from every rank
+    // (every rank takes part), whole buffers copied on rank 0.
+    comm.setContext("--save-state");
+    std::vector<std::vector<char>> saved(info.numBuffers);
     for (int i = 0; i < info.numBuffers; ++i) {
       const BufferSpec &spec = info.buffers[i];
-      if (spec.role == BufferRole::param || spec.role == BufferRole::state)
-        saveBuffer(files, options.saveStateDir, spec, buffers[i]);
+      if (spec.role != BufferRole::param && spec.role != BufferRole::state)
+        continue;
+      if (spec.sliceOf < 0) {
+        if (isRoot) {
+          saved[i].resize(spec.bytes);
+          copyToHost(saved[i].data(), buffers[i], spec.bytes);
+        }
+        continue;
+      }
+      size_t all = size_t(spec.bytes) * size_t(comm.size());
+      void *gathered = deviceAlloc(all);
+      comm.allGather(buffers[i], gathered, spec.numElements, spec.type);
+      if (isRoot) {
+        saved[i].resize(all);
+        copyToHost(saved[i].data(), gathered, all);
+      }
+      deviceFree(gathered);
     }
-    if (!files.commit(message))
-      fatal("--save-state: " + message);
+    if (isRoot) {
+      // Every file is written before any replaces its previous version; a
+      // failure leaves neither them nor a directory the set created.
+      AtomicFileSet files;
+      std::string message;
+      if (!files.createDirectories(options.saveStateDir, message))
+        fatal("--save-state: " + message);
+      for (int i = 0; i < info.numBuffers; ++i) {
+        const BufferSpec &spec = info.buffers[i];
+        if (spec.role == BufferRole::param || spec.role == BufferRole::state)
+          saveBuffer(files, options.saveStateDir, info, spec,
+                     std::move(saved[i]));
+      }
+      if (!files.commit(message))
+        fatal("--save-state: " + message);
+    }
   }
 
   // No rank finalizes MPI (which waits for every rank, without a timeout)

@@ -427,19 +427,19 @@ const StringLiteral supportedTopKeys[] = {"train_batch_size",
                                           "optimizer",
                                           "scheduler"};
 
-/// Keys of zero_optimization that sharc reads.
-const StringLiteral zeroReadKeys[] = {"stage", "reduce_bucket_size",
-                                      "overlap_comm"};
+/// Keys of zero_optimization that sharc reads (the last three from stage 1
+/// on).
+const StringLiteral zeroReadKeys[] = {
+    "stage",          "reduce_bucket_size",   "overlap_comm",
+    "reduce_scatter", "allgather_partitions", "allgather_bucket_size"};
 
 /// Keys of DeepSpeed 0.19.8's DeepSpeedZeroConfig (runtime/zero/config.py,
-/// names and aliases) that tune how ZeRO stages 1-3 partition, gather and
-/// check: DeepSpeed uses none of them at stage 0, and neither does sharc yet.
+/// names and aliases) that tune how ZeRO stages 2 and 3 (or options of
+/// stage 1 that only change speed) partition, gather and check: DeepSpeed
+/// uses none of them at stage 0, and sharc none at stages 0 and 1.
 const StringLiteral zeroPartitioningKeys[] = {
     "contiguous_gradients",
-    "reduce_scatter",
     "use_multi_rank_bucket_allreduce",
-    "allgather_partitions",
-    "allgather_bucket_size",
     "compute_grad_norm",
     "load_from_fp32_weights",
     "elastic_checkpoint",
@@ -963,10 +963,39 @@ Error ConfigReader::readZero(const json::Value &value) {
       return parsed.takeError();
     options.overlapComm = *parsed;
   }
+  if (stage > TrainingOptions::kMaxZeroStage)
+    return fail("zero_optimization",
+                "not supported yet (ZeRO sharding, stage " + Twine(stage) +
+                    "; sharc implements stages 0 and 1)");
+  options.zeroStage = stage;
   if (stage == 0)
     return Error::success();
-  return fail("zero_optimization",
-              "not supported yet (ZeRO sharding, stage " + Twine(stage) + ")");
+  // Stage 1 (sharc-zero): the gradients are reduce-scattered and the
+  // updated slices all-gathered, in buckets.
+  if (const json::Value *bucket = (*zero)->get("allgather_bucket_size")) {
+    Expected<int64_t> parsed = integer(
+        "zero_optimization.allgather_bucket_size", *bucket,
+        Range{1.0, static_cast<double>(TrainingOptions::kMaxBucketSize)});
+    if (!parsed)
+      return parsed.takeError();
+    options.allgatherBucketSize = *parsed;
+  }
+  for (StringRef key : {"reduce_scatter", "allgather_partitions"}) {
+    const json::Value *value = (*zero)->get(key);
+    if (!value)
+      continue;
+    std::string path = childPath("zero_optimization", key);
+    Expected<bool> parsed = boolean(path, *value);
+    if (!parsed)
+      return parsed.takeError();
+    if (!*parsed)
+      return fail(path, key == "reduce_scatter"
+                            ? "false is not supported yet (sharc "
+                              "reduce-scatters the gradients)"
+                            : "false is not supported yet (sharc "
+                              "all-gathers the updated partitions)");
+  }
+  return Error::success();
 }
 
 Error ConfigReader::readOptimizer(const json::Value &value) {

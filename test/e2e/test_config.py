@@ -143,7 +143,7 @@ CONFIG_ERRORS = {
     ),
     "zero-not-supported-yet": (
         {"zero_optimization": {"stage": 2}},
-        ["zero_optimization: not supported yet (ZeRO sharding, stage 2)"],
+        ["zero_optimization: not supported yet (ZeRO sharding, stage 2; sharc implements stages 0 and 1)"],
     ),
     "steps-per-print-not-supported-yet": (
         {"steps_per_print": 10},

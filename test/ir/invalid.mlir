@@ -300,6 +300,15 @@ func.func @pool_input(%x: tensor<3x8x8xf32>) -> tensor<3x4x4xf32> {
 
 // -----
 
+func.func @shard_divisible(%p: tensor<6x3xf32>) -> tensor<1x3xf32> {
+  // expected-error @+2 {{shard needs dimension 0 of 'tensor<6x3xf32>' to be a multiple of the group size 4}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = sharc.shard %p {ranks = 4} : (tensor<6x3xf32>) -> tensor<1x3xf32>
+  return %0 : tensor<1x3xf32>
+}
+
+// -----
+
 func.func @reduce_scatter_divisible(%g: tensor<6x3xf32>) -> tensor<1x3xf32> {
   // expected-error @+2 {{to be a multiple of the group size 4}}
   // expected-error @+1 {{failed to infer returned types}}

@@ -139,6 +139,8 @@ func.func @collectives(%g: tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<2x3xf32>
   %2 = sharc.all_gather %g {ranks = 4} : (tensor<8x3xf32>) -> tensor<32x3xf32>
   // CHECK: sharc.broadcast_from {{.*}} {ranks = 4 : i64, root = 0 : i64} : tensor<8x3xf32>
   %3 = sharc.broadcast_from %g {root = 0, ranks = 4} : tensor<8x3xf32>
+  // CHECK: sharc.shard {{.*}} {ranks = 4 : i64} : (tensor<8x3xf32>) -> tensor<2x3xf32>
+  %4 = sharc.shard %g {ranks = 4} : (tensor<8x3xf32>) -> tensor<2x3xf32>
   return %0, %1, %2, %3 : tensor<8x3xf32>, tensor<2x3xf32>, tensor<32x3xf32>, tensor<8x3xf32>
 }
 

@@ -313,7 +313,7 @@ FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
     return failure();
   }
   if (buffer.role == "state") {
-    Tensor state(type->second, buffer.shape);
+    Tensor state(type->second, buffer.fileShape);
     for (int64_t i = 0, e = state.numElements(); i < e; ++i)
       state.setDouble(i, buffer.initialValue);
     return state;
@@ -349,6 +349,13 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
   os << "report: per rank: parameter bytes " << report.paramBytes
      << ", gradient bytes " << report.gradientBytes
      << ", optimizer state bytes " << report.stateBytes << "\n";
+  if (options.zeroStage > 0)
+    os << "report: ZeRO stage " << options.zeroStage
+       << ": each rank holds the optimizer state of its slice of every "
+          "parameter (ceil(n / "
+       << options.worldSize
+       << ") elements); gradients are reduce-scattered and the updated "
+          "slices all-gathered\n";
   if (report.computeCopyBytes)
     os << "report: per rank: 16-bit compute copies of the parameters "
        << report.computeCopyBytes
@@ -470,6 +477,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                              {"bytes", buffer.bytes}};
     if (buffer.role == "param")
       entry["trainable"] = buffer.trainable;
+    if (buffer.fileShape != buffer.shape)
+      entry["file_shape"] = shapeJson(buffer.fileShape);
     if (buffer.role == "param" || buffer.role == "state") {
       std::string file = "weights/" + buffer.file;
       FailureOr<Tensor> value = initialValue(buffer, model);
@@ -495,6 +504,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"model", modelPath.str()},
       {"target", emit.target},
       {"world_size", emit.worldSize},
+      {"zero_stage", emit.zeroStage},
       {"micro_batch", emit.microBatch},
       {"gradient_accumulation", emit.gradientAccumulation},
       {"arena_bytes", report.arenaBytes},

@@ -214,11 +214,31 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
 }
 
 /// Writes every parameter and state argument of `step` (their values in
-/// `args`) to DIR: params as <ONNX name>.npy, state as <ONNX name>.<role>.npy
-/// or <role>.npy (the step counter), file names made distinct by
-/// rt::npyFileNames.
-LogicalResult dumpState(func::FuncOp step, ArrayRef<Tensor> args,
-                        StringRef dir) {
+/// rank 0's `rankArgs`) to DIR: params as <ONNX name>.npy, state as <ONNX
+/// name>.<role>.npy or <role>.npy (the step counter), file names made
+/// distinct by rt::npyFileNames.  Optimizer state that holds each rank's
+/// ZeRO slice of a parameter (sharc-zero) is written whole: the ranks'
+/// slices in rank order, without the padding, in the parameter's shape.
+LogicalResult dumpState(func::FuncOp step,
+                        ArrayRef<std::vector<Tensor>> rankArgs, StringRef dir) {
+  ArrayRef<Tensor> args = rankArgs.front();
+  llvm::StringMap<unsigned> paramArg;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
+    if (ParamAttr param = getParamAttr(step, i))
+      paramArg[param.getName()] = i;
+  auto whole = [&](unsigned i) -> Tensor {
+    StateAttr state = getStateAttr(step, i);
+    auto param = state ? paramArg.find(state.getParam()) : paramArg.end();
+    if (param == paramArg.end() ||
+        args[param->second].shape() == args[i].shape())
+      return args[i];
+    const Tensor &shape = args[param->second];
+    Tensor gathered(args[i].dtype(), shape.shape());
+    int64_t slice = args[i].numElements(), total = gathered.numElements();
+    for (int64_t k = 0; k < total; ++k)
+      gathered.setDouble(k, rankArgs[k / slice][i].getDouble(k % slice));
+    return gathered;
+  };
   llvm::StringMap<std::string> sourceOf;
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
     if (ParamAttr param = getParamAttr(step, i))
@@ -242,7 +262,7 @@ LogicalResult dumpState(func::FuncOp step, ArrayRef<Tensor> args,
   if (failed(createDirectory(files, dir)))
     return failure();
   for (auto [i, file] : llvm::zip(written, fileNames))
-    if (failed(writeTensor(files, dir, file, args[i])))
+    if (failed(writeTensor(files, dir, file, whole(i))))
       return failure();
   return commitFiles(files);
 }
@@ -431,7 +451,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
   }
 
   std::optional<std::string> stateDir = dumpStateDir();
-  if (stateDir && failed(dumpState(step, rankArgs[0], *stateDir)))
+  if (stateDir && failed(dumpState(step, rankArgs, *stateDir)))
     return 1;
   return 0;
 }

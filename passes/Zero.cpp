@@ -1,0 +1,438 @@
+//===- Zero.cpp - sharc-zero ----------------------------------------------===//
+//
+// ZeRO stage 1 (docs/zero.md): each of the N data-parallel ranks keeps the
+// optimizer state of one slice of every trainable parameter and updates only
+// that slice.  Runs after sharc-optimizer (and sharc-loss-scale), before
+// sharc-data-parallel, on the `sharc.gradients` hand-off:
+//
+//   - each parameter of n elements is viewed as [N, s] with s = ceil(n / N)
+//     (zero padding at the end): rank r owns row r, elements [r s, r s + s);
+//   - the complete local gradients are reduce-scattered in buckets (rows of
+//     consecutive parameters side by side, at most reduce-bucket-size
+//     elements), so each rank receives the sum of its rows;
+//   - the update (every op after the hand-off that reads a gradient, a
+//     parameter or its state, elementwise) is rebuilt on the slices; a full
+//     reduction of a gradient (the clipping norm, the fp16 overflow test)
+//     becomes the reduction of the slice followed by an all-reduce, the
+//     padding adding nothing;
+//   - the optimizer state arguments and results become the [s] slices, and
+//     the updated parameter slices are all-gathered (in the same buckets)
+//     into the full parameters.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+#include "passes/Schedule.h"
+
+#include "ir/SharcOps.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+namespace sharc {
+#define GEN_PASS_DEF_ZERO
+#include "passes/Passes.h.inc"
+} // namespace sharc
+
+using namespace mlir;
+using namespace sharc;
+
+namespace {
+
+RankedTensorType tensorType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+/// `value` as `type` (a view; `value` itself when it has that type).
+Value reshape(ImplicitLocOpBuilder &b, RankedTensorType type, Value value) {
+  return value.getType() == type ? value : ReshapeOp::create(b, type, value);
+}
+
+/// One trainable parameter's place in the partition.
+struct Partitioned {
+  /// The parameter's argument, its gradient (a `sharc.gradients` result)
+  /// and its optimizer state arguments.
+  BlockArgument param;
+  Value grad;
+  SmallVector<BlockArgument, 2> state;
+  RankedTensorType type;
+  /// Elements, and elements per rank (n <= N s).
+  int64_t elements = 0, slice = 0;
+};
+
+/// Builds the [N, s] view of `value` (of `part`'s type): flattened, padded
+/// with zeros to N s elements.
+Value rowsOf(MathBuilder &math, Value value, const Partitioned &part,
+             int64_t ranks) {
+  ImplicitLocOpBuilder &b = math.getBuilder();
+  Type element = part.type.getElementType();
+  Value flat =
+      reshape(b, RankedTensorType::get({part.elements}, element), value);
+  int64_t padding = ranks * part.slice - part.elements;
+  if (padding > 0) {
+    auto padType = RankedTensorType::get({padding}, element);
+    Value zeros = ConstantOp::create(
+        b, DenseElementsAttr::get(padType, b.getZeroAttr(element)));
+    flat = ConcatOp::create(b, ValueRange{flat, zeros}, 0);
+  }
+  return reshape(b, RankedTensorType::get({ranks, part.slice}, element), flat);
+}
+
+/// Splits `parts` into buckets: consecutive parameters of one element type
+/// while N times their slices fit in `bucketSize` elements (a larger one is
+/// a bucket of its own).
+SmallVector<std::pair<size_t, size_t>>
+buckets(ArrayRef<Partitioned> parts, int64_t ranks, int64_t bucketSize) {
+  SmallVector<std::pair<size_t, size_t>> result;
+  size_t begin = 0;
+  int64_t elements = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    int64_t size = ranks * parts[i].slice;
+    if (i > begin && (elements + size > bucketSize ||
+                      parts[i].type.getElementType() !=
+                          parts[begin].type.getElementType())) {
+      result.push_back({begin, i});
+      begin = i;
+      elements = 0;
+    }
+    elements += size;
+  }
+  if (begin < parts.size())
+    result.push_back({begin, parts.size()});
+  return result;
+}
+
+/// The rebuilt update: values of the step (after the hand-off) and their
+/// slices, and the partial sums of full reductions.
+class Partitioner {
+public:
+  Partitioner(MathBuilder &math, int64_t ranks) : math(math), ranks(ranks) {}
+
+  void map(Value full, Value slice) { slices[full] = slice; }
+  Value sliceOf(Value full) const { return slices.lookup(full); }
+
+  /// Rebuilds `op` on the slices of its operands, or fails (after an
+  /// error) for an op that cannot be partitioned.  Ops that read neither a
+  /// slice nor a partial sum are left alone.
+  LogicalResult partition(Operation *op);
+
+  /// The ops whose slices replaced them (erased once unused).
+  ArrayRef<Operation *> replaced() const { return done; }
+
+private:
+  /// The sum over the ranks of the partial sum that stands for `full`.
+  Value total(Value full);
+
+  MathBuilder &math;
+  int64_t ranks;
+  DenseMap<Value, Value> slices;
+  /// A full reduction of a partitioned value, and what the op reducing it
+  /// and the ops adding such reductions up (or widening them) give on this
+  /// rank's slices: a partial sum, summed over the ranks where a value is
+  /// needed (one all-reduce for the clipping norm's sum of squares, however
+  /// many parameters it adds up).
+  DenseMap<Value, Value> partials, totals;
+  SmallVector<Operation *> done;
+};
+
+Value Partitioner::total(Value full) {
+  Value &sum = totals[full];
+  if (!sum)
+    sum = AllReduceOp::create(math.getBuilder(), partials.lookup(full),
+                              CollectiveKind::sum, ranks);
+  return sum;
+}
+
+LogicalResult Partitioner::partition(Operation *op) {
+  auto isSlice = [&](Value v) { return slices.count(v) != 0; };
+  auto isPartial = [&](Value v) { return partials.count(v) != 0; };
+  if (llvm::none_of(op->getOperands(), isSlice) &&
+      llvm::none_of(op->getOperands(), isPartial))
+    return success();
+  ImplicitLocOpBuilder &b = math.getBuilder();
+  b.setInsertionPoint(op);
+  if (auto reduce = dyn_cast<ReduceOp>(op)) {
+    // A full reduction of a partitioned value: the slice's, a partial sum.
+    // The padding is zero, and the update's reductions (sums of squares,
+    // sums of g * 0) add nothing for it.
+    auto type = tensorType(reduce.getOperand());
+    if (!isSlice(reduce.getOperand()) || reduce.getKind() != ReduceKind::sum ||
+        static_cast<int64_t>(reduce.getAxes().size()) != type.getRank())
+      return op->emitError() << "sharc-zero: only full sums of a "
+                                "partitioned value can be partitioned";
+    partials[reduce.getResult()] =
+        ReduceOp::create(b, slices.lookup(reduce.getOperand()), ReduceKind::sum,
+                         ArrayRef<int64_t>{0});
+    done.push_back(op);
+    return success();
+  }
+  // Partial sums stay partial through widening casts and sums of them.
+  auto cast = dyn_cast<CastOp>(op);
+  bool widening = cast && isPartial(cast.getOperand()) &&
+                  isa<FloatType>(elementTypeOf(cast.getOperand())) &&
+                  isa<FloatType>(elementTypeOf(cast.getResult())) &&
+                  elementTypeOf(cast.getResult()).getIntOrFloatBitWidth() >=
+                      elementTypeOf(cast.getOperand()).getIntOrFloatBitWidth();
+  auto add = dyn_cast<AddOp>(op);
+  if (widening) {
+    partials[op->getResult(0)] = math.cast(partials.lookup(cast.getOperand()),
+                                           elementTypeOf(cast.getResult()));
+    done.push_back(op);
+    return success();
+  }
+  if (add && isPartial(add.getLhs()) && isPartial(add.getRhs())) {
+    partials[op->getResult(0)] =
+        math.add(partials.lookup(add.getLhs()), partials.lookup(add.getRhs()));
+    done.push_back(op);
+    return success();
+  }
+  // Any other use of a partial sum reads its total.
+  for (OpOperand &use : op->getOpOperands())
+    if (isPartial(use.get()))
+      use.set(total(use.get()));
+  if (llvm::none_of(op->getOperands(), isSlice))
+    return success();
+  if (!isFusibleElementwiseOp(op) || op->getNumResults() != 1)
+    return op->emitError() << "sharc-zero: cannot partition '" << op->getName()
+                           << "', which reads a gradient, "
+                           << "a parameter or its optimizer state";
+  // Elementwise: the same op on the slices; other operands must be scalars.
+  SmallVector<Value> operands;
+  SmallVector<int64_t> shape;
+  for (Value operand : op->getOperands()) {
+    Value slice = slices.lookup(operand);
+    if (!slice && tensorType(operand).getRank() != 0)
+      return op->emitError() << "sharc-zero: '" << op->getName()
+                             << "' combines a partitioned value with a "
+                                "full tensor of type "
+                             << operand.getType();
+    operands.push_back(slice ? slice : operand);
+    if (slice)
+      shape.assign(tensorType(slice).getShape().begin(),
+                   tensorType(slice).getShape().end());
+  }
+  auto resultType = tensorType(op->getResult(0)).clone(shape);
+  OperationState state(op->getLoc(), op->getName(), operands,
+                       TypeRange{resultType}, op->getAttrs());
+  Operation *clone = b.create(state);
+  slices[op->getResult(0)] = clone->getResult(0);
+  done.push_back(op);
+  return success();
+}
+
+} // namespace
+
+LogicalResult sharc::applyZero(ModuleOp module,
+                               const TrainingOptions &options) {
+  auto emitError = [&] { return module.emitError(); };
+  if (options.zeroStage > TrainingOptions::kMaxZeroStage &&
+      options.zeroStage <= 3)
+    return emitError() << "zero-stage " << options.zeroStage
+                       << " is not supported yet (sharc implements ZeRO "
+                          "stages 0 and 1)";
+  OptionChecker check(emitError);
+  if (!check.inRange("zero-stage", options.zeroStage, 0,
+                     TrainingOptions::kMaxZeroStage) ||
+      !check.inRange("world-size", options.worldSize, 1,
+                     TrainingOptions::kMaxWorldSize) ||
+      !check.inRange("reduce-bucket-size", options.reduceBucketSize, 1,
+                     TrainingOptions::kMaxBucketSize) ||
+      !check.inRange("allgather-bucket-size", options.allgatherBucketSize, 1,
+                     TrainingOptions::kMaxBucketSize))
+    return failure();
+  int64_t ranks = options.worldSize;
+  if (options.zeroStage == 0)
+    return success();
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!step)
+    return module.emitError() << "sharc-zero needs '@train_step' (run "
+                                 "sharc-optimizer first)";
+  Builder builder(module.getContext());
+  step->setAttr("sharc.zero_stage",
+                builder.getI64IntegerAttr(options.zeroStage));
+  SmallVector<GradientsOp> markers;
+  step.walk([&](GradientsOp op) { markers.push_back(op); });
+  if (markers.size() > 1)
+    return markers[1].emitError() << "sharc-zero: a step with more than one "
+                                     "'sharc.gradients'";
+  // One rank owns everything: nothing to partition.
+  if (ranks == 1 || markers.empty())
+    return success();
+  GradientsOp marker = markers.front();
+  if (marker->getParentOp() != step)
+    return marker.emitError() << "sharc-zero: the gradients must be complete "
+                                 "in the step's body (not in a loop)";
+  Block &entry = step.getBody().front();
+
+  // Each gradient's parameter and optimizer state.
+  SmallVector<Partitioned> parts;
+  for (auto [grad, nameAttr] :
+       llvm::zip(marker.getResults(), marker.getParams())) {
+    StringRef name = cast<StringAttr>(nameAttr).getValue();
+    Partitioned part;
+    part.grad = grad;
+    for (BlockArgument arg : entry.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      if (ParamAttr param = getParamAttr(step, i);
+          param && param.getName() == name)
+        part.param = arg;
+      if (auto state = step.getArgAttrOfType<StateAttr>(
+              i, SharcDialect::getStateAttrName());
+          state && state.getParam() == name)
+        part.state.push_back(arg);
+    }
+    if (!part.param)
+      return marker.emitError()
+             << "sharc-zero: no argument is parameter '" << name << "'";
+    part.type = tensorType(part.param);
+    part.elements = part.type.getNumElements();
+    part.slice = (part.elements + ranks - 1) / ranks;
+    parts.push_back(part);
+  }
+
+  // The ops of the update, before anything is inserted.
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  SmallVector<Operation *> update;
+  for (Operation *op = marker->getNextNode(); op != ret; op = op->getNextNode())
+    update.push_back(op);
+
+  ImplicitLocOpBuilder b(step.getLoc(), marker);
+  b.setInsertionPointAfter(marker);
+  MathBuilder math(b);
+  Partitioner partitioner(math, ranks);
+  // Reduce-scatter the gradients; each rank's slice of each parameter.
+  for (auto [begin, end] : buckets(parts, ranks, options.reduceBucketSize)) {
+    SmallVector<Value> rows;
+    for (size_t i = begin; i < end; ++i)
+      rows.push_back(rowsOf(math, parts[i].grad, parts[i], ranks));
+    Value bucket =
+        rows.size() == 1 ? rows.front() : ConcatOp::create(b, rows, 1);
+    Value mine = ReduceScatterOp::create(b, bucket, CollectiveKind::sum, ranks);
+    int64_t offset = 0;
+    for (size_t i = begin; i < end; ++i) {
+      Type element = parts[i].type.getElementType();
+      Value slice = mine;
+      if (end - begin > 1)
+        slice = SliceOp::create(
+            b, RankedTensorType::get({1, parts[i].slice}, element), mine,
+            ArrayRef<int64_t>{0, offset}, ArrayRef<int64_t>{1, 1});
+      partitioner.map(
+          parts[i].grad,
+          reshape(b, RankedTensorType::get({parts[i].slice}, element), slice));
+      offset += parts[i].slice;
+    }
+  }
+  for (Partitioned &part : parts) {
+    Value rows = rowsOf(math, part.param, part, ranks);
+    Value mine = ShardOp::create(b, rows, ranks);
+    auto sliceType =
+        RankedTensorType::get({part.slice}, part.type.getElementType());
+    partitioner.map(part.param, reshape(b, sliceType, mine));
+    // The optimizer state holds this rank's slice only.
+    for (BlockArgument state : part.state) {
+      if (tensorType(state) != part.type)
+        return step.emitError()
+               << "sharc-zero: optimizer state of type " << state.getType()
+               << " for parameter of type " << part.type;
+      state.setType(sliceType);
+      partitioner.map(state, state);
+    }
+  }
+
+  // Rebuild the update on the slices.
+  for (Operation *op : update)
+    if (failed(partitioner.partition(op)))
+      return failure();
+
+  // State results are the slices; the new parameter slices are gathered.
+  b.setInsertionPoint(ret);
+  SmallVector<Value> results(ret.getOperands());
+  SmallVector<Value> newSlices(parts.size());
+  for (auto [r, value] : llvm::enumerate(results)) {
+    std::optional<unsigned> updated = getUpdatedArgument(step, r);
+    auto part = llvm::find_if(parts, [&](const Partitioned &p) {
+      return updated && (p.param.getArgNumber() == *updated ||
+                         llvm::any_of(p.state, [&](BlockArgument s) {
+                           return s.getArgNumber() == *updated;
+                         }));
+    });
+    Value slice = partitioner.sliceOf(value);
+    if (part == parts.end()) {
+      if (slice)
+        return ret.emitError() << "sharc-zero: result " << r
+                               << " is partitioned but updates no parameter "
+                                  "or optimizer state";
+      continue;
+    }
+    if (!slice)
+      slice = partitioner.sliceOf(entry.getArgument(*updated));
+    if (part->param.getArgNumber() == *updated)
+      newSlices[part - parts.begin()] = slice;
+    else
+      results[r] = slice;
+  }
+  for (auto [begin, end] : buckets(parts, ranks, options.allgatherBucketSize)) {
+    SmallVector<Value> rows;
+    for (size_t i = begin; i < end; ++i) {
+      if (!newSlices[i])
+        return ret.emitError() << "sharc-zero: the step returns no new value "
+                                  "of a partitioned parameter";
+      rows.push_back(
+          reshape(b,
+                  RankedTensorType::get({1, parts[i].slice},
+                                        parts[i].type.getElementType()),
+                  newSlices[i]));
+    }
+    Value mine = rows.size() == 1 ? rows.front() : ConcatOp::create(b, rows, 1);
+    Value all = AllGatherOp::create(b, mine, ranks);
+    int64_t offset = 0;
+    for (size_t i = begin; i < end; ++i) {
+      const Partitioned &part = parts[i];
+      Type element = part.type.getElementType();
+      Value columns = all;
+      if (end - begin > 1)
+        columns = SliceOp::create(
+            b, RankedTensorType::get({ranks, part.slice}, element), all,
+            ArrayRef<int64_t>{0, offset}, ArrayRef<int64_t>{1, 1});
+      Value flat = reshape(
+          b, RankedTensorType::get({ranks * part.slice}, element), columns);
+      if (ranks * part.slice != part.elements)
+        flat =
+            SliceOp::create(b, RankedTensorType::get({part.elements}, element),
+                            flat, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{1});
+      Value full = reshape(b, part.type, flat);
+      for (auto [r, value] : llvm::enumerate(ret.getOperands()))
+        if (getUpdatedArgument(step, r) == part.param.getArgNumber())
+          results[r] = full;
+      offset += part.slice;
+    }
+  }
+  ret->setOperands(results);
+  for (Operation *op : llvm::reverse(partitioner.replaced()))
+    if (op->use_empty())
+      op->erase();
+  marker.replaceAllUsesWith(marker.getValues());
+  marker.erase();
+  step.setFunctionType(FunctionType::get(
+      module.getContext(), entry.getArgumentTypes(), ret.getOperandTypes()));
+  return success();
+}
+
+namespace {
+struct ZeroPass : WithDataParallelOptions<sharc::impl::ZeroBase<ZeroPass>> {
+  ZeroPass() = default;
+  ZeroPass(const ZeroPass &other) : WithDataParallelOptions(other) {}
+
+  void runOnOperation() override {
+    TrainingOptions options;
+    applyDataParallelOptions(options);
+    if (failed(applyZero(getOperation(), options)))
+      signalPassFailure();
+  }
+};
+} // namespace
+
+std::unique_ptr<Pass> sharc::createZeroPass(const TrainingOptions &options) {
+  auto pass = std::make_unique<ZeroPass>();
+  pass->setDataParallelOptions(options);
+  return pass;
+}

@@ -1,0 +1,41 @@
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s
+
+// ZeRO stage 1 on two ranks (sharc-zero): w's 12 elements are 6 per rank and
+// b's 4 are 2.  The program reduce-scatters the gradients (one bucket of 8
+// floats per rank), copies this rank's slice of each parameter from the
+// rank's offset, and all-gathers the updated slices; the optimizer state
+// buffers are slices of their parameter's buffer, which the runtime's
+// loading and --save-state use to keep whole tensors in the files.
+
+func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
+                %w: tensor<3x4xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
+                %b: tensor<4xf32> {sharc.param = #sharc.param<"b", "fc.bias">},
+                %y: tensor<8x4xf32> {sharc.input = "y"})
+    -> (tensor<f32> {sharc.output = "loss"}) {
+  %0 = sharc.matmul %x, %w : (tensor<8x3xf32>, tensor<3x4xf32>) -> tensor<8x4xf32>
+  %1 = sharc.add %0, %b : (tensor<8x4xf32>, tensor<4xf32>) -> tensor<8x4xf32>
+  %2 = sharc.sub %1, %y : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %3 = sharc.mul %2, %2 : (tensor<8x4xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %4 = sharc.reduce %3 {kind = #sharc.reduce_kind<mean>, axes = array<i64: 0, 1>} : (tensor<8x4xf32>) -> tensor<f32>
+  return %4 : tensor<f32>
+}
+
+// CHECK: const sharc::rt::BufferSpec buffers[] = {
+// CHECK-NEXT: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 2, {3, 4}, 12, 48, nullptr, -1},
+// CHECK-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, -1},
+// CHECK-NEXT: {"w.exp_avg", "", "w.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, 0},
+// CHECK-NEXT: {"w.exp_avg_sq", "", "w.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, 0},
+// CHECK-NEXT: {"b.exp_avg", "", "b.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, 1},
+// CHECK-NEXT: {"b.exp_avg_sq", "", "b.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, 1},
+// CHECK-NEXT: {"step", "", "step.npy", sharc::rt::BufferRole::state, sharc::rt::DType::i64, 0, {}, 1, 8, nullptr, -1},
+// The stage, and per step one all-reduce (the loss), one reduce-scatter and
+// one all-gather of 8 floats per rank: (N - 1) / N of 2 x 8 floats each.
+// CHECK: const sharc::rt::ProgramInfo info = {
+// CHECK: 13, buffers, 9, 10, 6, -1, -1, -1, 1,
+// CHECK-NEXT: {1u, 1u, 1u, 0u},
+// CHECK-NEXT: {4u, 32u, 32u, 0u},
+// CHECK-LABEL: extern "C" void sharcProgramStep(
+// CHECK: ctx->comm->reduceScatter([[SEND:.*]], [[RECV:.*]], 8, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
+// CHECK: sharc::kern::copy(ctx, {{.*}}, static_cast<const char *>(ctx->buffers[0]) + int64_t(ctx->comm->rank()) * 24, 24);
+// CHECK-NEXT: sharc::kern::copy(ctx, {{.*}}, static_cast<const char *>(ctx->buffers[1]) + int64_t(ctx->comm->rank()) * 8, 8);
+// CHECK: ctx->comm->allGather({{.*}}, {{.*}}, 8, sharc::rt::DType::f32);

@@ -1,0 +1,250 @@
+"""ZeRO stage 1 (sharc-zero, docs/zero.md) against stage 0.
+
+Stage 1 keeps each rank's slice of the optimizer state and updates only that
+slice; it must not change the training: on the evaluator simulating N ranks
+and on the CPU binaries under `mpirun -np N`, stage 1 prints stage 0's step
+lines digit for digit (fp32, bf16, fp16 with skipped steps), and
+--save-state / --dump-state write the same files bit for bit (the state
+files hold whole tensors at every stage).  With gradient clipping the global
+norm is summed per slice and then over the ranks, another order than stage
+0's per-parameter sums, so the clipped losses agree to rounding (rtol 1e-6)
+while the binary still prints the evaluator's digits.  The report's per-rank optimizer
+state is the ZeRO formula, and the configuration errors name their key.
+"""
+
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import models
+
+STEP_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+)(?: scale (\S+))?",
+                       re.MULTILINE)
+RECIPE = ["--optimizer", "adamw", "--lr", "0.003", "--weight-decay", "0.01",
+          "--scheduler", "WarmupLR", "--warmup-max-lr", "0.003",
+          "--warmup-num-steps", "3"]
+CLIP = ["--clip", "0.5"]
+FP16 = ["--precision", "fp16", "--initial-scale-power", "24",
+        "--loss-scale-window", "3"]
+
+
+def mpirun(ranks, *args):
+    launcher = shutil.which("mpirun")
+    assert launcher, "mpirun not found"
+    return subprocess.run(
+        [launcher, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+         *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """name -> (model path, --input args)."""
+    directory = tmp_path_factory.mktemp("zero")
+    cases = {}
+    for name in models.MODEL_NAMES:
+        (directory / name).mkdir()
+        path = directory / name / f"{name}.onnx"
+        models.export(models.make_training_case(name), path)
+        # 37 rows: the data wraps mid-step at every world size.
+        _, inputs = models.write_data(name, 37, 5, directory / name)
+        cases[name] = (path, inputs)
+    return cases
+
+
+def steps_of(result):
+    assert result.returncode == 0, result.stderr
+    lines = STEP_LINE.findall(result.stdout)
+    assert lines, result.stdout
+    return lines
+
+
+def frozen(name):
+    return ["--freeze", "key.bias"] if name == "bert" else []
+
+
+@pytest.mark.parametrize("name", models.MODEL_NAMES)
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_stage_one_trains_as_stage_zero_on_the_evaluator(sharc, exported, name,
+                                                         ranks):
+    path, inputs = exported[name]
+    run = lambda *stage: steps_of(sharc(
+        "eval", path, "--train", "--steps", 6, *RECIPE, *frozen(name),
+        "--world-size", ranks, *stage, *inputs))
+    assert run("--zero-stage", 1) == run()
+
+
+@pytest.mark.parametrize("name", ["gpt", "bert"])
+def test_clipped_stage_one(sharc, exported, tmp_path, name):
+    """Clipping under ZeRO: the norm from the slices and one all-reduce; the
+    binary prints the evaluator's digits, stage 0's losses within rounding,
+    and the clipping is active (the losses differ from unclipped ones)."""
+    path, inputs = exported[name]
+    out = tmp_path / "out"
+    result = sharc("compile", path, *RECIPE, *CLIP, *frozen(name),
+                   "--world-size", 2, "--zero-stage", 1, "-o", out)
+    assert result.returncode == 0, result.stderr
+    binary = steps_of(mpirun(2, out / "train", *inputs, "--steps", 6))
+    run = lambda *extra: steps_of(sharc(
+        "eval", path, "--train", "--steps", 6, *RECIPE, *frozen(name),
+        "--world-size", 2, *extra, *inputs))
+    assert binary == run(*CLIP, "--zero-stage", 1)
+    losses = lambda lines: [float(loss) for _, loss, _, _ in lines]
+    np.testing.assert_allclose(losses(binary), losses(run(*CLIP)), rtol=1e-6)
+    assert losses(binary) != losses(run())
+
+
+@pytest.mark.parametrize("precision", [["--precision", "bf16"], FP16],
+                         ids=["bf16", "fp16"])
+def test_sixteen_bit_stage_one_trains_as_stage_zero(sharc, exported,
+                                                    precision):
+    """Mixed precision composes: the overflow test (fp16: the first steps
+    overflow and are skipped) sums over the slices and the ranks."""
+    path, inputs = exported["gpt"]
+    run = lambda *stage: steps_of(sharc(
+        "eval", path, "--train", "--steps", 8, *RECIPE, *precision,
+        "--world-size", 2, *stage, *inputs))
+    stage_one = run("--zero-stage", 1)
+    assert stage_one == run()
+    if precision == FP16:
+        result = sharc("eval", path, "--train", "--steps", 8, *RECIPE,
+                       *precision, "--world-size", 2, "--zero-stage", 1,
+                       *inputs)
+        assert " skipped" in result.stdout
+
+
+def state_files(directory):
+    """File name -> array; the names with every character outside
+    [A-Za-z0-9] made '_' (the binary names its files by the sanitized
+    parameter names, the evaluator by the ONNX names)."""
+    return {re.sub(r"[^A-Za-z0-9]", "_", p.stem): np.load(p)
+            for p in sorted(pathlib.Path(directory).iterdir())}
+
+
+def assert_same_files(a, b):
+    files_a, files_b = state_files(a), state_files(b)
+    assert sorted(files_a) == sorted(files_b)
+    for file in files_a:
+        assert files_a[file].shape == files_b[file].shape, file
+        assert files_a[file].tobytes() == files_b[file].tobytes(), file
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_binary_stage_one(sharc, exported, tmp_path, ranks):
+    """The compiled stage-1 binary prints the evaluator's digits and stage
+    0's, saves the same state files as stage 0 (each rank's slices gathered
+    into whole tensors), resumes from them, and reports each rank's share of
+    the optimizer state."""
+    path, inputs = exported["gpt"]
+    outs = {}
+    for stage in (0, 1):
+        out = tmp_path / f"out-{stage}"
+        result = sharc("compile", path, *RECIPE, "--world-size", ranks,
+                       "--zero-stage", stage, "--reduce-bucket-size", 3000,
+                       "-o", out, "--report")
+        assert result.returncode == 0, result.stderr
+        outs[stage] = (out, result.stdout)
+    runs = {}
+    for stage, (out, _) in outs.items():
+        runs[stage] = mpirun(ranks, out / "train", *inputs, "--steps", 6,
+                             "--save-state", tmp_path / f"state-{stage}")
+    assert steps_of(runs[1]) == steps_of(runs[0])
+    evaluator = sharc("eval", path, "--train", "--steps", 6, *RECIPE,
+                      "--world-size", ranks, "--zero-stage", 1, *inputs,
+                      "--dump-state", tmp_path / "state-eval")
+    assert steps_of(runs[1]) == steps_of(evaluator)
+    assert_same_files(tmp_path / "state-1", tmp_path / "state-0")
+    assert_same_files(tmp_path / "state-1", tmp_path / "state-eval")
+
+    # Resuming from the saved (whole) state continues the run: 6 + 3 steps
+    # are the first 9 of one run.
+    out = outs[1][0]
+    resumed = mpirun(ranks, out / "train", *inputs, "--steps", 3, "--weights",
+                     tmp_path / "state-1")
+    whole = mpirun(ranks, out / "train", *inputs, "--steps", 9)
+    assert steps_of(resumed) == steps_of(whole)[6:]
+
+    # Per rank: AdamW's two moments of ceil(n / N) elements per parameter,
+    # and the 8-byte step counter.
+    manifest = json.loads((out / "manifest.json").read_text())
+    params = [b for b in manifest["buffers"] if b["role"] == "param"]
+    elements = [int(np.prod(b["shape"], dtype=np.int64)) for b in params]
+    expected = sum(2 * 4 * (-(-n // ranks)) for n in elements) + 8
+    assert manifest["optimizer_state_bytes"] == expected
+    stage0 = json.loads((outs[0][0] / "manifest.json").read_text())
+    assert stage0["optimizer_state_bytes"] == 2 * 4 * sum(elements) + 8
+    report = re.search(r"optimizer state bytes (\d+)", outs[1][1])
+    assert report and int(report.group(1)) == expected
+    # The gradients go out once (reduce-scatter) and the new parameters
+    # come back once (all-gather): (N - 1) / N of the padded bytes each.
+    collectives = {c["kind"]: c for c in manifest["collectives"]}
+    padded = sum(4 * ranks * (-(-n // ranks)) for n in elements)
+    assert collectives["reduce_scatter"]["bytes_per_step"] == \
+        (ranks - 1) * padded // ranks
+    assert collectives["all_gather"]["bytes_per_step"] == \
+        (ranks - 1) * padded // ranks
+    assert "summary: collective bytes per step planned" in runs[1].stdout
+    planned = re.search(r"summary: collective bytes per step planned (\d+) "
+                        r"measured (\d+)", runs[1].stdout)
+    assert planned and planned.group(1) == planned.group(2)
+
+
+def config(tmp_path, zero):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 8,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+        "zero_optimization": zero}))
+    return path
+
+
+def test_config_stage_one(sharc, exported, tmp_path):
+    path, inputs = exported["mlp"]
+    out = tmp_path / "out"
+    result = sharc("compile", path, "--config",
+                   config(tmp_path, {"stage": 1, "allgather_bucket_size": 100,
+                                     "reduce_scatter": True}),
+                   "--world-size", 2, "-o", out)
+    assert result.returncode == 0, result.stderr
+    source = (out / "program.cpp").read_text()
+    assert "ctx->comm->reduceScatter(" in source
+    assert "ctx->comm->allGather(" in source
+
+
+@pytest.mark.parametrize("zero,message", [
+    ({"stage": 2}, "zero_optimization: not supported yet (ZeRO sharding, stage 2"),
+    ({"stage": 1, "reduce_scatter": False},
+     "zero_optimization.reduce_scatter: false is not supported yet"),
+    ({"stage": 1, "allgather_partitions": False},
+     "zero_optimization.allgather_partitions: false is not supported yet"),
+    ({"stage": 1, "allgather_bucket_size": 0},
+     "zero_optimization.allgather_bucket_size"),
+])
+def test_config_errors(sharc, exported, tmp_path, zero, message):
+    path, _ = exported["mlp"]
+    result = sharc("compile", path, "--config", config(tmp_path, zero),
+                   "--world-size", 2, "-o", tmp_path / "out")
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stage,message", [
+    (2, "zero-stage 2 is not supported yet (sharc implements ZeRO stages 0 "
+        "and 1)"),
+    (4, "option 'zero-stage' must be between 0 and 1, got 4"),
+    (-1, "option 'zero-stage' must be between 0 and 1, got -1")])
+def test_zero_stage_flag_range(sharc, exported, tmp_path, stage, message):
+    path, inputs = exported["mlp"]
+    out = tmp_path / "out"
+    for command in (["eval", path, "--train", "--steps", 1, *inputs],
+                    ["compile", path, "--emit-only", "-o", out]):
+        result = sharc(*command, "--optimizer", "sgd", "--lr", "0.1",
+                       "--world-size", 2, "--zero-stage", stage)
+        assert result.returncode != 0
+        assert message in result.stderr, result.stderr
+    assert not out.exists()
