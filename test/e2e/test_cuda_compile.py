@@ -237,7 +237,7 @@ def test_cuda_sixteen_bit_program_builds(sharc, exported, work, precision, arch)
     assert (out / "train").is_file()
     # The runtime library holds sm_80 and sm_90 code alike; the program adds
     # one cubin of `arch` (test_cuda_binary_is_built_for_arch).
-    elf = [a for kind, a in entries_from_cuobjdump(out / "train") if kind == "elf"]
+    elf = [a for kind, a in fatbin_entries(out / "train") if kind == "elf"]
     want, other = int(arch[3:]), (90 if arch == "sm_80" else 80)
     assert elf.count(want) > elf.count(other), elf
     source = (out / "program.cu").read_text()
