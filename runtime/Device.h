@@ -32,6 +32,14 @@ void *deviceStream();
 /// program too large for it fails before allocating, with its figures.
 uint64_t deviceMemoryBytes();
 
+/// The process's real peak memory on the device so far, measured
+/// independently of any plan: on the host the peak resident set size
+/// (getrusage's ru_maxrss: code, libraries, MPI and the heap included); on
+/// CUDA the most device memory seen in use (cudaMemGetInfo's total minus
+/// free, sampled after every allocation and by this call: the context,
+/// library workspaces and NCCL's buffers included).
+uint64_t devicePeakBytes();
+
 /// Allocates `bytes` of device memory aligned to at least 256 bytes; freed by
 /// deviceFree.  Zero bytes gives a valid unique pointer.
 void *deviceAlloc(size_t bytes);

@@ -79,6 +79,24 @@ uint64_t deviceMemoryBytes() {
   return freeBytes;
 }
 
+namespace {
+/// The most device memory seen in use (devicePeakBytes).
+uint64_t peakInUse = 0;
+
+void samplePeak() {
+  size_t freeBytes = 0, totalBytes = 0;
+  if (cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess &&
+      totalBytes - freeBytes > peakInUse)
+    peakInUse = totalBytes - freeBytes;
+}
+} // namespace
+
+uint64_t devicePeakBytes() {
+  requireInit("devicePeakBytes");
+  samplePeak();
+  return peakInUse;
+}
+
 void *deviceStream() {
   requireInit("deviceStream");
   return stream;
@@ -93,6 +111,7 @@ void *deviceAlloc(size_t bytes) {
   if (status != cudaSuccess)
     fatal("deviceAlloc: cudaMalloc of " + std::to_string(bytes) + " bytes: " +
           cudaGetErrorString(status) + " (" + cudaGetErrorName(status) + ")");
+  samplePeak();
   return pointer;
 }
 

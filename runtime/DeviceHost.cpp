@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 namespace sharc::rt {
 
@@ -31,6 +32,13 @@ std::string deviceName() { return "cpu"; }
 void *deviceStream() { return nullptr; }
 
 uint64_t deviceMemoryBytes() { return hostMemoryBytes(); }
+
+uint64_t devicePeakBytes() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0)
+    return 0;
+  return uint64_t(usage.ru_maxrss) * 1024; // KiB on Linux
+}
 
 void *deviceAlloc(size_t bytes) {
   // aligned_alloc needs a size that is a multiple of the alignment; zero bytes

@@ -48,9 +48,29 @@ sharcCreateCommunicator(double collectiveTimeoutSeconds);
 
 namespace {
 
-/// The byte every arena byte is set to before the first step; the measured
-/// peak is one past the highest byte that no longer holds it.
+/// The byte every arena byte, and every byte of a guard after the planned
+/// arena, is set to before the first step; the measured arena is one past
+/// the highest byte that no longer holds it, so a step that writes past
+/// its plan shows (and is an error).
 constexpr unsigned char kArenaSentinel = 0xA5;
+constexpr size_t kArenaGuardBytes = 64 << 10;
+
+/// One past the highest byte of the `bytes` at `arena` that no longer holds
+/// kArenaSentinel, scanned from the end in chunks (no host copy of the
+/// whole arena).
+uint64_t usedArenaBytes(const char *arena, size_t bytes) {
+  constexpr size_t kChunk = 1 << 20;
+  std::vector<unsigned char> host(std::min(bytes, kChunk));
+  for (size_t end = bytes; end > 0;) {
+    size_t begin = end > kChunk ? end - kChunk : 0;
+    copyToHost(host.data(), arena + begin, end - begin);
+    for (size_t i = end - begin; i > 0; --i)
+      if (host[i - 1] != kArenaSentinel)
+        return begin + i;
+    end = begin;
+  }
+  return 0;
+}
 
 /// Seconds without a step line after which a progress line is printed.
 constexpr double kProgressSeconds = 10.0;
@@ -675,7 +695,8 @@ int run(int argc, char **argv) {
       break;
     }
   }
-  char *arena = static_cast<char *>(deviceAlloc(info.arenaBytes));
+  char *arena =
+      static_cast<char *>(deviceAlloc(info.arenaBytes + kArenaGuardBytes));
 
   // Steps already applied (a resumed run continues the data and the step
   // numbers where the saved state left off).
@@ -725,7 +746,7 @@ int run(int argc, char **argv) {
     int64_t globalStep = firstStep + s;
     comm.setContext("step " + std::to_string(globalStep + 1));
     if (s == 0)
-      deviceMemset(arena, kArenaSentinel, info.arenaBytes);
+      deviceMemset(arena, kArenaSentinel, info.arenaBytes + kArenaGuardBytes);
 
     Clock::time_point start = Clock::now();
     for (size_t j = 0; j < slots.size(); ++j) {
@@ -746,14 +767,8 @@ int run(int argc, char **argv) {
         std::chrono::duration<double>(Clock::now() - start).count();
     totalSeconds += seconds;
 
-    if (s == 0 && info.arenaBytes > 0) {
-      std::vector<unsigned char> host(info.arenaBytes);
-      copyToHost(host.data(), arena, host.size());
-      size_t end = host.size();
-      while (end > 0 && host[end - 1] == kArenaSentinel)
-        --end;
-      measuredArena = end;
-    }
+    if (s == 0)
+      measuredArena = usedArenaBytes(arena, info.arenaBytes + kArenaGuardBytes);
 
     bool last = s + 1 == options.steps;
     bool overflow =
@@ -790,7 +805,10 @@ int run(int argc, char **argv) {
     }
   }
 
-  // Summary.
+  // Summary.  Planned memory: the persistent buffers and the arena.
+  uint64_t plannedMemory = uint64_t(info.arenaBytes);
+  for (int i = 0; i < info.numBuffers; ++i)
+    plannedMemory += uint64_t(info.buffers[i].bytes);
   uint64_t plannedBytes = 0, plannedCalls = 0, measuredBytes = 0,
            measuredCalls = 0;
   for (size_t kind = 0; kind < kNumCollectiveKinds; ++kind) {
@@ -815,6 +833,12 @@ int run(int argc, char **argv) {
     std::printf("summary: arena bytes planned %" PRId64 " measured %" PRIu64
                 "\n",
                 info.arenaBytes, measuredArena);
+    std::printf("summary: peak memory bytes per rank planned %" PRIu64
+                " measured %" PRIu64 " (%s)\n",
+                plannedMemory, devicePeakBytes(),
+                std::string(deviceName()) == "cpu"
+                    ? "peak resident set, getrusage"
+                    : "device memory in use, cudaMemGetInfo");
     std::printf("summary: collective bytes per step planned %" PRIu64
                 " measured %s\n",
                 plannedBytes, perStep(measuredBytes, options.steps).c_str());
@@ -822,22 +846,24 @@ int run(int argc, char **argv) {
                 " measured %s\n",
                 plannedCalls, perStep(measuredCalls, options.steps).c_str());
     std::fflush(stdout);
-    if (measuredArena != uint64_t(info.arenaBytes))
+    if (measuredArena < uint64_t(info.arenaBytes))
       std::fprintf(stderr,
                    "warning: the first step used %" PRIu64
                    " arena bytes, the plan %" PRId64 "\n",
                    measuredArena, info.arenaBytes);
-    if (measuredBytes != plannedBytes * uint64_t(options.steps))
-      std::fprintf(stderr,
-                   "warning: collectives sent %s bytes per step, the plan "
-                   "%" PRIu64 "\n",
-                   perStep(measuredBytes, options.steps).c_str(), plannedBytes);
-    if (measuredCalls != plannedCalls * uint64_t(options.steps))
-      std::fprintf(stderr,
-                   "warning: %s collective calls per step, the plan %" PRIu64
-                   "\n",
-                   perStep(measuredCalls, options.steps).c_str(), plannedCalls);
     std::fflush(stderr);
+    // The plan is what the compiler promises: a step that wrote past its
+    // arena, or collectives that moved other bytes than planned, are bugs.
+    if (measuredArena > uint64_t(info.arenaBytes))
+      fatal("the first step wrote " + std::to_string(measuredArena) +
+            " arena bytes, past the plan's " + std::to_string(info.arenaBytes));
+    if (measuredBytes != plannedBytes * uint64_t(options.steps))
+      fatal("collectives sent " + perStep(measuredBytes, options.steps) +
+            " bytes per step, the plan " + std::to_string(plannedBytes));
+    if (measuredCalls != plannedCalls * uint64_t(options.steps))
+      fatal(perStep(measuredCalls, options.steps) +
+            " collective calls per step, the plan " +
+            std::to_string(plannedCalls));
   }
 
   if (!options.saveStateDir.empty()) {

@@ -17,6 +17,7 @@
 //
 // With SHARC_FAKE_MISPLAN=1 in the environment the step also broadcasts the
 // loss and keeps it out of the arena, so measured and planned figures differ;
+// with SHARC_FAKE_MISPLAN=2 it writes one float past the planned arena;
 // with SHARC_FAKE_SLEEP_MS=T every step first sleeps T milliseconds.
 //
 //===----------------------------------------------------------------------===//
@@ -152,6 +153,10 @@ extern "C" void sharcProgramStep(const StepContext *context) {
     fatal("fake program: called on the wrong number of ranks");
   const char *misplanValue = std::getenv("SHARC_FAKE_MISPLAN");
   bool misplan = misplanValue && std::strcmp(misplanValue, "1") == 0;
+  if (misplanValue && std::strcmp(misplanValue, "2") == 0) {
+    float past = 1;
+    std::memcpy(context->arena + kArenaBytes + 8, &past, sizeof(past));
+  }
   if (const char *sleepMs = std::getenv("SHARC_FAKE_SLEEP_MS"))
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(sleepMs)));
 

@@ -120,13 +120,14 @@ def test_losses_and_summary(data, ranks, steps):
 
     # The fake program all-reduces 16 + 4 bytes per step and uses 28 arena bytes.
     bytes_per_step = sum(2 * (ranks - 1) * b // ranks for b in (16, 4))
-    assert len(summary) == 4, summary
+    assert len(summary) == 5, summary
     assert re.fullmatch(rf"summary: steps {steps}, mean step ms \d+\.\d{{3}}, tokens/s \d+\.\d",
                         summary[0]), summary[0]
     assert summary[1] == "summary: arena bytes planned 28 measured 28"
-    assert summary[2] == (f"summary: collective bytes per step planned {bytes_per_step} "
+    assert summary[2].startswith("summary: peak memory bytes per rank planned "), summary[2]
+    assert summary[3] == (f"summary: collective bytes per step planned {bytes_per_step} "
                           f"measured {bytes_per_step}")
-    assert summary[3] == "summary: collective calls per step planned 2 measured 2"
+    assert summary[4] == "summary: collective calls per step planned 2 measured 2"
 
 
 def test_log_every(data):
@@ -201,16 +202,46 @@ def test_help(data):
     assert "x: f32 [rows, 4]" in result.stdout and "y: f32 [rows]" in result.stdout
 
 
-def test_misplanned_program_warns(data):
+def test_misplanned_program_fails(data):
+    """A program whose collectives differ from its plan ends with an error
+    after the summary; an arena used below its plan is only a warning."""
     directory, _, _ = data
     result = mpirun(1, binary(1), *inputs(directory), "--steps", 2, "--weights",
                     directory / "weights", env={"SHARC_FAKE_MISPLAN": "1"})
-    assert result.returncode == 0, result.stderr
+    assert result.returncode != 0, result.stdout
     _, summary = parse(result.stdout)
     assert "summary: arena bytes planned 28 measured 24" in summary
     assert "summary: collective calls per step planned 2 measured 3" in summary
     assert "warning: the first step used 24 arena bytes, the plan 28" in result.stderr
-    assert "warning: 3 collective calls per step, the plan 2" in result.stderr
+    assert "error: 3 collective calls per step, the plan 2" in result.stderr
+
+
+def test_a_step_that_writes_past_its_arena_fails(data):
+    """The arena is followed by a guard filled with the sentinel: a write
+    past the plan shows in the measured figure and is an error."""
+    directory, _, _ = data
+    result = mpirun(1, binary(1), *inputs(directory), "--steps", 1, "--weights",
+                    directory / "weights", env={"SHARC_FAKE_MISPLAN": "2"})
+    assert result.returncode != 0, result.stdout
+    _, summary = parse(result.stdout)
+    assert "summary: arena bytes planned 28 measured 40" in summary, summary
+    assert "error: the first step wrote 40 arena bytes, past the plan's 28" \
+        in result.stderr
+
+
+def test_peak_memory_is_measured(data):
+    """The peak is the process's resident set (getrusage), not the plan:
+    at least the planned buffers and arena, plus the code and libraries."""
+    directory, _, _ = data
+    result = mpirun(1, binary(1), *inputs(directory), "--steps", 2, "--weights",
+                    directory / "weights")
+    assert result.returncode == 0, result.stderr
+    match = re.search(r"^summary: peak memory bytes per rank planned (\d+) "
+                      r"measured (\d+) \(peak resident set, getrusage\)$",
+                      result.stdout, re.MULTILINE)
+    assert match, result.stdout
+    planned, measured = int(match.group(1)), int(match.group(2))
+    assert planned > 0 and measured > planned + (1 << 20)
 
 
 def expect_failure(result, *messages):
