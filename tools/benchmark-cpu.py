@@ -54,14 +54,12 @@ dominate memory.  The figures, per rank:
     total            parameters + optimizer state + arena + inputs/outputs.
   measured (by the running binary and the OS, not taken from the plan):
     arena            `summary: arena bytes planned P measured M`: the
-                     runtime (runtime/TrainMain.cpp) allocates exactly the
-                     planned P bytes, fills them with a sentinel byte (0xA5)
-                     before step 1 and, after step 1, scans for the highest
-                     byte that no longer holds it.  This observes what the
-                     step really wrote, but only inside the planned
-                     allocation: M can never exceed P (a write past the plan
-                     is not detected), and it is the highest byte written,
-                     not the peak of bytes live at once;
+                     runtime (runtime/TrainMain.cpp) fills the planned P
+                     bytes and a 64 KiB guard after them with a sentinel
+                     byte (0xA5) before step 1 and, after step 1, scans for
+                     the highest byte that no longer holds it (a write past
+                     the plan shows, and is an error).  It is the highest
+                     byte written, not the peak of bytes live at once;
     RSS in steps     the largest VmRSS of each rank's process
                      (/proc/PID/status), sampled every 20 ms from the line
                      of step 2 on (while steps 3.. run); this includes the
@@ -70,10 +68,10 @@ dominate memory.  The figures, per rank:
                      buffers and any heap memory the runtime allocates
                      outside the plan (e.g. for GEMM operands);
     peak RSS         "Maximum resident set size" of /usr/bin/time -v around
-                     each rank; on the CPU target this includes a host copy
-                     of the whole arena that the sentinel scan makes after
-                     step 1 (`std::vector host(arenaBytes)`), so it is about
-                     one arena more than the RSS in steps.
+                     each rank (the binary's own `summary: peak memory
+                     bytes per rank` reads the same figure, getrusage).
+                     Before commit 078bc91 it included a host copy of the
+                     whole arena that the sentinel scan made after step 1.
   step ms: the binary's own per-step times (the `ms` field of its step
   lines), pooled over the timed steps of every round: median and minimum,
   and the median of each round.
@@ -668,7 +666,7 @@ def compare_precisions(args, work, onnx_path, input_files, n_params):
          else None for p in precisions})
     row("  RSS during steps 3.. (VmRSS, max)",
         {p: mib(step_rss[p] * 1024) if step_rss[p] else None for p in precisions})
-    row("  peak RSS (time -v; + scan's arena copy)",
+    row("  peak RSS (time -v)",
         {p: mib(peak_rss[p] * 1024) for p in precisions})
     row("  RSS during steps - planned total",
         {p: mib(step_rss[p] * 1024 - plans[p]["total"]) if step_rss[p] else None
