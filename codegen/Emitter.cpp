@@ -168,18 +168,20 @@ LogicalResult ProgramEmitter::collectBuffers() {
     bufferOf[arg] = static_cast<int>(buffers.size());
     buffers.push_back(std::move(buffer));
   }
-  // ZeRO slices: optimizer state of a parameter's shape is whole; of
+  // ZeRO slices: optimizer state of its parameter's shape is whole; of
   // another, this rank's slice of it (sharc-zero).
-  for (Buffer &buffer : buffers) {
-    if (buffer.role != "state")
-      continue;
-    for (auto [k, param] : llvm::enumerate(buffers))
-      if (param.role == "param" &&
-          StringRef(buffer.name).starts_with(param.name + ".") &&
-          StringRef(buffer.name).drop_front(param.name.size() + 1).count('.') ==
-              0 &&
-          param.shape != buffer.shape)
-        buffer.sliceOf = static_cast<int>(k);
+  llvm::StringMap<int> paramBuffer;
+  for (BlockArgument arg : entry.getArguments())
+    if (ParamAttr param = getParamAttr(step, arg.getArgNumber()))
+      paramBuffer[param.getName()] = bufferOf[arg];
+  for (BlockArgument arg : entry.getArguments()) {
+    auto state = step.getArgAttrOfType<StateAttr>(
+        arg.getArgNumber(), SharcDialect::getStateAttrName());
+    auto param = state ? paramBuffer.find(state.getParam()) : paramBuffer.end();
+    Buffer &buffer = buffers[bufferOf[arg]];
+    if (param != paramBuffer.end() &&
+        buffers[param->second].shape != buffer.shape)
+      buffer.sliceOf = param->second;
   }
   // Trainable parameters: those whose new value is not the argument itself.
   auto ret = cast<func::ReturnOp>(entry.getTerminator());

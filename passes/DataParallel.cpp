@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/Buckets.h"
 #include "passes/Passes.h"
 #include "passes/Schedule.h"
 
@@ -58,20 +59,13 @@ static void allReduceGradients(MathBuilder &math, MutableArrayRef<Value> grads,
       offset += size;
     }
   };
-  size_t begin = 0;
-  int64_t elements = 0;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    auto type = cast<RankedTensorType>(grads[i].getType());
-    if (i > begin && (elements + type.getNumElements() > bucketSize ||
-                      type.getElementType() != elementTypeOf(grads[begin]))) {
-      reduceBucket(grads.slice(begin, i - begin));
-      begin = i;
-      elements = 0;
-    }
-    elements += type.getNumElements();
-  }
-  if (begin < grads.size())
-    reduceBucket(grads.drop_front(begin));
+  for (auto [begin, end] : bucketRanges(
+           grads.size(),
+           [&](size_t i) {
+             return cast<RankedTensorType>(grads[i].getType()).getNumElements();
+           },
+           [&](size_t i) { return elementTypeOf(grads[i]); }, bucketSize))
+    reduceBucket(grads.slice(begin, end - begin));
 }
 
 /// Gives every call of a gradient function in `step` the loss seed of

@@ -21,6 +21,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/Buckets.h"
 #include "passes/Passes.h"
 #include "passes/Schedule.h"
 
@@ -82,23 +83,9 @@ Value rowsOf(MathBuilder &math, Value value, const Partitioned &part,
 /// a bucket of its own).
 SmallVector<std::pair<size_t, size_t>>
 buckets(ArrayRef<Partitioned> parts, int64_t ranks, int64_t bucketSize) {
-  SmallVector<std::pair<size_t, size_t>> result;
-  size_t begin = 0;
-  int64_t elements = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    int64_t size = ranks * parts[i].slice;
-    if (i > begin && (elements + size > bucketSize ||
-                      parts[i].type.getElementType() !=
-                          parts[begin].type.getElementType())) {
-      result.push_back({begin, i});
-      begin = i;
-      elements = 0;
-    }
-    elements += size;
-  }
-  if (begin < parts.size())
-    result.push_back({begin, parts.size()});
-  return result;
+  return bucketRanges(
+      parts.size(), [&](size_t i) { return ranks * parts[i].slice; },
+      [&](size_t i) { return parts[i].type.getElementType(); }, bucketSize);
 }
 
 /// The rebuilt update: values of the step (after the hand-off) and their
@@ -347,6 +334,8 @@ LogicalResult sharc::applyZero(ModuleOp module,
   b.setInsertionPoint(ret);
   SmallVector<Value> results(ret.getOperands());
   SmallVector<Value> newSlices(parts.size());
+  // The result that is each parameter's new value.
+  SmallVector<std::optional<unsigned>> paramResult(parts.size());
   for (auto [r, value] : llvm::enumerate(results)) {
     std::optional<unsigned> updated = getUpdatedArgument(step, r);
     auto part = llvm::find_if(parts, [&](const Partitioned &p) {
@@ -365,10 +354,12 @@ LogicalResult sharc::applyZero(ModuleOp module,
     }
     if (!slice)
       slice = partitioner.sliceOf(entry.getArgument(*updated));
-    if (part->param.getArgNumber() == *updated)
+    if (part->param.getArgNumber() == *updated) {
       newSlices[part - parts.begin()] = slice;
-    else
+      paramResult[part - parts.begin()] = r;
+    } else {
       results[r] = slice;
+    }
   }
   for (auto [begin, end] : buckets(parts, ranks, options.allgatherBucketSize)) {
     SmallVector<Value> rows;
@@ -399,10 +390,7 @@ LogicalResult sharc::applyZero(ModuleOp module,
         flat =
             SliceOp::create(b, RankedTensorType::get({part.elements}, element),
                             flat, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{1});
-      Value full = reshape(b, part.type, flat);
-      for (auto [r, value] : llvm::enumerate(ret.getOperands()))
-        if (getUpdatedArgument(step, r) == part.param.getArgNumber())
-          results[r] = full;
+      results[*paramResult[i]] = reshape(b, part.type, flat);
       offset += part.slice;
     }
   }

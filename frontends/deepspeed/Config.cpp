@@ -945,15 +945,24 @@ Error ConfigReader::readZero(const json::Value &value) {
       return parsed.takeError();
     stage = *parsed;
   }
-  // The bucket size of the gradient all-reduce (sharc-data-parallel).
-  if (const json::Value *bucket = (*zero)->get("reduce_bucket_size")) {
+  // A bucket size in elements, when the key is there.
+  auto readBucketSize = [&](StringRef key, int64_t &field) -> Error {
+    const json::Value *bucket = (*zero)->get(key);
+    if (!bucket)
+      return Error::success();
     Expected<int64_t> parsed = integer(
-        "zero_optimization.reduce_bucket_size", *bucket,
+        childPath("zero_optimization", key), *bucket,
         Range{1.0, static_cast<double>(TrainingOptions::kMaxBucketSize)});
     if (!parsed)
       return parsed.takeError();
-    options.reduceBucketSize = *parsed;
-  }
+    field = *parsed;
+    return Error::success();
+  };
+  // The bucket size of the gradient all-reduce (sharc-data-parallel) or
+  // reduce-scatter (sharc-zero).
+  if (Error error =
+          readBucketSize("reduce_bucket_size", options.reduceBucketSize))
+    return error;
   // Overlap of the gradient all-reduce with backward (sharc compile); null
   // is DeepSpeed's "the stage's default".
   if (const json::Value *overlap = (*zero)->get("overlap_comm");
@@ -972,14 +981,9 @@ Error ConfigReader::readZero(const json::Value &value) {
     return Error::success();
   // Stage 1 (sharc-zero): the gradients are reduce-scattered and the
   // updated slices all-gathered, in buckets.
-  if (const json::Value *bucket = (*zero)->get("allgather_bucket_size")) {
-    Expected<int64_t> parsed = integer(
-        "zero_optimization.allgather_bucket_size", *bucket,
-        Range{1.0, static_cast<double>(TrainingOptions::kMaxBucketSize)});
-    if (!parsed)
-      return parsed.takeError();
-    options.allgatherBucketSize = *parsed;
-  }
+  if (Error error =
+          readBucketSize("allgather_bucket_size", options.allgatherBucketSize))
+    return error;
   for (StringRef key : {"reduce_scatter", "allgather_partitions"}) {
     const json::Value *value = (*zero)->get(key);
     if (!value)
