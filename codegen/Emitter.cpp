@@ -740,8 +740,13 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.initialValue = buffer.initialValue;
     if (buffer.role == "param") {
       report.paramBytes += entry.bytes;
+      // From ZeRO stage 2 on a rank keeps only its slice of each gradient
+      // (ceil(n / N) elements) past backward.
+      int64_t elements = numElements(buffer.shape);
+      if (options.zeroStage >= 2)
+        elements = (elements + options.worldSize - 1) / options.worldSize;
       if (buffer.trainable)
-        report.gradientBytes += entry.bytes;
+        report.gradientBytes += elements * elementBytes(buffer.element);
     } else if (buffer.role == "state") {
       report.stateBytes += entry.bytes;
     }

@@ -145,11 +145,12 @@ struct TrainingOptions {
   /// Elements per all-gather bucket of the updated ZeRO slices
   /// (zero_optimization.allgather_bucket_size).
   int64_t allgatherBucketSize = 500000000;
-  /// ZeRO stage (zero_optimization.stage): 0, or 1 for sharc-zero's
-  /// partitioned optimizer state (docs/zero.md).
+  /// ZeRO stage (zero_optimization.stage): 0, 1 for sharc-zero's
+  /// partitioned optimizer state, 2 for partitioned gradients too
+  /// (docs/zero.md).
   int64_t zeroStage = 0;
   /// The highest ZeRO stage implemented.
-  static constexpr int64_t kMaxZeroStage = 1;
+  static constexpr int64_t kMaxZeroStage = 2;
   /// Start each gradient all-reduce as soon as its bucket is complete and
   /// wait only where the sum is read, overlapping backward
   /// (zero_optimization.overlap_comm; sharc-schedule-collectives in the

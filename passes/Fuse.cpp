@@ -464,13 +464,8 @@ SmallVector<Operation *> sharc::readSites(Operation *op, Block &block) {
   return sites;
 }
 
-bool sharc::canOverwrite(Operation *producer, Value old, Block &block) {
-  if (!isa<FusionOp>(producer) || producer->getBlock() != &block ||
-      producer->hasAttr("sharc.fuse_into") ||
-      producer->hasAttr("sharc.gemm_epilogue") ||
-      !llvm::is_contained(producer->getOperands(), old))
-    return false;
-  return llvm::none_of(old.getUsers(), [&](Operation *user) {
+bool sharc::readFrom(Operation *op, Value value, Block &block, bool atOp) {
+  return llvm::any_of(value.getUsers(), [&](Operation *user) {
     Operation *top = block.findAncestorOpInBlock(*user);
     if (!top)
       return false;
@@ -478,9 +473,18 @@ bool sharc::canOverwrite(Operation *producer, Value old, Block &block) {
     if (top->hasAttr("sharc.fuse_into"))
       sites = readSites(top, block);
     return llvm::any_of(sites, [&](Operation *site) {
-      return site != producer && producer->isBeforeInBlock(site);
+      return (atOp && site == op) || (site != op && op->isBeforeInBlock(site));
     });
   });
+}
+
+bool sharc::canOverwrite(Operation *producer, Value old, Block &block) {
+  if (!isa<FusionOp>(producer) || producer->getBlock() != &block ||
+      producer->hasAttr("sharc.fuse_into") ||
+      producer->hasAttr("sharc.gemm_epilogue") ||
+      !llvm::is_contained(producer->getOperands(), old))
+    return false;
+  return !readFrom(producer, old, block, /*atOp=*/false);
 }
 
 /// The cuBLASLt epilogue activation `op` computes, if any: ReLU, or GELU

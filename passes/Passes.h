@@ -146,12 +146,13 @@ template <typename Base> struct WithDataParallelOptions : Base {
   }
 };
 
-/// ZeRO stage 1 on `@train_step` for `options.worldSize` ranks
+/// ZeRO stages 1 and 2 on `@train_step` for `options.worldSize` ranks
 /// (docs/zero.md): the `sharc.gradients` hand-off becomes bucketed
 /// reduce-scatters, the update runs on this rank's slice of each parameter
 /// with the optimizer state of that slice only, and the new slices are
-/// all-gathered.  Nothing changes at stage 0; at one rank only the step's
-/// `sharc.zero_stage` attribute is set.
+/// all-gathered (stage 2: buckets in backward's order, which
+/// scheduleGradientScatters moves into backward).  Nothing changes at stage
+/// 0; at one rank only the step's `sharc.zero_stage` attribute is set.
 mlir::LogicalResult applyZero(mlir::ModuleOp module,
                               const TrainingOptions &options);
 std::unique_ptr<mlir::Pass> createZeroPass(const TrainingOptions &options);
@@ -217,6 +218,12 @@ void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true,
 /// that reads their result (docs/passes.md).
 void scheduleCollectives(mlir::func::FuncOp func, bool overlap = true);
 
+/// The rest of sharc-schedule-collectives: in a function at ZeRO stage 2
+/// (`sharc.zero_stage`), each `sharc.reduce_scatter` (with its packing)
+/// moves up to just after the ops that produce its bucket, so that the
+/// bucket's full gradients die in backward.
+void scheduleGradientScatters(mlir::func::FuncOp func);
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//
@@ -226,6 +233,12 @@ void scheduleCollectives(mlir::func::FuncOp func, bool overlap = true);
 /// kernels of its users), where those users are read, recursively.
 llvm::SmallVector<mlir::Operation *> readSites(mlir::Operation *op,
                                                mlir::Block &block);
+
+/// True when an op of `block` after `op` (or, with `atOp`, `op` itself)
+/// reads `value`; an op computed inside its users' kernels (`sharc.fuse_into`)
+/// reads where they run.
+bool readFrom(mlir::Operation *op, mlir::Value value, mlir::Block &block,
+              bool atOp);
 
 /// True when `producer`, an op of `block` run as a kernel of its own (a
 /// `sharc.fusion` not computed inside another kernel nor by a GEMM), may
@@ -270,7 +283,9 @@ mlir::LogicalResult prepareForEmission(mlir::ModuleOp module);
 /// argument's memory (`sharc.result_buffers = array<i64: ...>`: per result the
 /// argument number, or -1), which sharc-plan-memory and the code generator
 /// honour.  Only when the result is only returned, the fusion reads the old
-/// value element for element and nothing after it reads the old value.
+/// value element for element and nothing after it reads the old value; and
+/// each all-gather or slice that gives a ZeRO parameter's new value
+/// (through reshapes), once nothing at or after it reads the old value.
 void updateInPlace(mlir::ModuleOp module);
 
 } // namespace sharc

@@ -127,11 +127,11 @@ def DataParallel : Pass<"sharc-data-parallel", "mlir::ModuleOp"> {
 }
 
 def Zero : Pass<"sharc-zero", "mlir::ModuleOp"> {
-  let summary = "ZeRO stage 1: each rank keeps and updates the optimizer "
-                "state of its slice of every parameter";
+  let summary = "ZeRO stages 1 and 2: each rank keeps and updates the "
+                "optimizer state of its slice of every parameter";
   let description = [{
     Runs after sharc-optimizer (and sharc-loss-scale), before
-    sharc-data-parallel, when `zero-stage` is 1 and `world-size` N > 1.
+    sharc-data-parallel, when `zero-stage` is 1 or 2 and `world-size` N > 1.
     Each trainable parameter of n elements is viewed as [N, ceil(n / N)]
     (zero padding at the end); rank r owns row r.  The `sharc.gradients`
     hand-off becomes reduce-scatters in buckets of at most
@@ -139,7 +139,10 @@ def Zero : Pass<"sharc-zero", "mlir::ModuleOp"> {
     slices (full sums of a gradient, such as the clipping norm, become the
     slice's sum and an all-reduce); the optimizer state arguments and
     results hold the slices only; the updated slices are all-gathered into
-    the full parameters.  See docs/zero.md.
+    the full parameters.  At stage 2 the reduce-scatter buckets follow the
+    reverse order of the parameters (the order backward completes them),
+    and sharc-schedule-collectives moves each into backward; gradient
+    accumulation is refused at stage 2.  See docs/zero.md.
   }];
   // The options are those of sharc-data-parallel (WithDataParallelOptions in
   // Passes.h, from TrainingOptions.def).
@@ -224,8 +227,12 @@ def ScheduleCollectives : Pass<"sharc-schedule-collectives",
     each wait moves down to just before the first op that reads its result
     (or the micro-batch loop whose body does), so that the ops in between
     overlap the communication.
-    Without it, each wait follows its start.  Runs after sharc-fuse, on the
-    kernels the code generator emits (docs/passes.md).
+    Without it, each wait follows its start.  In a function at ZeRO stage
+    2 (`sharc.zero_stage`), with or without `overlap`, each
+    `sharc.reduce_scatter` moves up with its packing to just after the ops
+    that produce its bucket, so that the bucket's full gradients die in
+    backward.  Runs after sharc-fuse, on the kernels the code generator
+    emits (docs/passes.md).
   }];
   let options = [
     Option<"overlap", "overlap", "bool", "true",
@@ -243,7 +250,10 @@ def UpdateInPlace : Pass<"sharc-update-in-place", "mlir::ModuleOp"> {
     `sharc.result_buffers = array<i64: ...>` holds, per result, the argument
     number or -1.  Only when the result is only returned, the fusion reads the
     old value with the same shape, and nothing after the fusion (counting a
-    fused producer at its user) reads the old value.
+    fused producer at its user) reads the old value.  The copies that give
+    ZeRO's new parameters (an all-gather, or the slice cutting a parameter
+    out of a gathered bucket, through reshapes) write the parameter's memory
+    likewise, once nothing at or after them reads the old value.
   }];
   let dependentDialects = ["sharc::SharcDialect"];
 }

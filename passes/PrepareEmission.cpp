@@ -122,6 +122,21 @@ LogicalResult sharc::prepareForEmission(ModuleOp module) {
   return success();
 }
 
+/// The copy that produces `value` through views read by nothing else: the
+/// all-gather of ZeRO's updated slices, or the slice that cuts a parameter
+/// out of a gathered bucket; null otherwise.
+static Operation *gatheredCopy(Value value) {
+  while (auto reshape = value.getDefiningOp<ReshapeOp>()) {
+    if (!value.hasOneUse())
+      return nullptr;
+    value = reshape.getOperand();
+  }
+  Operation *def = value.getDefiningOp();
+  if (!value.hasOneUse() || !isa_and_nonnull<AllGatherOp, SliceOp>(def))
+    return nullptr;
+  return def;
+}
+
 void sharc::updateInPlace(ModuleOp module) {
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   if (!step || !step.getBody().hasOneBlock())
@@ -139,10 +154,24 @@ void sharc::updateInPlace(ModuleOp module) {
         for (BlockArgument arg : block.getArguments())
           if (step.getArgAttr(arg.getArgNumber(), name) == attr)
             target = arg.getArgNumber();
-    auto fusion = value.getDefiningOp<FusionOp>();
-    if (!target || !fusion || !value.hasOneUse())
+    if (!target || !value.hasOneUse())
       continue;
     BlockArgument old = block.getArgument(*target);
+    // A copy into the new value (ZeRO's gathered parameters) may write the
+    // argument's memory once nothing reads the old value any more.
+    if (Operation *copy = gatheredCopy(value)) {
+      auto type = cast<RankedTensorType>(copy->getResult(0).getType());
+      auto oldType = cast<RankedTensorType>(old.getType());
+      if (copy->getBlock() == &block &&
+          type.getElementType() == oldType.getElementType() &&
+          type.getNumElements() == oldType.getNumElements() &&
+          !assigned.count(copy) && !readFrom(copy, old, block, /*atOp=*/true))
+        assigned[copy] = {static_cast<int64_t>(*target)};
+      continue;
+    }
+    auto fusion = value.getDefiningOp<FusionOp>();
+    if (!fusion)
+      continue;
     if (old.getType() != value.getType() || !canOverwrite(fusion, old, block))
       continue;
     SmallVector<int64_t> &buffers = assigned[fusion];

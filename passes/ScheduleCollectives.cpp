@@ -4,8 +4,11 @@
 // every all-reduce becomes a start, which returns a `!sharc.future`, and a
 // wait, which gives the result.  The start moves up to where its data is
 // complete and the wait down to where its result is first read; the code
-// generator emits each where it stands (docs/passes.md).  This runs on
-// kernels (after sharc-fuse), the unit the emitted program runs in order.
+// generator emits each where it stands (docs/passes.md).  At ZeRO stage 2
+// each gradient reduce-scatter moves up too, to where its bucket is
+// complete, so that backward frees each bucket's full gradients as it goes.
+// This runs on kernels (after sharc-fuse), the unit the emitted program runs
+// in order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,9 +43,10 @@ static void hoist(Operation *op) {
     op->moveBefore(&block->front());
 }
 
-/// Moves `start` and the ops that pack its operand (reshapes and concats
-/// read by nothing else), producers first, up to just after what they read.
-static void hoistWithPacking(AllReduceStartOp start) {
+/// Moves `start` (a collective) and the ops that pack its operand (reshapes
+/// and concats read by nothing else), producers first, up to just after what
+/// they read.
+static void hoistWithPacking(Operation *start) {
   SmallVector<Operation *> chain;
   std::function<void(Operation *)> collect = [&](Operation *op) {
     for (Value operand : op->getOperands()) {
@@ -103,6 +107,16 @@ void sharc::scheduleCollectives(func::FuncOp func, bool overlap) {
     hoistWithPacking(start);
 }
 
+void sharc::scheduleGradientScatters(func::FuncOp func) {
+  auto stage = func->getAttrOfType<IntegerAttr>("sharc.zero_stage");
+  if (!stage || stage.getInt() < 2)
+    return;
+  SmallVector<ReduceScatterOp> scatters;
+  func.walk([&](ReduceScatterOp op) { scatters.push_back(op); });
+  for (ReduceScatterOp scatter : scatters)
+    hoistWithPacking(scatter);
+}
+
 namespace {
 struct ScheduleCollectivesPass
     : sharc::impl::ScheduleCollectivesBase<ScheduleCollectivesPass> {
@@ -110,8 +124,10 @@ struct ScheduleCollectivesPass
 
   void runOnOperation() override {
     for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal())
+      if (!func.isExternal()) {
         scheduleCollectives(func, overlap);
+        scheduleGradientScatters(func);
+      }
   }
 };
 } // namespace

@@ -1,9 +1,10 @@
 //===- Zero.cpp - sharc-zero ----------------------------------------------===//
 //
-// ZeRO stage 1 (docs/zero.md): each of the N data-parallel ranks keeps the
-// optimizer state of one slice of every trainable parameter and updates only
-// that slice.  Runs after sharc-optimizer (and sharc-loss-scale), before
-// sharc-data-parallel, on the `sharc.gradients` hand-off:
+// ZeRO stages 1 and 2 (docs/zero.md): each of the N data-parallel ranks
+// keeps the optimizer state of one slice of every trainable parameter and
+// updates only that slice.  Runs after sharc-optimizer (and
+// sharc-loss-scale), before sharc-data-parallel, on the `sharc.gradients`
+// hand-off:
 //
 //   - each parameter of n elements is viewed as [N, s] with s = ceil(n / N)
 //     (zero padding at the end): rank r owns row r, elements [r s, r s + s);
@@ -19,6 +20,13 @@
 //     the updated parameter slices are all-gathered (in the same buckets)
 //     into the full parameters.
 //
+// Stage 2 is the same step: its reduce-scatters are moved into backward,
+// each to just after the last op its bucket reads, by
+// sharc-schedule-collectives (after the gradient function is inlined), so
+// that each bucket's full gradients die there and the arena never holds all
+// of them.  Its buckets follow the order backward completes the gradients
+// (the reverse of the parameters'), as DeepSpeed's do.
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/Buckets.h"
@@ -28,6 +36,8 @@
 #include "ir/SharcOps.h"
 
 #include "llvm/ADT/DenseSet.h"
+
+#include <numeric>
 
 namespace sharc {
 #define GEN_PASS_DEF_ZERO
@@ -78,14 +88,21 @@ Value rowsOf(MathBuilder &math, Value value, const Partitioned &part,
   return reshape(b, RankedTensorType::get({ranks, part.slice}, element), flat);
 }
 
-/// Splits `parts` into buckets: consecutive parameters of one element type
-/// while N times their slices fit in `bucketSize` elements (a larger one is
-/// a bucket of its own).
-SmallVector<std::pair<size_t, size_t>>
-buckets(ArrayRef<Partitioned> parts, int64_t ranks, int64_t bucketSize) {
-  return bucketRanges(
-      parts.size(), [&](size_t i) { return ranks * parts[i].slice; },
-      [&](size_t i) { return parts[i].type.getElementType(); }, bucketSize);
+/// Splits `parts`, in the order of `order` (indices into `parts`), into
+/// buckets: consecutive parameters of one element type while N times their
+/// slices fit in `bucketSize` elements (a larger one is a bucket of its
+/// own).  Each bucket is the list of its parameters' indices.
+SmallVector<SmallVector<size_t>> buckets(ArrayRef<Partitioned> parts,
+                                         ArrayRef<size_t> order, int64_t ranks,
+                                         int64_t bucketSize) {
+  SmallVector<SmallVector<size_t>> result;
+  for (auto [begin, end] : bucketRanges(
+           order.size(),
+           [&](size_t i) { return ranks * parts[order[i]].slice; },
+           [&](size_t i) { return parts[order[i]].type.getElementType(); },
+           bucketSize))
+    result.emplace_back(order.begin() + begin, order.begin() + end);
+  return result;
 }
 
 /// The rebuilt update: values of the step (after the hand-off) and their
@@ -215,7 +232,7 @@ LogicalResult sharc::applyZero(ModuleOp module,
       options.zeroStage <= 3)
     return emitError() << "zero-stage " << options.zeroStage
                        << " is not supported yet (sharc implements ZeRO "
-                          "stages 0 and 1)";
+                          "stages 0, 1 and 2)";
   OptionChecker check(emitError);
   if (!check.inRange("zero-stage", options.zeroStage, 0,
                      TrainingOptions::kMaxZeroStage) ||
@@ -249,6 +266,16 @@ LogicalResult sharc::applyZero(ModuleOp module,
     return marker.emitError() << "sharc-zero: the gradients must be complete "
                                  "in the step's body (not in a loop)";
   Block &entry = step.getBody().front();
+  // Stage 2 reduce-scatters each micro-batch's gradients in backward; with
+  // gradient accumulation they come out of the micro-batch loop whole.
+  if (options.zeroStage >= 2)
+    for (Value grad : marker.getValues())
+      if (grad.getDefiningOp<MicroBatchLoopOp>())
+        return marker.emitError()
+               << "sharc-zero: zero-stage " << options.zeroStage
+               << " with gradient accumulation (more than one micro-batch "
+                  "per step) is not supported yet: the accumulated gradients "
+                  "would be held whole, as at stage 1";
 
   // Each gradient's parameter and optimizer state.
   SmallVector<Partitioned> parts;
@@ -287,18 +314,25 @@ LogicalResult sharc::applyZero(ModuleOp module,
   MathBuilder math(b);
   Partitioner partitioner(math, ranks);
   // Reduce-scatter the gradients; each rank's slice of each parameter.
-  for (auto [begin, end] : buckets(parts, ranks, options.reduceBucketSize)) {
+  // Stage 2's buckets follow backward, which completes the gradients about
+  // in the reverse order of the parameters.
+  SmallVector<size_t> order(parts.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (options.zeroStage >= 2)
+    std::reverse(order.begin(), order.end());
+  for (ArrayRef<size_t> bucketParts :
+       buckets(parts, order, ranks, options.reduceBucketSize)) {
     SmallVector<Value> rows;
-    for (size_t i = begin; i < end; ++i)
+    for (size_t i : bucketParts)
       rows.push_back(rowsOf(math, parts[i].grad, parts[i], ranks));
     Value bucket =
         rows.size() == 1 ? rows.front() : ConcatOp::create(b, rows, 1);
     Value mine = ReduceScatterOp::create(b, bucket, CollectiveKind::sum, ranks);
     int64_t offset = 0;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i : bucketParts) {
       Type element = parts[i].type.getElementType();
       Value slice = mine;
-      if (end - begin > 1)
+      if (bucketParts.size() > 1)
         slice = SliceOp::create(
             b, RankedTensorType::get({1, parts[i].slice}, element), mine,
             ArrayRef<int64_t>{0, offset}, ArrayRef<int64_t>{1, 1});
@@ -361,9 +395,12 @@ LogicalResult sharc::applyZero(ModuleOp module,
       results[r] = slice;
     }
   }
-  for (auto [begin, end] : buckets(parts, ranks, options.allgatherBucketSize)) {
+  SmallVector<size_t> paramOrder(parts.size());
+  std::iota(paramOrder.begin(), paramOrder.end(), 0);
+  for (ArrayRef<size_t> bucketParts :
+       buckets(parts, paramOrder, ranks, options.allgatherBucketSize)) {
     SmallVector<Value> rows;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i : bucketParts) {
       if (!newSlices[i])
         return ret.emitError() << "sharc-zero: the step returns no new value "
                                   "of a partitioned parameter";
@@ -376,11 +413,11 @@ LogicalResult sharc::applyZero(ModuleOp module,
     Value mine = rows.size() == 1 ? rows.front() : ConcatOp::create(b, rows, 1);
     Value all = AllGatherOp::create(b, mine, ranks);
     int64_t offset = 0;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i : bucketParts) {
       const Partitioned &part = parts[i];
       Type element = part.type.getElementType();
       Value columns = all;
-      if (end - begin > 1)
+      if (bucketParts.size() > 1)
         columns = SliceOp::create(
             b, RankedTensorType::get({ranks, part.slice}, element), all,
             ArrayRef<int64_t>{0, offset}, ArrayRef<int64_t>{1, 1});

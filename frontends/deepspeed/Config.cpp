@@ -436,7 +436,8 @@ const StringLiteral zeroReadKeys[] = {
 /// Keys of DeepSpeed 0.19.8's DeepSpeedZeroConfig (runtime/zero/config.py,
 /// names and aliases) that tune how ZeRO stages 2 and 3 (or options of
 /// stage 1 that only change speed) partition, gather and check: DeepSpeed
-/// uses none of them at stage 0, and sharc none at stages 0 and 1.
+/// uses none of them at stage 0, and sharc none at stages 0 to 2
+/// (`contiguous_gradients` is moot with sharc's static arena).
 const StringLiteral zeroPartitioningKeys[] = {
     "contiguous_gradients",
     "use_multi_rank_bucket_allreduce",
@@ -975,7 +976,7 @@ Error ConfigReader::readZero(const json::Value &value) {
   if (stage > TrainingOptions::kMaxZeroStage)
     return fail("zero_optimization",
                 "not supported yet (ZeRO sharding, stage " + Twine(stage) +
-                    "; sharc implements stages 0 and 1)");
+                    "; sharc implements stages 0, 1 and 2)");
   options.zeroStage = stage;
   if (stage == 0)
     return Error::success();

@@ -142,8 +142,8 @@ CONFIG_ERRORS = {
         ["scheduler.params: WarmupDecayLR requires 'total_num_steps'"],
     ),
     "zero-not-supported-yet": (
-        {"zero_optimization": {"stage": 2}},
-        ["zero_optimization: not supported yet (ZeRO sharding, stage 2; sharc implements stages 0 and 1)"],
+        {"zero_optimization": {"stage": 3}},
+        ["zero_optimization: not supported yet (ZeRO sharding, stage 3; sharc implements stages 0, 1 and 2)"],
     ),
     "steps-per-print-not-supported-yet": (
         {"steps_per_print": 10},

@@ -55,6 +55,20 @@ CASES = {
         "zero_optimization": {"stage": 1, "reduce_bucket_size": 5000},
         "optimizer": {"type": "AdamW", "params": {
             "lr": 0.01, "weight_decay": 0.01, "torch_adam": True}}}),
+    # ZeRO stage 2: DeepSpeed reduce-scatters its buckets from backward's
+    # hooks, sharc where backward completes them (several buckets of at
+    # most 5000 elements on the GPT).
+    "mlp-2-ranks-zero-2": ("mlp", 2, 1, 30.0, {
+        "train_micro_batch_size_per_gpu": 8,
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": 0.01, "weight_decay": 0.01, "torch_adam": True}}}),
+    "gpt-2-ranks-zero-2": ("gpt", 2, 1, 1.0, {
+        "train_micro_batch_size_per_gpu": 2,
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": 5000,
+                              "allgather_bucket_size": 5000},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": 0.01, "weight_decay": 0.01, "torch_adam": True}}}),
 }
 
 

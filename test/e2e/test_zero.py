@@ -1,9 +1,10 @@
-"""ZeRO stage 1 (sharc-zero, docs/zero.md) against stage 0.
+"""ZeRO stages 1 and 2 (sharc-zero, docs/zero.md) against stage 0.
 
 Stage 1 keeps each rank's slice of the optimizer state and updates only that
-slice; it must not change the training: on the evaluator simulating N ranks
-and on the CPU binaries under `mpirun -np N`, stage 1 prints stage 0's step
-lines digit for digit (fp32, bf16, fp16 with skipped steps), and
+slice; stage 2 also reduce-scatters each gradient bucket where backward
+completes it.  Neither may change the training: on the evaluator simulating N
+ranks and on the CPU binaries under `mpirun -np N`, stages 1 and 2 print stage
+0's step lines digit for digit (fp32, bf16, fp16 with skipped steps), and
 --save-state / --dump-state write the same files bit for bit (the state
 files hold whole tensors at every stage).  With gradient clipping the global
 norm is summed per slice and then over the ranks, another order than stage
@@ -69,30 +70,33 @@ def frozen(name):
 
 @pytest.mark.parametrize("name", models.MODEL_NAMES)
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_stage_one_trains_as_stage_zero_on_the_evaluator(sharc, exported, name,
-                                                         ranks):
+def test_stages_train_as_stage_zero_on_the_evaluator(sharc, exported, name,
+                                                     ranks):
     path, inputs = exported[name]
     run = lambda *stage: steps_of(sharc(
         "eval", path, "--train", "--steps", 6, *RECIPE, *frozen(name),
-        "--world-size", ranks, *stage, *inputs))
-    assert run("--zero-stage", 1) == run()
+        "--world-size", ranks, "--reduce-bucket-size", 500, *stage, *inputs))
+    stage_zero = run()
+    assert run("--zero-stage", 1) == stage_zero
+    assert run("--zero-stage", 2) == stage_zero
 
 
-@pytest.mark.parametrize("name", ["gpt", "bert"])
-def test_clipped_stage_one(sharc, exported, tmp_path, name):
+@pytest.mark.parametrize("name,stage", [("gpt", 1), ("bert", 1), ("gpt", 2)])
+def test_clipped_stages(sharc, exported, tmp_path, name, stage):
     """Clipping under ZeRO: the norm from the slices and one all-reduce; the
     binary prints the evaluator's digits, stage 0's losses within rounding,
     and the clipping is active (the losses differ from unclipped ones)."""
     path, inputs = exported[name]
     out = tmp_path / "out"
     result = sharc("compile", path, *RECIPE, *CLIP, *frozen(name),
-                   "--world-size", 2, "--zero-stage", 1, "-o", out)
+                   "--world-size", 2, "--zero-stage", stage,
+                   "--reduce-bucket-size", 2000, "-o", out)
     assert result.returncode == 0, result.stderr
     binary = steps_of(mpirun(2, out / "train", *inputs, "--steps", 6))
     run = lambda *extra: steps_of(sharc(
         "eval", path, "--train", "--steps", 6, *RECIPE, *frozen(name),
-        "--world-size", 2, *extra, *inputs))
-    assert binary == run(*CLIP, "--zero-stage", 1)
+        "--world-size", 2, "--reduce-bucket-size", 2000, *extra, *inputs))
+    assert binary == run(*CLIP, "--zero-stage", stage)
     losses = lambda lines: [float(loss) for _, loss, _, _ in lines]
     np.testing.assert_allclose(losses(binary), losses(run(*CLIP)), rtol=1e-6)
     assert losses(binary) != losses(run())
@@ -100,19 +104,19 @@ def test_clipped_stage_one(sharc, exported, tmp_path, name):
 
 @pytest.mark.parametrize("precision", [["--precision", "bf16"], FP16],
                          ids=["bf16", "fp16"])
-def test_sixteen_bit_stage_one_trains_as_stage_zero(sharc, exported,
-                                                    precision):
+def test_sixteen_bit_stages_train_as_stage_zero(sharc, exported, precision):
     """Mixed precision composes: the overflow test (fp16: the first steps
     overflow and are skipped) sums over the slices and the ranks."""
     path, inputs = exported["gpt"]
     run = lambda *stage: steps_of(sharc(
         "eval", path, "--train", "--steps", 8, *RECIPE, *precision,
-        "--world-size", 2, *stage, *inputs))
-    stage_one = run("--zero-stage", 1)
-    assert stage_one == run()
+        "--world-size", 2, "--reduce-bucket-size", 2000, *stage, *inputs))
+    stage_zero = run()
+    assert run("--zero-stage", 1) == stage_zero
+    assert run("--zero-stage", 2) == stage_zero
     if precision == FP16:
         result = sharc("eval", path, "--train", "--steps", 8, *RECIPE,
-                       *precision, "--world-size", 2, "--zero-stage", 1,
+                       *precision, "--world-size", 2, "--zero-stage", 2,
                        *inputs)
         assert " skipped" in result.stdout
 
@@ -134,14 +138,14 @@ def assert_same_files(a, b):
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_binary_stage_one(sharc, exported, tmp_path, ranks):
-    """The compiled stage-1 binary prints the evaluator's digits and stage
-    0's, saves the same state files as stage 0 (each rank's slices gathered
-    into whole tensors), resumes from them, and reports each rank's share of
-    the optimizer state."""
+def test_binary_stages(sharc, exported, tmp_path, ranks):
+    """The compiled stage-1 and stage-2 binaries print the evaluator's digits
+    and stage 0's, save the same state files as stage 0 (each rank's slices
+    gathered into whole tensors), resume from them, and report each rank's
+    share of the optimizer state (and at stage 2 of the gradients)."""
     path, inputs = exported["gpt"]
     outs = {}
-    for stage in (0, 1):
+    for stage in (0, 1, 2):
         out = tmp_path / f"out-{stage}"
         result = sharc("compile", path, *RECIPE, "--world-size", ranks,
                        "--zero-stage", stage, "--reduce-bucket-size", 3000,
@@ -153,16 +157,20 @@ def test_binary_stage_one(sharc, exported, tmp_path, ranks):
         runs[stage] = mpirun(ranks, out / "train", *inputs, "--steps", 6,
                              "--save-state", tmp_path / f"state-{stage}")
     assert steps_of(runs[1]) == steps_of(runs[0])
-    evaluator = sharc("eval", path, "--train", "--steps", 6, *RECIPE,
-                      "--world-size", ranks, "--zero-stage", 1, *inputs,
-                      "--dump-state", tmp_path / "state-eval")
-    assert steps_of(runs[1]) == steps_of(evaluator)
-    assert_same_files(tmp_path / "state-1", tmp_path / "state-0")
-    assert_same_files(tmp_path / "state-1", tmp_path / "state-eval")
+    assert steps_of(runs[2]) == steps_of(runs[0])
+    for stage in (1, 2):
+        evaluator = sharc("eval", path, "--train", "--steps", 6, *RECIPE,
+                          "--world-size", ranks, "--zero-stage", stage,
+                          "--reduce-bucket-size", 3000, *inputs,
+                          "--dump-state", tmp_path / f"state-eval-{stage}")
+        assert steps_of(runs[stage]) == steps_of(evaluator)
+        assert_same_files(tmp_path / f"state-{stage}", tmp_path / "state-0")
+        assert_same_files(tmp_path / f"state-{stage}",
+                          tmp_path / f"state-eval-{stage}")
 
     # Resuming from the saved (whole) state continues the run: 6 + 3 steps
-    # are the first 9 of one run.
-    out = outs[1][0]
+    # are the first 9 of one run; a stage-1 state resumes at stage 2.
+    out = outs[2][0]
     resumed = mpirun(ranks, out / "train", *inputs, "--steps", 3, "--weights",
                      tmp_path / "state-1")
     whole = mpirun(ranks, out / "train", *inputs, "--steps", 9)
@@ -177,8 +185,17 @@ def test_binary_stage_one(sharc, exported, tmp_path, ranks):
     assert manifest["optimizer_state_bytes"] == expected
     stage0 = json.loads((outs[0][0] / "manifest.json").read_text())
     assert stage0["optimizer_state_bytes"] == 2 * 4 * sum(elements) + 8
-    report = re.search(r"optimizer state bytes (\d+)", outs[1][1])
-    assert report and int(report.group(1)) == expected
+    for stage in (1, 2):
+        report = re.search(r"gradient bytes (\d+), optimizer state bytes "
+                           r"(\d+)", outs[stage][1])
+        assert report and int(report.group(2)) == expected
+        # Stage 2 keeps each rank's gradient slices (ceil(n / N) elements
+        # per parameter) past backward, stage 1 the whole gradients.
+        gradients = sum(4 * (-(-n // ranks)) for n in elements) \
+            if stage == 2 else 4 * sum(elements)
+        assert int(report.group(1)) == gradients
+        assert json.loads((outs[stage][0] / "manifest.json").read_text())[
+            "gradient_bytes"] == gradients
     # The gradients go out once (reduce-scatter) and the new parameters
     # come back once (all-gather): (N - 1) / N of the padded bytes each.
     collectives = {c["kind"]: c for c in manifest["collectives"]}
@@ -202,21 +219,49 @@ def config(tmp_path, zero):
     return path
 
 
-def test_config_stage_one(sharc, exported, tmp_path):
+@pytest.mark.parametrize("stage", [1, 2])
+def test_config_stages(sharc, exported, tmp_path, stage):
     path, inputs = exported["mlp"]
     out = tmp_path / "out"
     result = sharc("compile", path, "--config",
-                   config(tmp_path, {"stage": 1, "allgather_bucket_size": 100,
-                                     "reduce_scatter": True}),
-                   "--world-size", 2, "-o", out)
+                   config(tmp_path, {"stage": stage,
+                                     "allgather_bucket_size": 100,
+                                     "reduce_scatter": True,
+                                     "contiguous_gradients": True}),
+                   "--world-size", 2, "-o", out, "--report")
     assert result.returncode == 0, result.stderr
+    assert f"report: ZeRO stage {stage}:" in result.stdout
     source = (out / "program.cpp").read_text()
     assert "ctx->comm->reduceScatter(" in source
     assert "ctx->comm->allGather(" in source
+    assert json.loads((out / "manifest.json").read_text())["zero_stage"] == \
+        stage
+
+
+def test_stage_two_refuses_gradient_accumulation(sharc, exported, tmp_path):
+    """Stage 2 with more than one micro-batch per step is refused by name,
+    from the flags and from the config, leaving nothing behind."""
+    path, inputs = exported["mlp"]
+    out = tmp_path / "out"
+    message = ("zero-stage 2 with gradient accumulation (more than one "
+               "micro-batch per step) is not supported yet")
+    result = sharc("compile", path, "--optimizer", "sgd", "--lr", "0.1",
+                   "--world-size", 2, "--zero-stage", 2, "--grad-accum", 2,
+                   "-o", out)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    config_path = tmp_path / "ds_config.json"
+    config_path.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+        "zero_optimization": {"stage": 2}}))
+    result = sharc("eval", path, "--train", "--steps", 1, "--config",
+                   config_path, "--world-size", 2, *inputs)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("zero,message", [
-    ({"stage": 2}, "zero_optimization: not supported yet (ZeRO sharding, stage 2"),
+    ({"stage": 3}, "zero_optimization: not supported yet (ZeRO sharding, stage 3"),
     ({"stage": 1, "reduce_scatter": False},
      "zero_optimization.reduce_scatter: false is not supported yet"),
     ({"stage": 1, "allgather_partitions": False},
@@ -234,10 +279,10 @@ def test_config_errors(sharc, exported, tmp_path, zero, message):
 
 
 @pytest.mark.parametrize("stage,message", [
-    (2, "zero-stage 2 is not supported yet (sharc implements ZeRO stages 0 "
-        "and 1)"),
-    (4, "option 'zero-stage' must be between 0 and 1, got 4"),
-    (-1, "option 'zero-stage' must be between 0 and 1, got -1")])
+    (3, "zero-stage 3 is not supported yet (sharc implements ZeRO stages 0, "
+        "1 and 2)"),
+    (4, "option 'zero-stage' must be between 0 and 2, got 4"),
+    (-1, "option 'zero-stage' must be between 0 and 2, got -1")])
 def test_zero_stage_flag_range(sharc, exported, tmp_path, stage, message):
     path, inputs = exported["mlp"]
     out = tmp_path / "out"

@@ -78,3 +78,47 @@ func.func @loop_reader(%x: tensor<4x3xf32>, %w: tensor<3xf32>) -> (tensor<3xf32>
   }
   return %l, %e : tensor<3xf32>, tensor<3xf32>
 }
+
+// -----
+
+// ZeRO stage 2: each gradient reduce-scatter, with the reshapes and concat
+// that pack its bucket, moves up to just after the ops that produce the
+// bucket (ahead of the tanh), with or without overlap, so that the full
+// gradients die there.  At stage 1 it stays where it stands.
+
+// CHECK-LABEL: func.func @stage_two(
+// CHECK-NEXT: %[[A:.*]] = sharc.neg %arg0
+// CHECK-NEXT: %[[AR:.*]] = sharc.reshape %[[A]]
+// CHECK-NEXT: %[[B:.*]] = sharc.neg %arg1
+// CHECK-NEXT: %[[C:.*]] = sharc.concat %[[AR]], %[[B]]
+// CHECK-NEXT: sharc.reduce_scatter %[[C]]
+// CHECK-NEXT: sharc.tanh %arg0
+// SYNC-LABEL: func.func @stage_two(
+// SYNC: sharc.concat
+// SYNC-NEXT: sharc.reduce_scatter
+// SYNC-NEXT: sharc.tanh
+func.func @stage_two(%x: tensor<4xf32>, %y: tensor<2x2xf32>) -> (tensor<1x4xf32>, tensor<4xf32>) attributes {sharc.zero_stage = 2 : i64} {
+  %a = sharc.neg %x : tensor<4xf32>
+  %b = sharc.neg %y : tensor<2x2xf32>
+  %t = sharc.tanh %x : tensor<4xf32>
+  %ar = sharc.reshape %a : tensor<4xf32> to tensor<2x2xf32>
+  %c = sharc.concat %ar, %b {axis = 1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x4xf32>
+  %r = sharc.reduce_scatter %c {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<2x4xf32>) -> tensor<1x4xf32>
+  return %r, %t : tensor<1x4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @stage_one(
+// CHECK: sharc.tanh
+// CHECK: sharc.concat
+// CHECK-NEXT: sharc.reduce_scatter
+func.func @stage_one(%x: tensor<4xf32>, %y: tensor<2x2xf32>) -> (tensor<1x4xf32>, tensor<4xf32>) attributes {sharc.zero_stage = 1 : i64} {
+  %a = sharc.neg %x : tensor<4xf32>
+  %b = sharc.neg %y : tensor<2x2xf32>
+  %t = sharc.tanh %x : tensor<4xf32>
+  %ar = sharc.reshape %a : tensor<4xf32> to tensor<2x2xf32>
+  %c = sharc.concat %ar, %b {axis = 1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x4xf32>
+  %r = sharc.reduce_scatter %c {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<2x4xf32>) -> tensor<1x4xf32>
+  return %r, %t : tensor<1x4xf32>, tensor<4xf32>
+}

@@ -48,3 +48,45 @@ func.func @train_step(%w: tensor<8xf32> {sharc.param = #sharc.param<"w", "w">},
   %loss = sharc.reduce %w {axes = array<i64: 0>, kind = #sharc.reduce_kind<sum>} : (tensor<8xf32>) -> tensor<f32>
   return %new, %loss : tensor<8xf32>, tensor<f32>
 }
+
+// -----
+
+// ZeRO's gathered parameters: the all-gather of a one-parameter bucket
+// without padding (w) writes w's memory; the slice that cuts v out of a
+// padded bucket writes v's.  Nothing reads the old values after them.
+// CHECK-LABEL: func.func @train_step(
+// CHECK: sharc.all_gather %{{.*}} {ranks = 2 : i64, sharc.result_buffers = array<i64: 0>}
+// CHECK: sharc.all_gather %{{.*}} {ranks = 2 : i64} : (tensor<1x2xf32>) -> tensor<2x2xf32>
+// CHECK: sharc.slice %{{.*}} {sharc.result_buffers = array<i64: 1>, start = array<i64: 0>
+func.func @train_step(%w: tensor<2x2xf32> {sharc.param = #sharc.param<"w", "w">},
+                      %v: tensor<3xf32> {sharc.param = #sharc.param<"v", "v">},
+                      %ws: tensor<1x2xf32> {sharc.input = "ws"},
+                      %vs: tensor<1x2xf32> {sharc.input = "vs"})
+    -> (tensor<f32> {sharc.output = "loss"},
+        tensor<2x2xf32> {sharc.param = #sharc.param<"w", "w">},
+        tensor<3xf32> {sharc.param = #sharc.param<"v", "v">}) {
+  %loss = sharc.reduce %w {axes = array<i64: 0, 1>, kind = #sharc.reduce_kind<sum>} : (tensor<2x2xf32>) -> tensor<f32>
+  %lv = sharc.reduce %v {axes = array<i64: 0>, kind = #sharc.reduce_kind<sum>} : (tensor<3xf32>) -> tensor<f32>
+  %l = sharc.add %loss, %lv : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  %wa = sharc.all_gather %ws {ranks = 2 : i64} : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %va = sharc.all_gather %vs {ranks = 2 : i64} : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %vf = sharc.reshape %va : tensor<2x2xf32> to tensor<4xf32>
+  %vn = sharc.slice %vf {start = array<i64: 0>, stride = array<i64: 1>} : tensor<4xf32> to tensor<3xf32>
+  return %l, %wa, %vn : tensor<f32>, tensor<2x2xf32>, tensor<3xf32>
+}
+
+// -----
+
+// A gathered parameter whose old value is read after the gather (the loss
+// here) keeps its old memory: the gather goes to the arena.
+// CHECK-LABEL: func.func @train_step(
+// CHECK-NOT: sharc.result_buffers
+// CHECK: return
+func.func @train_step(%w: tensor<2x2xf32> {sharc.param = #sharc.param<"w", "w">},
+                      %ws: tensor<1x2xf32> {sharc.input = "ws"})
+    -> (tensor<f32> {sharc.output = "loss"},
+        tensor<2x2xf32> {sharc.param = #sharc.param<"w", "w">}) {
+  %wa = sharc.all_gather %ws {ranks = 2 : i64} : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %loss = sharc.reduce %w {axes = array<i64: 0, 1>, kind = #sharc.reduce_kind<sum>} : (tensor<2x2xf32>) -> tensor<f32>
+  return %loss, %wa : tensor<f32>, tensor<2x2xf32>
+}

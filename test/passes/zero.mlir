@@ -2,7 +2,9 @@
 // RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd" --sharc-zero="world-size=2 zero-stage=1 reduce-bucket-size=4" | FileCheck %s --check-prefix=BUCKETS
 // RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd" --sharc-loss-scale --sharc-zero="world-size=2 zero-stage=1" | FileCheck %s --check-prefix=SCALED
 // RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd" --sharc-zero="world-size=1 zero-stage=1" | FileCheck %s --check-prefix=ONE
-// RUN: not sharc-opt %s --sharc-optimizer --sharc-zero="world-size=2 zero-stage=2" 2>&1 | FileCheck %s --check-prefix=STAGE2
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd" --sharc-zero="world-size=2 zero-stage=2" | FileCheck %s --check-prefix=STAGE2
+// RUN: not sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2" --sharc-zero="world-size=2 zero-stage=2" 2>&1 | FileCheck %s --check-prefix=ACCUM
+// RUN: not sharc-opt %s --sharc-optimizer --sharc-zero="world-size=2 zero-stage=3" 2>&1 | FileCheck %s --check-prefix=STAGE3
 // RUN: not sharc-opt %s --sharc-zero="world-size=2 zero-stage=1" 2>&1 | FileCheck %s --check-prefix=NOSTEP
 
 // sharc-zero (ZeRO stage 1) runs after sharc-optimizer and before
@@ -83,5 +85,24 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // ONE: sharc.gradients
 // ONE-NOT: sharc.reduce_scatter
 
-// STAGE2: error: zero-stage 2 is not supported yet (sharc implements ZeRO stages 0 and 1)
+// Stage 2: the same step, its reduce-scatter buckets in backward's order
+// (the reverse of the parameters': b's rows before w's);
+// sharc-schedule-collectives moves them into backward once the gradient
+// function is inlined (test/passes/schedule-collectives.mlir).
+// STAGE2: attributes {sharc.zero_stage = 2 : i64}
+// STAGE2: %[[G:.*]]:3 = call @main_grad(
+// STAGE2: %[[GB:.*]] = sharc.reshape %[[G]]#2 : tensor<2x2xf32> to tensor<4xf32>
+// STAGE2: %[[GBROWS:.*]] = sharc.reshape %[[GB]] : tensor<4xf32> to tensor<2x2xf32>
+// STAGE2: %[[GW:.*]] = sharc.concat %[[G]]#1, %{{.*}} {axis = 0 : i64}
+// STAGE2: %[[GWROWS:.*]] = sharc.reshape %[[GW]] : tensor<4xf32> to tensor<2x2xf32>
+// STAGE2: %[[BUCKET:.*]] = sharc.concat %[[GBROWS]], %[[GWROWS]] {axis = 1 : i64}
+// STAGE2: sharc.reduce_scatter %[[BUCKET]]
+// The new parameters are gathered in the parameters' order (w, then b).
+// STAGE2: sharc.all_gather
+// STAGE2: sharc.slice %{{.*}} {start = array<i64: 0, 0>, stride = array<i64: 1, 1>} : tensor<2x4xf32> to tensor<2x2xf32>
+// STAGE2: sharc.reshape %{{.*}} : tensor<2x2xf32> to tensor<4xf32>
+// STAGE2: sharc.slice %{{.*}} {start = array<i64: 0>, stride = array<i64: 1>} : tensor<4xf32> to tensor<3xf32>
+
+// ACCUM: error: sharc-zero: zero-stage 2 with gradient accumulation (more than one micro-batch per step) is not supported yet
+// STAGE3: error: zero-stage 3 is not supported yet (sharc implements ZeRO stages 0, 1 and 2)
 // NOSTEP: error: sharc-zero needs '@train_step' (run sharc-optimizer first)

@@ -353,9 +353,12 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
     os << "report: ZeRO stage " << options.zeroStage
        << ": each rank holds the optimizer state of its slice of every "
           "parameter (ceil(n / "
-       << options.worldSize
-       << ") elements); gradients are reduce-scattered and the updated "
-          "slices all-gathered\n";
+       << options.worldSize << ") elements)"
+       << (options.zeroStage >= 2
+               ? " and of its gradient; each gradient bucket is "
+                 "reduce-scattered where backward completes it"
+               : "; gradients are reduce-scattered after backward")
+       << ", and the updated slices all-gathered\n";
   if (report.computeCopyBytes)
     os << "report: per rank: 16-bit compute copies of the parameters "
        << report.computeCopyBytes
