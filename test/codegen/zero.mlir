@@ -1,4 +1,5 @@
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=2 reduce-bucket-size=8" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s --check-prefix=STAGE2
 
 // ZeRO stage 1 on two ranks (sharc-zero): w's 12 elements are 6 per rank and
 // b's 4 are 2.  The program reduce-scatters the gradients (one bucket of 8
@@ -39,3 +40,12 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // CHECK: sharc::kern::copy(ctx, {{.*}}, static_cast<const char *>(ctx->buffers[0]) + int64_t(ctx->comm->rank()) * 24, 24);
 // CHECK-NEXT: sharc::kern::copy(ctx, {{.*}}, static_cast<const char *>(ctx->buffers[1]) + int64_t(ctx->comm->rank()) * 8, 8);
 // CHECK: ctx->comm->allGather({{.*}}, {{.*}}, 8, sharc::rt::DType::f32);
+
+// Stage 2, buckets of at most 8 elements (b's 2 x 2, w's 2 x 6 alone): b's
+// gradient is reduce-scattered as soon as backward has it, before the GEMM
+// that computes w's, which follows that GEMM.
+// STAGE2: ctx->comm->reduceScatter({{.*}}, 2, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
+// STAGE2-NEXT: {
+// STAGE2: sharc::kern::gemm(ctx, args);
+// STAGE2: ctx->comm->reduceScatter({{.*}}, 6, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
+// STAGE2: ctx->comm->allGather(
