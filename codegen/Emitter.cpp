@@ -340,7 +340,14 @@ LogicalResult ProgramEmitter::emitAllReduceStart(AllReduceStartOp op) {
   uint64_t n = options.worldSize;
   report.collectiveCalls[0] += 1;
   report.collectiveBytes[0] += n > 1 ? 2 * (n - 1) * bytes / n : 0;
+  planStaging(options.worldSize * ((count + n - 1) / n) *
+              elementBytes(element));
   return success();
+}
+
+void ProgramEmitter::planStaging(int64_t bytes) {
+  if (options.target == "cpu" && options.worldSize > 1)
+    report.stagingBytes = std::max(report.stagingBytes, bytes);
 }
 
 LogicalResult ProgramEmitter::checkGroup(Operation *op, int64_t ranks) {
@@ -387,6 +394,8 @@ LogicalResult ProgramEmitter::emitSliceCollective(Operation *op, int64_t ranks,
   report.collectiveCalls[kind] += 1;
   report.collectiveBytes[kind] +=
       uint64_t(options.worldSize - 1) * slice * elementBytes(element);
+  if (scatter)
+    planStaging(options.worldSize * slice * elementBytes(element));
   return success();
 }
 
@@ -796,7 +805,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << ", " << report.arenaBytes << ",\n  " << buffers.size() << ", buffers, "
      << lossBuffer << ", " << lrBuffer << ", " << stepBuffer << ", "
      << outputBuffer("loss_scale") << ", " << outputBuffer("overflow") << ", "
-     << outputBuffer("at_min_scale") << ", " << options.zeroStage << ",\n  {";
+     << outputBuffer("at_min_scale") << ", " << options.zeroStage << ", "
+     << report.stagingBytes << ",\n  {";
   for (size_t k = 0; k < 4; ++k)
     os << (k ? ", " : "") << report.collectiveCalls[k] << "u";
   os << "},\n  {";

@@ -79,6 +79,10 @@ struct ProgramReport {
   /// broadcast.
   std::array<uint64_t, 4> collectiveCalls{};
   std::array<uint64_t, 4> collectiveBytes{};
+  /// The host communicator's staging (CPU target): the largest reduction's
+  /// every-rank parts, N ceil(count / N) elements (runtime/Communicator.cpp,
+  /// reduceSlicesAs); 0 on CUDA (NCCL reduces in place) and on one rank.
+  int64_t stagingBytes = 0;
   std::vector<ReportBuffer> buffers;
 };
 

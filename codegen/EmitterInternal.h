@@ -345,6 +345,9 @@ private:
   /// Fails unless a collective (or shard) over `ranks` ranks matches the
   /// world size the program is compiled for.
   LogicalResult checkGroup(Operation *op, int64_t ranks);
+  /// Records that a reduction needs `bytes` of the host communicator's
+  /// staging (ProgramReport::stagingBytes keeps the largest).
+  void planStaging(int64_t bytes);
   /// A C++ `for` over the micro-batches running the body's statements; the
   /// body's micro-batch arguments point into the inputs, its carried
   /// arguments at the loop's results.

@@ -111,6 +111,8 @@ uint64_t Communicator::doStartAllReduce(void *buffer, size_t count, DType type,
 
 void Communicator::doWait(uint64_t) {}
 
+void Communicator::reserveStaging(size_t) {}
+
 void Communicator::allReduce(void *buffer, size_t count, DType type,
                              ReduceOp op) {
   if (type == DType::i1)
@@ -602,16 +604,19 @@ void MpiCommunicator::reduceSlicesAs(const void *send, void *recv,
   std::vector<int> recvCounts(n, mine), recvOffsets(n);
   for (int j = 0; j < n; ++j)
     recvOffsets[j] = mpiCount(size_t(j) * size_t(mine));
-  std::vector<char> parts(size_t(n) * mine * dtypeBytes(type));
+  size_t partBytes = size_t(n) * mine * dtypeBytes(type);
+  if (staging.size() < partBytes)
+    staging.resize(partBytes);
+  char *parts = staging.data();
   MPI_Request request;
   {
     std::lock_guard<std::mutex> lock(mpiMutex());
-    MPI_Ialltoallv(send, counts.data(), offsets.data(), mpiType(type),
-                   parts.data(), recvCounts.data(), recvOffsets.data(),
-                   mpiType(type), MPI_COMM_WORLD, &request);
+    MPI_Ialltoallv(send, counts.data(), offsets.data(), mpiType(type), parts,
+                   recvCounts.data(), recvOffsets.data(), mpiType(type),
+                   MPI_COMM_WORLD, &request);
   }
   complete(&request, call, startSeconds);
-  foldParts(parts.data(), recv, mine, n, type, op);
+  foldParts(parts, recv, mine, n, type, op);
 }
 
 void MpiCommunicator::allReduceAs(void *buffer, size_t count, DType type,
@@ -636,6 +641,12 @@ void MpiCommunicator::allReduceAs(void *buffer, size_t count, DType type,
                     offsets.data(), mpiType(type), MPI_COMM_WORLD, &request);
   }
   complete(&request, call, start);
+}
+
+void MpiCommunicator::reserveStaging(size_t bytes) {
+  // resize() writes every byte: the pages are resident from here on.
+  if (numRanks > 1 && staging.size() < bytes)
+    staging.resize(bytes);
 }
 
 void MpiCommunicator::doAllReduce(void *buffer, size_t count, DType type,

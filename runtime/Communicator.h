@@ -103,6 +103,12 @@ public:
   /// at once.
   uint64_t startAllReduce(void *buffer, size_t count, DType type, ReduceOp op);
 
+  /// Allocates (and touches) the host staging the collectives of a step need,
+  /// `bytes` (ProgramInfo::stagingBytes, planned by the compiler), once at
+  /// start-up, so that no collective allocates and the process's peak
+  /// memory is the plan's.  A collective that needs more grows it.
+  virtual void reserveStaging(size_t bytes);
+
   /// Blocks until the collective of `ticket` (from startAllReduce) is done.
   void wait(uint64_t ticket);
 
@@ -221,6 +227,8 @@ public:
                            bool progressThread = true);
   ~MpiCommunicator() override;
 
+  void reserveStaging(size_t bytes) override;
+
   int rank() const override { return rankId; }
   int size() const override { return numRanks; }
 
@@ -279,6 +287,10 @@ private:
 
   int rankId = 0;
   int numRanks = 1;
+  /// Every rank's part of the slice a reduction folds (reduceSlicesAs): one
+  /// collective runs at a time (the caller's wait for the started ones
+  /// first), so one buffer serves them all.
+  std::vector<char> staging;
   std::unique_ptr<SideChannel> side;
   std::unique_ptr<Progress> progress;
 };

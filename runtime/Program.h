@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 4;
+constexpr int kProgramAbiVersion = 5;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -98,6 +98,10 @@ struct ProgramInfo {
   /// The ZeRO stage the step was compiled for (0: every rank holds all the
   /// optimizer state).
   int zeroStage;
+  /// Planned host staging of the communicator (CPU target: the largest
+  /// reduction's every-rank parts, N ceil(count / N) elements; 0 on CUDA,
+  /// where NCCL reduces in place), reserved at start-up.
+  int64_t stagingBytes;
   /// Planned collective calls and bytes (nccl-tests convention, see
   /// Communicator.h) per step on every rank, by CollectiveKind.
   uint64_t plannedCollectiveCalls[kNumCollectiveKinds];

@@ -55,6 +55,23 @@ namespace {
 constexpr unsigned char kArenaSentinel = 0xA5;
 constexpr size_t kArenaGuardBytes = 64 << 10;
 
+/// Every persistent buffer starts at a multiple of this in their pool (the
+/// arena's alignment, StepContext).
+constexpr size_t kBufferAlignment = 256;
+
+size_t alignedBytes(int64_t bytes) {
+  return (size_t(bytes) + kBufferAlignment - 1) / kBufferAlignment *
+         kBufferAlignment;
+}
+
+/// Bytes of the pool that holds every persistent buffer of `info`.
+size_t poolBytes(const ProgramInfo &info) {
+  size_t total = 0;
+  for (int i = 0; i < info.numBuffers; ++i)
+    total += alignedBytes(info.buffers[i].bytes);
+  return total;
+}
+
 /// One past the highest byte of the `bytes` at `arena` that no longer holds
 /// kArenaSentinel, scanned from the end in chunks (no host copy of the
 /// whole arena).
@@ -676,11 +693,18 @@ int run(int argc, char **argv) {
     }
   }
 
-  // Persistent buffers.
+  // What the process holds before the planned memory: code, libraries, the
+  // communicator, the data.
+  uint64_t baselineMemory = devicePeakBytes();
+  // Persistent buffers: one allocation (rounded to whole huge pages once,
+  // not once per buffer), each buffer at an aligned offset of it.
   std::vector<void *> buffers(info.numBuffers);
+  char *pool = static_cast<char *>(deviceAlloc(poolBytes(info)));
+  size_t offset = 0;
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
-    buffers[i] = deviceAlloc(spec.bytes);
+    buffers[i] = pool + offset;
+    offset += alignedBytes(spec.bytes);
     switch (spec.role) {
     case BufferRole::param:
     case BufferRole::state:
@@ -697,6 +721,7 @@ int run(int argc, char **argv) {
   }
   char *arena =
       static_cast<char *>(deviceAlloc(info.arenaBytes + kArenaGuardBytes));
+  comm.reserveStaging(size_t(info.stagingBytes));
 
   // Steps already applied (a resumed run continues the data and the step
   // numbers where the saved state left off).
@@ -805,10 +830,10 @@ int run(int argc, char **argv) {
     }
   }
 
-  // Summary.  Planned memory: the persistent buffers and the arena.
-  uint64_t plannedMemory = uint64_t(info.arenaBytes);
-  for (int i = 0; i < info.numBuffers; ++i)
-    plannedMemory += uint64_t(info.buffers[i].bytes);
+  // Summary.  Planned memory: the persistent buffers, the arena and the
+  // communicator's staging.
+  uint64_t plannedMemory =
+      poolBytes(info) + uint64_t(info.arenaBytes) + uint64_t(info.stagingBytes);
   uint64_t plannedBytes = 0, plannedCalls = 0, measuredBytes = 0,
            measuredCalls = 0;
   for (size_t kind = 0; kind < kNumCollectiveKinds; ++kind) {
@@ -834,11 +859,15 @@ int run(int argc, char **argv) {
                 "\n",
                 info.arenaBytes, measuredArena);
     std::printf("summary: peak memory bytes per rank planned %" PRIu64
-                " measured %" PRIu64 " (%s)\n",
+                " measured %" PRIu64 " (%s; planned: buffers %" PRIu64
+                ", arena %" PRId64 ", communication staging %" PRId64
+                "; held before them %" PRIu64 ")\n",
                 plannedMemory, devicePeakBytes(),
                 std::string(deviceName()) == "cpu"
                     ? "peak resident set, getrusage"
-                    : "device memory in use, cudaMemGetInfo");
+                    : "device memory in use, cudaMemGetInfo",
+                poolBytes(info), info.arenaBytes, info.stagingBytes,
+                baselineMemory);
     std::printf("summary: collective bytes per step planned %" PRIu64
                 " measured %s\n",
                 plannedBytes, perStep(measuredBytes, options.steps).c_str());
@@ -914,8 +943,7 @@ int run(int argc, char **argv) {
   comm.setContext("the end of the run");
   comm.barrier();
 
-  for (void *buffer : buffers)
-    deviceFree(buffer);
+  deviceFree(pool);
   deviceFree(arena);
   return 0;
 }

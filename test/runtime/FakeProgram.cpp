@@ -134,6 +134,10 @@ const ProgramInfo kInfo = {
     /*overflowBuffer=*/-1,
     /*atMinScaleBuffer=*/-1,
     /*zeroStage=*/0,
+    /*stagingBytes=*/kWorldSize > 1
+        ? kWorldSize *((kFeatures + kWorldSize - 1) / kWorldSize) *
+              int64_t(sizeof(float))
+        : 0,
     /*plannedCollectiveCalls=*/{2, 0, 0, 0},
     /*plannedCollectiveBytes=*/
     {allReduceBytes(kFeatures * sizeof(float)) + allReduceBytes(sizeof(float)),

@@ -231,17 +231,23 @@ def test_a_step_that_writes_past_its_arena_fails(data):
 
 def test_peak_memory_is_measured(data):
     """The peak is the process's resident set (getrusage), not the plan:
-    at least the planned buffers and arena, plus the code and libraries."""
+    at least the planned buffers, arena and staging, plus the code and
+    libraries (the resident set before the buffers, also printed)."""
     directory, _, _ = data
     result = mpirun(1, binary(1), *inputs(directory), "--steps", 2, "--weights",
                     directory / "weights")
     assert result.returncode == 0, result.stderr
     match = re.search(r"^summary: peak memory bytes per rank planned (\d+) "
-                      r"measured (\d+) \(peak resident set, getrusage\)$",
+                      r"measured (\d+) \(peak resident set, getrusage; "
+                      r"planned: buffers (\d+), arena (\d+), communication "
+                      r"staging (\d+); held before them (\d+)\)$",
                       result.stdout, re.MULTILINE)
     assert match, result.stdout
-    planned, measured = int(match.group(1)), int(match.group(2))
-    assert planned > 0 and measured > planned + (1 << 20)
+    planned, measured, buffers, arena, staging, before = map(int, match.groups())
+    assert planned == buffers + arena + staging
+    # Every buffer 256-byte aligned in one pool; one rank needs no staging.
+    assert buffers % 256 == 0 and buffers > 0 and staging == 0
+    assert before > (1 << 20) and measured >= before + planned
 
 
 def expect_failure(result, *messages):

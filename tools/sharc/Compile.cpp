@@ -346,6 +346,9 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
      << report.numGemmCalls << " (" << report.numGemmEpilogues
      << " with a bias or activation epilogue)\n";
   os << "report: arena peak bytes " << report.arenaBytes << "\n";
+  if (report.stagingBytes)
+    os << "report: communication staging bytes " << report.stagingBytes
+       << " (the host communicator's largest reduction, every rank's part)\n";
   os << "report: per rank: parameter bytes " << report.paramBytes
      << ", gradient bytes " << report.gradientBytes
      << ", optimizer state bytes " << report.stateBytes << "\n";
@@ -511,6 +514,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"micro_batch", emit.microBatch},
       {"gradient_accumulation", emit.gradientAccumulation},
       {"arena_bytes", report.arenaBytes},
+      {"staging_bytes", report.stagingBytes},
       {"parameter_bytes", report.paramBytes},
       {"gradient_bytes", report.gradientBytes},
       {"optimizer_state_bytes", report.stateBytes},
