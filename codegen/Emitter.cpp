@@ -370,7 +370,8 @@ static std::string collectiveType(Type element) {
 
 /// A reduce-scatter (`sum` set; each rank's slice is the result) or an
 /// all-gather (the slice is the operand) from `op`'s operand buffer to its
-/// result buffer, counted in the report.
+/// result buffer, counted in the report.  A started reduce-scatter's result
+/// is its future, whose ticket its wait names.
 LogicalResult ProgramEmitter::emitSliceCollective(Operation *op, int64_t ranks,
                                                   std::optional<bool> sum) {
   if (failed(checkGroup(op, ranks)))
@@ -381,11 +382,20 @@ LogicalResult ProgramEmitter::emitSliceCollective(Operation *op, int64_t ranks,
     return failure();
   Type element = elementOf(op->getOperand(0));
   bool scatter = sum.has_value();
-  int64_t slice = tensorType(scatter ? op->getResult(0) : op->getOperand(0))
+  bool started = isa<ReduceScatterStartOp>(op);
+  int64_t slice = storedTensorType(scatter ? op->getResult(0).getType()
+                                           : op->getOperand(0).getType())
                       .getNumElements();
-  body() += std::string("  ctx->comm->") +
-            (scatter ? "reduceScatter(" : "allGather(") + *send + ", " + *recv +
-            ", " + str(slice) +
+  std::string call = started   ? "startReduceScatter("
+                     : scatter ? "reduceScatter("
+                               : "allGather(";
+  body() += "  ";
+  if (started) {
+    std::string ticket = "ticket" + str(tickets.size());
+    tickets[op->getResult(0)] = ticket;
+    body() += "const uint64_t " + ticket + " = ";
+  }
+  body() += "ctx->comm->" + call + *send + ", " + *recv + ", " + str(slice) +
             ", sharc::rt::DType::" + collectiveType(element);
   if (scatter)
     body() += std::string(", sharc::rt::ReduceOp::") + (*sum ? "sum" : "max");
@@ -431,8 +441,9 @@ LogicalResult ProgramEmitter::emitWait(WaitOp op) {
 LogicalResult ProgramEmitter::emitMicroBatchLoop(MicroBatchLoopOp loop) {
   bool hasCollective = false;
   loop.getBody().walk([&](Operation *inner) {
-    hasCollective |= isa<AllReduceOp, AllReduceStartOp, WaitOp, ReduceScatterOp,
-                         AllGatherOp, BroadcastFromOp>(inner);
+    hasCollective |=
+        isa<AllReduceOp, AllReduceStartOp, WaitOp, ReduceScatterOp,
+            ReduceScatterStartOp, AllGatherOp, BroadcastFromOp>(inner);
   });
   if (hasCollective)
     return loop.emitError() << "code generation: collectives inside a "
@@ -628,6 +639,10 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       .Case([&](AllReduceStartOp op) { return emitAllReduceStart(op); })
       .Case([&](WaitOp op) { return emitWait(op); })
       .Case([&](ReduceScatterOp op) {
+        return emitSliceCollective(op, op.getRanks(),
+                                   op.getKind() == CollectiveKind::sum);
+      })
+      .Case([&](ReduceScatterStartOp op) {
         return emitSliceCollective(op, op.getRanks(),
                                    op.getKind() == CollectiveKind::sum);
       })

@@ -99,12 +99,13 @@ LogicalResult evalAllReduce(const OpCall &call, CollectiveKind kind,
       });
 }
 
-LogicalResult evalReduceScatter(const OpCall &call, ReduceScatterOp op) {
-  CollectiveKind kind = op.getKind();
+/// A reduce-scatter, or the start of one (its future holds the slice).
+LogicalResult evalReduceScatter(const OpCall &call, CollectiveKind kind,
+                                int64_t ranks) {
   ArrayRef<int64_t> shape = call.result().shape();
   DType dtype = call.result().dtype();
   return runCollective(
-      call, op.getRanks(),
+      call, ranks,
       keyOf(call, ("<" + stringifyCollectiveKind(kind) + ">").str()),
       [&](ArrayRef<const Tensor *> parts) {
         Tensor combined = combineElementwise(parts, kind);
@@ -158,7 +159,12 @@ std::optional<LogicalResult> eval::evalCollectiveOp(const OpCall &call) {
         call.result() = call.operand(0);
         return success();
       })
-      .Case([&](ReduceScatterOp op) { return evalReduceScatter(call, op); })
+      .Case([&](ReduceScatterOp op) {
+        return evalReduceScatter(call, op.getKind(), op.getRanks());
+      })
+      .Case([&](ReduceScatterStartOp op) {
+        return evalReduceScatter(call, op.getKind(), op.getRanks());
+      })
       .Case([&](AllGatherOp op) { return evalAllGather(call, op); })
       .Case([&](BroadcastFromOp op) { return evalBroadcastFrom(call, op); })
       .Case([&](ShardOp op) -> LogicalResult {

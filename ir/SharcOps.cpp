@@ -620,24 +620,31 @@ static LogicalResult checkRanks(std::optional<Location> loc, int64_t ranks) {
 
 LogicalResult AllReduceOp::verify() { return checkRanks(getLoc(), getRanks()); }
 
+/// One wait, beside the start: the code generator matches each start with
+/// its wait within one block, and a future read twice has no single end.
+static LogicalResult verifyWaitedOnce(Operation *start, Value future) {
+  if (!future.hasOneUse())
+    return start->emitOpError()
+           << "must be waited for exactly once, by one 'sharc.wait'; its "
+              "future has "
+           << std::distance(future.use_begin(), future.use_end()) << " uses";
+  Operation *user = *future.user_begin();
+  if (!isa<WaitOp>(user))
+    return start->emitOpError() << "future is used by '" << user->getName()
+                                << "'; only 'sharc.wait' may read it";
+  if (user->getBlock() != start->getBlock())
+    return start->emitOpError() << "is waited for in another block";
+  return success();
+}
+
 LogicalResult AllReduceStartOp::verify() {
   if (failed(checkRanks(getLoc(), getRanks())))
     return failure();
-  // One wait, beside the start: the code generator matches each start with
-  // its wait within one block, and a future read twice has no single end.
-  Value future = getFuture();
-  if (!future.hasOneUse())
-    return emitOpError() << "must be waited for exactly once, by one "
-                            "'sharc.wait'; its future has "
-                         << std::distance(future.use_begin(), future.use_end())
-                         << " uses";
-  Operation *user = *future.user_begin();
-  if (!isa<WaitOp>(user))
-    return emitOpError() << "future is used by '" << user->getName()
-                         << "'; only 'sharc.wait' may read it";
-  if (user->getBlock() != getOperation()->getBlock())
-    return emitOpError() << "is waited for in another block";
-  return success();
+  return verifyWaitedOnce(*this, getFuture());
+}
+
+LogicalResult ReduceScatterStartOp::verify() {
+  return verifyWaitedOnce(*this, getFuture());
 }
 
 LogicalResult FutureType::verify(function_ref<InFlightDiagnostic()> emitError,
@@ -678,6 +685,16 @@ ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                   SmallVectorImpl<Type> &results) {
   return inferRankSlice(loc, "reduce_scatter", adaptor.getOperand(),
                         adaptor.getRanks(), results);
+}
+
+LogicalResult ReduceScatterStartOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &results) {
+  if (failed(inferRankSlice(loc, "reduce_scatter_start", adaptor.getOperand(),
+                            adaptor.getRanks(), results)))
+    return failure();
+  results.back() = FutureType::get(cast<RankedTensorType>(results.back()));
+  return success();
 }
 
 LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,

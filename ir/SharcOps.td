@@ -711,6 +711,30 @@ def Sharc_ReduceScatterOp : Sharc_Op<"reduce_scatter", [InferTypeOpAdaptor]> {
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
 }
 
+def Sharc_ReduceScatterStartOp : Sharc_Op<"reduce_scatter_start",
+                                          [InferTypeOpAdaptor]> {
+  let summary = "starts a reduce_scatter; `sharc.wait` gives its result";
+  let description = [{
+    The asynchronous form of `sharc.reduce_scatter`: the same sum (or
+    maximum) over the ranks of slice r of dimension 0, delivered to rank r by
+    the one `sharc.wait` of the returned future (in the same block).  The
+    operand is read until the wait, so it stays live until then; work between
+    the two overlaps the communication (ZeRO stage 2: backward computes the
+    next gradients while a bucket is reduced).
+
+    ```mlir
+    %f = sharc.reduce_scatter_start %bucket {kind = #sharc.collective_kind<sum>, ranks = 2 : i64}
+        : (tensor<2x8xf32>) -> !sharc.future<tensor<1x8xf32>>
+    %mine = sharc.wait %f : !sharc.future<tensor<1x8xf32>>
+    ```
+  }];
+  let arguments = (ins Sharc_NumericTensor:$operand,
+                       Sharc_CollectiveKindAttr:$kind, Sharc_I64Attr:$ranks);
+  let results = (outs Sharc_FutureType:$future);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Sharc_AllGatherOp : Sharc_Op<"all_gather", [InferTypeOpAdaptor]> {
   let summary = "concatenate every rank's operand along dimension 0, in rank order";
   let arguments = (ins Sharc_Tensor:$operand, Sharc_I64Attr:$ranks);

@@ -219,10 +219,12 @@ void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true,
 void scheduleCollectives(mlir::func::FuncOp func, bool overlap = true);
 
 /// The rest of sharc-schedule-collectives: in a function at ZeRO stage 2
-/// (`sharc.zero_stage`), each `sharc.reduce_scatter` (with its packing)
-/// moves up to just after the ops that produce its bucket, so that the
-/// bucket's full gradients die in backward.
-void scheduleGradientScatters(mlir::func::FuncOp func);
+/// (`sharc.zero_stage`), each `sharc.reduce_scatter` becomes a
+/// `sharc.reduce_scatter_start` (which, with its packing, moves up to just
+/// after the ops that produce its bucket, so that the bucket's full
+/// gradients die in backward) and a `sharc.wait` (with `overlap`, just
+/// before the first reader of the slices; else right after the start).
+void scheduleGradientScatters(mlir::func::FuncOp func, bool overlap = true);
 
 //===----------------------------------------------------------------------===//
 // Fusion

@@ -228,10 +228,11 @@ def ScheduleCollectives : Pass<"sharc-schedule-collectives",
     (or the micro-batch loop whose body does), so that the ops in between
     overlap the communication.
     Without it, each wait follows its start.  In a function at ZeRO stage
-    2 (`sharc.zero_stage`), with or without `overlap`, each
-    `sharc.reduce_scatter` moves up with its packing to just after the ops
+    2 (`sharc.zero_stage`) each `sharc.reduce_scatter` becomes a
+    `sharc.reduce_scatter_start` and a `sharc.wait`; with or without
+    `overlap` the start moves up with its packing to just after the ops
     that produce its bucket, so that the bucket's full gradients die in
-    backward.  Runs after sharc-fuse, on the kernels the code generator
+    backward; the wait is placed as an all-reduce's.  Runs after sharc-fuse, on the kernels the code generator
     emits (docs/passes.md).
   }];
   let options = [

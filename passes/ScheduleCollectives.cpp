@@ -5,8 +5,9 @@
 // wait, which gives the result.  The start moves up to where its data is
 // complete and the wait down to where its result is first read; the code
 // generator emits each where it stands (docs/passes.md).  At ZeRO stage 2
-// each gradient reduce-scatter moves up too, to where its bucket is
-// complete, so that backward frees each bucket's full gradients as it goes.
+// each gradient reduce-scatter becomes a start and a wait too: the start
+// moves up to where its bucket is complete, so that backward frees each
+// bucket's full gradients as it goes and overlaps the reduction.
 // This runs on kernels (after sharc-fuse), the unit the emitted program runs
 // in order.
 //
@@ -107,14 +108,41 @@ void sharc::scheduleCollectives(func::FuncOp func, bool overlap) {
     hoistWithPacking(start);
 }
 
-void sharc::scheduleGradientScatters(func::FuncOp func) {
+void sharc::scheduleGradientScatters(func::FuncOp func, bool overlap) {
   auto stage = func->getAttrOfType<IntegerAttr>("sharc.zero_stage");
   if (!stage || stage.getInt() < 2)
     return;
   SmallVector<ReduceScatterOp> scatters;
   func.walk([&](ReduceScatterOp op) { scatters.push_back(op); });
-  for (ReduceScatterOp scatter : scatters)
-    hoistWithPacking(scatter);
+  SmallVector<std::pair<ReduceScatterStartOp, WaitOp>> pairs;
+  for (ReduceScatterOp scatter : scatters) {
+    OpBuilder builder(scatter);
+    auto start = ReduceScatterStartOp::create(
+        builder, scatter.getLoc(), scatter.getOperand(), scatter.getKind(),
+        scatter.getRanks());
+    auto wait = WaitOp::create(builder, scatter.getLoc(), start.getFuture());
+    scatter.replaceAllUsesWith(wait.getResult());
+    scatter.erase();
+    hoistWithPacking(start);
+    pairs.emplace_back(start, wait);
+  }
+  // A started reduce-scatter reads its bucket until its wait: one bucket is
+  // in flight while backward computes the next, as in DeepSpeed's stage 2,
+  // so the wait sinks to the next bucket's start (or the first reader of
+  // the slices, if that comes first); without overlap it follows its start.
+  llvm::sort(pairs,
+             [](auto a, auto b) { return a.first->isBeforeInBlock(b.first); });
+  for (auto [k, pair] : llvm::enumerate(pairs)) {
+    auto [start, wait] = pair;
+    if (!overlap) {
+      wait->moveAfter(start);
+      continue;
+    }
+    Operation *until = firstReader(wait);
+    if (k + 1 < pairs.size() && pairs[k + 1].first->isBeforeInBlock(until))
+      until = pairs[k + 1].first;
+    wait->moveBefore(until);
+  }
 }
 
 namespace {
@@ -126,7 +154,7 @@ struct ScheduleCollectivesPass
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal()) {
         scheduleCollectives(func, overlap);
-        scheduleGradientScatters(func);
+        scheduleGradientScatters(func, overlap);
       }
   }
 };

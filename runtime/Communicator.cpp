@@ -99,6 +99,18 @@ uint64_t Communicator::startAllReduce(void *buffer, size_t count, DType type,
   return doStartAllReduce(buffer, count, type, op);
 }
 
+uint64_t Communicator::startReduceScatter(const void *send, void *recv,
+                                          size_t sliceCount, DType type,
+                                          ReduceOp op) {
+  if (type == DType::i1)
+    fatal("reductions of i1 buffers are not supported");
+  uint64_t n = size();
+  count(CollectiveKind::reduceScatter,
+        (n - 1) * uint64_t(sliceCount) * dtypeBytes(type));
+  nextCall("reduce-scatter", sliceCount, &type, "per slice, started");
+  return doStartReduceScatter(send, recv, sliceCount, type, op);
+}
+
 void Communicator::wait(uint64_t ticket) { doWait(ticket); }
 
 void Communicator::waitAll() { doWait(started); }
@@ -106,6 +118,13 @@ void Communicator::waitAll() { doWait(started); }
 uint64_t Communicator::doStartAllReduce(void *buffer, size_t count, DType type,
                                         ReduceOp op) {
   doAllReduce(buffer, count, type, op);
+  return ++started;
+}
+
+uint64_t Communicator::doStartReduceScatter(const void *send, void *recv,
+                                            size_t sliceCount, DType type,
+                                            ReduceOp op) {
+  doReduceScatter(send, recv, sliceCount, type, op);
   return ++started;
 }
 
@@ -425,19 +444,35 @@ MpiCommunicator::~MpiCommunicator() {
     static_cast<void>(side.release());
 }
 
+uint64_t
+MpiCommunicator::queue(std::function<void(const CollectiveCall &)> work) {
+  {
+    std::lock_guard<std::mutex> lock(progress->mutex);
+    progress->queue.push_back(
+        [work = std::move(work), startedCall = call] { work(startedCall); });
+  }
+  progress->changed.notify_all();
+  return ++started;
+}
+
 uint64_t MpiCommunicator::doStartAllReduce(void *buffer, size_t count,
                                            DType type, ReduceOp op) {
   if (!progress)
     return Communicator::doStartAllReduce(buffer, count, type, op);
-  {
-    std::lock_guard<std::mutex> lock(progress->mutex);
-    progress->queue.push_back(
-        [this, buffer, count, type, op, startedCall = call] {
-          allReduceAs(buffer, count, type, op, startedCall);
-        });
-  }
-  progress->changed.notify_all();
-  return ++started;
+  return queue([this, buffer, count, type, op](const CollectiveCall &as) {
+    allReduceAs(buffer, count, type, op, as);
+  });
+}
+
+uint64_t MpiCommunicator::doStartReduceScatter(const void *send, void *recv,
+                                               size_t sliceCount, DType type,
+                                               ReduceOp op) {
+  if (!progress)
+    return Communicator::doStartReduceScatter(send, recv, sliceCount, type, op);
+  return queue(
+      [this, send, recv, sliceCount, type, op](const CollectiveCall &as) {
+        reduceScatterAs(send, recv, sliceCount, type, op, as);
+      });
 }
 
 void MpiCommunicator::doWait(uint64_t ticket) {
@@ -657,9 +692,15 @@ void MpiCommunicator::doAllReduce(void *buffer, size_t count, DType type,
 void MpiCommunicator::doReduceScatter(const void *send, void *recv,
                                       size_t sliceCount, DType type,
                                       ReduceOp op) {
+  reduceScatterAs(send, recv, sliceCount, type, op, call);
+}
+
+void MpiCommunicator::reduceScatterAs(const void *send, void *recv,
+                                      size_t sliceCount, DType type,
+                                      ReduceOp op, const CollectiveCall &as) {
   std::vector<int> counts, offsets;
   equalSlices(sliceCount, numRanks, counts, offsets);
-  reduceSlicesAs(send, recv, counts, offsets, type, op, call, secondsNow());
+  reduceSlicesAs(send, recv, counts, offsets, type, op, as, secondsNow());
 }
 
 void MpiCommunicator::doAllGather(const void *send, void *recv,

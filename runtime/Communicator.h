@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,14 @@ public:
   /// at once.
   uint64_t startAllReduce(void *buffer, size_t count, DType type, ReduceOp op);
 
+  /// Starts a reduceScatter() that runs while the caller goes on computing
+  /// (ZeRO stage 2: a gradient bucket while backward computes the next), in
+  /// order with the other started collectives; neither `send` nor `recv` may
+  /// be touched until wait() returns for the ticket.  Counted like
+  /// reduceScatter().
+  uint64_t startReduceScatter(const void *send, void *recv, size_t sliceCount,
+                              DType type, ReduceOp op);
+
   /// Allocates (and touches) the host staging the collectives of a step need,
   /// `bytes` (ProgramInfo::stagingBytes, planned by the compiler), once at
   /// start-up, so that no collective allocates and the process's peak
@@ -145,6 +154,10 @@ protected:
   /// The default runs it at once.
   virtual uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
                                     ReduceOp op);
+  /// Starts `doReduceScatter` asynchronously, likewise.
+  virtual uint64_t doStartReduceScatter(const void *send, void *recv,
+                                        size_t sliceCount, DType type,
+                                        ReduceOp op);
   /// Waits for tickets up to and including `ticket`; the default has nothing
   /// in flight.
   virtual void doWait(uint64_t ticket);
@@ -268,14 +281,22 @@ protected:
   void doBarrier() override;
   uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
                             ReduceOp op) override;
+  uint64_t doStartReduceScatter(const void *send, void *recv, size_t sliceCount,
+                                DType type, ReduceOp op) override;
   void doWait(uint64_t ticket) override;
 
 private:
   struct Progress;
+
+  /// Queues `work` (a collective, run with the call it was started as) for
+  /// the progress thread; returns its ticket.
+  uint64_t queue(std::function<void(const CollectiveCall &)> work);
   struct SideChannel;
 
   void allReduceAs(void *buffer, size_t count, DType type, ReduceOp op,
                    const CollectiveCall &call);
+  void reduceScatterAs(const void *send, void *recv, size_t sliceCount,
+                       DType type, ReduceOp op, const CollectiveCall &call);
   void reduceSlicesAs(const void *send, void *recv,
                       const std::vector<int> &counts,
                       const std::vector<int> &offsets, DType type, ReduceOp op,

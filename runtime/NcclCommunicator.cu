@@ -339,8 +339,8 @@ void NcclCommunicator::tracked(void *onStream, const char *function,
   watchdog->lastIssued = call;
 }
 
-uint64_t NcclCommunicator::doStartAllReduce(void *buffer, size_t count,
-                                            DType type, ReduceOp op) {
+uint64_t NcclCommunicator::startOnCommStream(
+    const std::function<void(void *)> &enqueue) {
   auto compute = static_cast<cudaStream_t>(stream);
   auto communication = static_cast<cudaStream_t>(commStream);
   auto takeEvent = [&] {
@@ -360,16 +360,35 @@ uint64_t NcclCommunicator::doStartAllReduce(void *buffer, size_t count,
   checkCuda(cudaStreamWaitEvent(communication, ready, 0),
             "cudaStreamWaitEvent");
   spareEvents.push_back(ready); // Reusable once recorded and waited on.
-  if (count > 0)
-    tracked(commStream, "ncclAllReduce", [&](cudaStream_t on) {
-      return ncclAllReduce(buffer, buffer, count, ncclType(type), ncclOp(op),
-                           comm, on);
-    });
+  enqueue(commStream);
   // ...and signals when the reduced bucket is there.
   cudaEvent_t done = takeEvent();
   checkCuda(cudaEventRecord(done, communication), "cudaEventRecord");
   inFlight.emplace_back(++started, done);
   return started;
+}
+
+uint64_t NcclCommunicator::doStartAllReduce(void *buffer, size_t count,
+                                            DType type, ReduceOp op) {
+  return startOnCommStream([&](void *on) {
+    if (count > 0)
+      tracked(on, "ncclAllReduce", [&](cudaStream_t s) {
+        return ncclAllReduce(buffer, buffer, count, ncclType(type), ncclOp(op),
+                             comm, s);
+      });
+  });
+}
+
+uint64_t NcclCommunicator::doStartReduceScatter(const void *send, void *recv,
+                                                size_t sliceCount, DType type,
+                                                ReduceOp op) {
+  return startOnCommStream([&](void *on) {
+    if (sliceCount > 0)
+      tracked(on, "ncclReduceScatter", [&](cudaStream_t s) {
+        return ncclReduceScatter(send, recv, sliceCount, ncclType(type),
+                                 ncclOp(op), comm, s);
+      });
+  });
 }
 
 void NcclCommunicator::doWait(uint64_t ticket) {

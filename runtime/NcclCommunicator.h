@@ -88,10 +88,18 @@ protected:
   /// enqueued in between overlap the communication.
   uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
                             ReduceOp op) override;
+  /// Likewise for started reduce-scatters.
+  uint64_t doStartReduceScatter(const void *send, void *recv, size_t sliceCount,
+                                DType type, ReduceOp op) override;
   void doWait(uint64_t ticket) override;
 
 private:
   struct Watchdog;
+
+  /// Enqueues `enqueue` (an NCCL call on the given stream) on the
+  /// communication stream after the work enqueued so far on the device
+  /// stream; returns its ticket.
+  uint64_t startOnCommStream(const std::function<void(void *)> &enqueue);
 
   /// Waits until the NCCL call that returned `status` (an ncclResult_t) has
   /// left ncclInProgress; fatal on an error, and, after ncclCommAbort, when

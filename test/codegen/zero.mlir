@@ -42,10 +42,13 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // CHECK: ctx->comm->allGather({{.*}}, {{.*}}, 8, sharc::rt::DType::f32);
 
 // Stage 2, buckets of at most 8 elements (b's 2 x 2, w's 2 x 6 alone): b's
-// gradient is reduce-scattered as soon as backward has it, before the GEMM
-// that computes w's, which follows that GEMM.
-// STAGE2: ctx->comm->reduceScatter({{.*}}, 2, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
+// gradient reduce-scatter starts as soon as backward has it and runs during
+// the GEMM that computes w's; one bucket is in flight at a time, so b's is
+// waited for just before w's starts; the update waits for w's.
+// STAGE2: const uint64_t [[B:ticket[0-9]+]] = ctx->comm->startReduceScatter({{.*}}, 2, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
 // STAGE2-NEXT: {
 // STAGE2: sharc::kern::gemm(ctx, args);
-// STAGE2: ctx->comm->reduceScatter({{.*}}, 6, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
+// STAGE2: ctx->comm->wait([[B]]);
+// STAGE2-NEXT: const uint64_t [[W:ticket[0-9]+]] = ctx->comm->startReduceScatter({{.*}}, 6, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
+// STAGE2: ctx->comm->wait([[W]]);
 // STAGE2: ctx->comm->allGather(

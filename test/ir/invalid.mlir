@@ -899,3 +899,21 @@ func.func @unknown(%x: tensor<4xf32>) -> tensor<4xf32> {
 func.func @world(%x: tensor<4xf32>) -> tensor<4xf32> attributes {sharc.world_size = 0 : i64} {
   return %x : tensor<4xf32>
 }
+
+// -----
+
+func.func @reduce_scatter_start_not_divisible(%g: tensor<5x3xf32>) -> tensor<2x3xf32> {
+  // expected-error @+2 {{reduce_scatter_start needs dimension 0 of 'tensor<5x3xf32>' to be a multiple of the group size 2}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %f = sharc.reduce_scatter_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : (tensor<5x3xf32>) -> !sharc.future<tensor<2x3xf32>>
+  %0 = sharc.wait %f : !sharc.future<tensor<2x3xf32>>
+  return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @reduce_scatter_start_never_waited(%g: tensor<6x3xf32>) {
+  // expected-error @+1 {{'sharc.reduce_scatter_start' op must be waited for exactly once, by one 'sharc.wait'; its future has 0 uses}}
+  %f = sharc.reduce_scatter_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : (tensor<6x3xf32>) -> !sharc.future<tensor<3x3xf32>>
+  return
+}

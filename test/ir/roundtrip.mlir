@@ -157,6 +157,16 @@ func.func @async_collective(%g: tensor<8x3xf32>) -> (tensor<8x3xf32>, tensor<8x3
   return %r, %e : tensor<8x3xf32>, tensor<8x3xf32>
 }
 
+// An asynchronous reduce-scatter: the future holds this rank's slice.
+// CHECK-LABEL: func.func @async_reduce_scatter
+// CHECK: %[[F:.*]] = sharc.reduce_scatter_start %{{.*}} {kind = #sharc.collective_kind<sum>, ranks = 4 : i64} : (tensor<8x3xf32>) -> !sharc.future<tensor<2x3xf32>>
+// CHECK-NEXT: sharc.wait %[[F]] : !sharc.future<tensor<2x3xf32>>
+func.func @async_reduce_scatter(%g: tensor<8x3xf32>) -> tensor<2x3xf32> {
+  %f = sharc.reduce_scatter_start %g {kind = #sharc.collective_kind<sum>, ranks = 4} : (tensor<8x3xf32>) -> !sharc.future<tensor<2x3xf32>>
+  %r = sharc.wait %f : !sharc.future<tensor<2x3xf32>>
+  return %r : tensor<2x3xf32>
+}
+
 // CHECK-LABEL: func.func @train_state
 // CHECK-SAME: {sharc.state = #sharc.state<"w", "exp_avg">}
 // CHECK-SAME: {sharc.state = #sharc.state<"", "step">}

@@ -299,3 +299,23 @@ func.func @in_flight(%x: tensor<64xf32>) -> tensor<8x8xf32> {
   %s = sharc.add %v, %er : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
   return %s : tensor<8x8xf32>
 }
+
+// -----
+
+// A reduce-scatter in flight reads its bucket until the wait: a (the bucket,
+// op 0) lives [0, 3], the future [1, 4]; so the exp computed meanwhile (op
+// 2) cannot take a's buffer: a -> 0, the future -> 512, e -> 768.
+
+// CHECK-LABEL: func.func @scatter_in_flight(
+// CHECK-SAME: attributes {sharc.arena_bytes = 1024 : i64}
+// CHECK-NEXT: sharc.neg %{{.*}} {sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.reduce_scatter_start %{{.*}} {kind = #sharc.collective_kind<sum>, ranks = 2 : i64, sharc.offsets = array<i64: 512>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 768>}
+// CHECK-NEXT: sharc.wait %{{.*}} {sharc.offsets = array<i64: 512>}
+func.func @scatter_in_flight(%x: tensor<2x64xf32>, %y: tensor<1x64xf32>) -> (tensor<1x64xf32>, tensor<1x64xf32>) {
+  %a = sharc.neg %x : tensor<2x64xf32>
+  %f = sharc.reduce_scatter_start %a {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<2x64xf32>) -> !sharc.future<tensor<1x64xf32>>
+  %e = sharc.exp %y : tensor<1x64xf32>
+  %r = sharc.wait %f : !sharc.future<tensor<1x64xf32>>
+  return %r, %e : tensor<1x64xf32>, tensor<1x64xf32>
+}

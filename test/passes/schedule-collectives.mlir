@@ -81,21 +81,26 @@ func.func @loop_reader(%x: tensor<4x3xf32>, %w: tensor<3xf32>) -> (tensor<3xf32>
 
 // -----
 
-// ZeRO stage 2: each gradient reduce-scatter, with the reshapes and concat
-// that pack its bucket, moves up to just after the ops that produce the
-// bucket (ahead of the tanh), with or without overlap, so that the full
-// gradients die there.  At stage 1 it stays where it stands.
+// ZeRO stage 2: each gradient reduce-scatter becomes a start and a wait; the
+// start, with the reshapes and concat that pack its bucket, moves up to just
+// after the ops that produce the bucket (ahead of the tanh), with or without
+// overlap, so that the full gradients die there; the wait sinks to the first
+// reader (the return here), or without overlap follows the start.  At stage
+// 1 the reduce-scatter stays where it stands.
 
 // CHECK-LABEL: func.func @stage_two(
 // CHECK-NEXT: %[[A:.*]] = sharc.neg %arg0
 // CHECK-NEXT: %[[AR:.*]] = sharc.reshape %[[A]]
 // CHECK-NEXT: %[[B:.*]] = sharc.neg %arg1
 // CHECK-NEXT: %[[C:.*]] = sharc.concat %[[AR]], %[[B]]
-// CHECK-NEXT: sharc.reduce_scatter %[[C]]
+// CHECK-NEXT: %[[F:.*]] = sharc.reduce_scatter_start %[[C]] {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<2x4xf32>) -> !sharc.future<tensor<1x4xf32>>
 // CHECK-NEXT: sharc.tanh %arg0
+// CHECK-NEXT: %[[R:.*]] = sharc.wait %[[F]]
+// CHECK-NEXT: return %[[R]]
 // SYNC-LABEL: func.func @stage_two(
 // SYNC: sharc.concat
-// SYNC-NEXT: sharc.reduce_scatter
+// SYNC-NEXT: %[[F:.*]] = sharc.reduce_scatter_start
+// SYNC-NEXT: sharc.wait %[[F]]
 // SYNC-NEXT: sharc.tanh
 func.func @stage_two(%x: tensor<4xf32>, %y: tensor<2x2xf32>) -> (tensor<1x4xf32>, tensor<4xf32>) attributes {sharc.zero_stage = 2 : i64} {
   %a = sharc.neg %x : tensor<4xf32>
@@ -121,4 +126,30 @@ func.func @stage_one(%x: tensor<4xf32>, %y: tensor<2x2xf32>) -> (tensor<1x4xf32>
   %c = sharc.concat %ar, %b {axis = 1 : i64} : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x4xf32>
   %r = sharc.reduce_scatter %c {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<2x4xf32>) -> tensor<1x4xf32>
   return %r, %t : tensor<1x4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Two stage-2 buckets: one is in flight at a time, so the first's wait
+// sinks only to the second's start (the slices' first reader, the add,
+// comes later); the second's wait sinks to the add.
+
+// CHECK-LABEL: func.func @two_buckets(
+// CHECK: %[[F1:.*]] = sharc.reduce_scatter_start
+// CHECK-NEXT: sharc.tanh
+// CHECK-NEXT: sharc.neg
+// CHECK-NEXT: %[[R1:.*]] = sharc.wait %[[F1]]
+// CHECK-NEXT: %[[F2:.*]] = sharc.reduce_scatter_start
+// CHECK-NEXT: sharc.exp
+// CHECK-NEXT: %[[R2:.*]] = sharc.wait %[[F2]]
+// CHECK-NEXT: sharc.add %[[R1]], %[[R2]]
+func.func @two_buckets(%x: tensor<4xf32>, %y: tensor<4xf32>) -> (tensor<2xf32>, tensor<4xf32>, tensor<4xf32>) attributes {sharc.zero_stage = 2 : i64} {
+  %a = sharc.neg %x : tensor<4xf32>
+  %t = sharc.tanh %x : tensor<4xf32>
+  %b = sharc.neg %t : tensor<4xf32>
+  %e = sharc.exp %b : tensor<4xf32>
+  %r1 = sharc.reduce_scatter %a {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<4xf32>) -> tensor<2xf32>
+  %r2 = sharc.reduce_scatter %b {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<4xf32>) -> tensor<2xf32>
+  %s = sharc.add %r1, %r2 : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+  return %s, %t, %e : tensor<2xf32>, tensor<4xf32>, tensor<4xf32>
 }

@@ -336,6 +336,54 @@ TEST(MpiCommunicator, StartedAllReducesOverlapAndCompleteInOrder) {
   comm.wait(last);
 }
 
+TEST(MpiCommunicator, StartedReduceScattersInterleaveWithAllReduces) {
+  MpiCommunicator comm;
+  int n = comm.size(), me = comm.rank();
+  // A started all-reduce, two started reduce-scatters (one staging more
+  // bytes than reserved, which grows it), computation, one wait: every
+  // result as the blocking collectives give it, in start order.
+  comm.reserveStaging(16);
+  const size_t slices[] = {3, 40};
+  std::vector<std::vector<float>> flats, mine;
+  std::vector<float> sum(7);
+  for (size_t i = 0; i < sum.size(); ++i)
+    sum[i] = float(input(me, i + 500));
+  uint64_t first =
+      comm.startAllReduce(sum.data(), sum.size(), DType::f32, ReduceOp::sum);
+  uint64_t last = 0;
+  for (size_t slice : slices) {
+    flats.emplace_back(slice * n);
+    for (size_t k = 0; k < flats.back().size(); ++k)
+      flats.back()[k] = float(input(me, k + 100 * slice));
+    mine.emplace_back(slice);
+    last = comm.startReduceScatter(flats.back().data(), mine.back().data(),
+                                   slice, DType::f32, ReduceOp::sum);
+  }
+  EXPECT_LT(first, last);
+  double busy = 0;
+  for (int i = 0; i < 100000; ++i)
+    busy += std::sqrt(double(i));
+  EXPECT_GT(busy, 0);
+  comm.wait(last);
+  for (size_t i = 0; i < sum.size(); ++i) {
+    double expected = 0;
+    for (int r = 0; r < n; ++r)
+      expected += input(r, i + 500);
+    ASSERT_EQ(sum[i], float(expected)) << i;
+  }
+  for (size_t b = 0; b < 2; ++b)
+    for (size_t i = 0; i < slices[b]; ++i) {
+      double expected = 0;
+      for (int r = 0; r < n; ++r)
+        expected += input(r, me * slices[b] + i + 100 * slices[b]);
+      ASSERT_EQ(mine[b][i], float(expected)) << "bucket " << b << " i " << i;
+    }
+  // Counted like reduceScatter: (N - 1) slices of 4 bytes per element.
+  const CollectiveStats &stats = comm.stats(CollectiveKind::reduceScatter);
+  EXPECT_EQ(stats.calls, 2u);
+  EXPECT_EQ(stats.bytes, uint64_t(n - 1) * (3 + 40) * 4);
+}
+
 TEST(CollectiveTimeout, ParsesPositiveFiniteBoundedSeconds) {
   double seconds = 0;
   std::string error;
