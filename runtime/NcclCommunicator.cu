@@ -370,25 +370,15 @@ uint64_t NcclCommunicator::startOnCommStream(
 
 uint64_t NcclCommunicator::doStartAllReduce(void *buffer, size_t count,
                                             DType type, ReduceOp op) {
-  return startOnCommStream([&](void *on) {
-    if (count > 0)
-      tracked(on, "ncclAllReduce", [&](cudaStream_t s) {
-        return ncclAllReduce(buffer, buffer, count, ncclType(type), ncclOp(op),
-                             comm, s);
-      });
-  });
+  return startOnCommStream(
+      [&](void *on) { allReduceOn(on, buffer, count, type, op); });
 }
 
 uint64_t NcclCommunicator::doStartReduceScatter(const void *send, void *recv,
                                                 size_t sliceCount, DType type,
                                                 ReduceOp op) {
-  return startOnCommStream([&](void *on) {
-    if (sliceCount > 0)
-      tracked(on, "ncclReduceScatter", [&](cudaStream_t s) {
-        return ncclReduceScatter(send, recv, sliceCount, ncclType(type),
-                                 ncclOp(op), comm, s);
-      });
-  });
+  return startOnCommStream(
+      [&](void *on) { reduceScatterOn(on, send, recv, sliceCount, type, op); });
 }
 
 void NcclCommunicator::doWait(uint64_t ticket) {
@@ -438,25 +428,36 @@ void NcclCommunicator::doBarrier() {
   host->barrierAs(call);
 }
 
-void NcclCommunicator::doAllReduce(void *buffer, size_t count, DType type,
-                                   ReduceOp op) {
+void NcclCommunicator::allReduceOn(void *onStream, void *buffer, size_t count,
+                                   DType type, ReduceOp op) {
   if (count == 0)
     return;
-  tracked(stream, "ncclAllReduce", [&](cudaStream_t on) {
+  tracked(onStream, "ncclAllReduce", [&](cudaStream_t on) {
     return ncclAllReduce(buffer, buffer, count, ncclType(type), ncclOp(op),
                          comm, on);
   });
 }
 
-void NcclCommunicator::doReduceScatter(const void *send, void *recv,
-                                       size_t sliceCount, DType type,
-                                       ReduceOp op) {
+void NcclCommunicator::reduceScatterOn(void *onStream, const void *send,
+                                       void *recv, size_t sliceCount,
+                                       DType type, ReduceOp op) {
   if (sliceCount == 0)
     return;
-  tracked(stream, "ncclReduceScatter", [&](cudaStream_t on) {
+  tracked(onStream, "ncclReduceScatter", [&](cudaStream_t on) {
     return ncclReduceScatter(send, recv, sliceCount, ncclType(type), ncclOp(op),
                              comm, on);
   });
+}
+
+void NcclCommunicator::doAllReduce(void *buffer, size_t count, DType type,
+                                   ReduceOp op) {
+  allReduceOn(stream, buffer, count, type, op);
+}
+
+void NcclCommunicator::doReduceScatter(const void *send, void *recv,
+                                       size_t sliceCount, DType type,
+                                       ReduceOp op) {
+  reduceScatterOn(stream, send, recv, sliceCount, type, op);
 }
 
 void NcclCommunicator::doAllGather(const void *send, void *recv,

@@ -100,6 +100,12 @@ private:
   /// communication stream after the work enqueued so far on the device
   /// stream; returns its ticket.
   uint64_t startOnCommStream(const std::function<void(void *)> &enqueue);
+  /// The NCCL all-reduce and reduce-scatter, enqueued on `onStream` (the
+  /// device stream, or the communication stream for started ones).
+  void allReduceOn(void *onStream, void *buffer, size_t count, DType type,
+                   ReduceOp op);
+  void reduceScatterOn(void *onStream, const void *send, void *recv,
+                       size_t sliceCount, DType type, ReduceOp op);
 
   /// Waits until the NCCL call that returned `status` (an ncclResult_t) has
   /// left ncclInProgress; fatal on an error, and, after ncclCommAbort, when
