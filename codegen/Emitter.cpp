@@ -165,23 +165,15 @@ LogicalResult ProgramEmitter::collectBuffers() {
       return step.emitError()
              << "code generation: argument '" << buffer.name << "' has type "
              << arg.getType() << "; f16/bf16 programs are not supported yet";
+    // A ZeRO slice (sharc-zero): its file holds the whole tensor.
+    buffer.fileShape = buffer.shape;
+    if (SliceAttr slice = getSliceAttr(step, i)) {
+      buffer.sliced = true;
+      buffer.fileShape.assign(slice.getWhole().getShape().begin(),
+                              slice.getWhole().getShape().end());
+    }
     bufferOf[arg] = static_cast<int>(buffers.size());
     buffers.push_back(std::move(buffer));
-  }
-  // ZeRO slices: optimizer state of its parameter's shape is whole; of
-  // another, this rank's slice of it (sharc-zero).
-  llvm::StringMap<int> paramBuffer;
-  for (BlockArgument arg : entry.getArguments())
-    if (ParamAttr param = getParamAttr(step, arg.getArgNumber()))
-      paramBuffer[param.getName()] = bufferOf[arg];
-  for (BlockArgument arg : entry.getArguments()) {
-    auto state = step.getArgAttrOfType<StateAttr>(
-        arg.getArgNumber(), SharcDialect::getStateAttrName());
-    auto param = state ? paramBuffer.find(state.getParam()) : paramBuffer.end();
-    Buffer &buffer = buffers[bufferOf[arg]];
-    if (param != paramBuffer.end() &&
-        buffers[param->second].shape != buffer.shape)
-      buffer.sliceOf = param->second;
   }
   // Trainable parameters: those whose new value is not the argument itself.
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
@@ -338,8 +330,8 @@ LogicalResult ProgramEmitter::emitAllReduceStart(AllReduceStartOp op) {
   tickets[op.getFuture()] = ticket;
   uint64_t bytes = count * elementBytes(element);
   uint64_t n = options.worldSize;
-  report.collectiveCalls[0] += 1;
-  report.collectiveBytes[0] += n > 1 ? 2 * (n - 1) * bytes / n : 0;
+  report.collectiveCalls[0] += repeat;
+  report.collectiveBytes[0] += repeat * (n > 1 ? 2 * (n - 1) * bytes / n : 0);
   planStaging(options.worldSize * ((count + n - 1) / n) *
               elementBytes(element));
   return success();
@@ -401,9 +393,9 @@ LogicalResult ProgramEmitter::emitSliceCollective(Operation *op, int64_t ranks,
     body() += std::string(", sharc::rt::ReduceOp::") + (*sum ? "sum" : "max");
   body() += ");\n";
   int kind = scatter ? 1 : 2;
-  report.collectiveCalls[kind] += 1;
+  report.collectiveCalls[kind] += repeat;
   report.collectiveBytes[kind] +=
-      uint64_t(options.worldSize - 1) * slice * elementBytes(element);
+      repeat * uint64_t(options.worldSize - 1) * slice * elementBytes(element);
   if (scatter)
     planStaging(options.worldSize * slice * elementBytes(element));
   return success();
@@ -439,15 +431,10 @@ LogicalResult ProgramEmitter::emitWait(WaitOp op) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult ProgramEmitter::emitMicroBatchLoop(MicroBatchLoopOp loop) {
-  bool hasCollective = false;
-  loop.getBody().walk([&](Operation *inner) {
-    hasCollective |=
-        isa<AllReduceOp, AllReduceStartOp, WaitOp, ReduceScatterOp,
-            ReduceScatterStartOp, AllGatherOp, BroadcastFromOp>(inner);
-  });
-  if (hasCollective)
-    return loop.emitError() << "code generation: collectives inside a "
-                               "micro-batch loop are not supported yet";
+  // Collectives in the body (ZeRO's per-micro-batch reduce-scatters) run
+  // once per iteration, each start waited for in the same iteration (the
+  // verifier keeps a start and its wait in one block); the report counts
+  // them `repeat` times.
   Block &loopBody = loop.getBody().front();
   YieldOp yield = loop.getYield();
   // Iteration 0 carries the inits (in place when sharc-plan-memory gave an
@@ -519,14 +506,15 @@ static bool touchesSixteenBits(Operation *op) {
 
 LogicalResult ProgramEmitter::emitOp(Operation *op) {
   // f16 and bf16 kernels exist for elementwise work, data movement (gathers
-  // and scatters included), GEMMs and reductions so far; row kernels, losses
-  // and convolutions on them are refused here rather than emitted wrong.
+  // and scatters included, and the all-gather of ZeRO stage 3's 16-bit
+  // parameters), GEMMs and reductions so far; row kernels, losses and
+  // convolutions on them are refused here rather than emitted wrong.
   if (touchesSixteenBits(op) && !isFusibleElementwiseOp(op) &&
       !isa<FusionOp, ConstantOp, ReshapeOp, TransposeOp, BroadcastOp, SliceOp,
            ConcatOp, InsertSliceOp, TriluOp, GatherOp, ScatterAddOp, MatmulOp,
            ReduceOp, Conv2DOp, Conv2DInputGradOp, Conv2DWeightGradOp,
            MaxPool2DOp, MaxPool2DGradOp, AvgPool2DOp, AvgPool2DGradOp,
-           func::ReturnOp>(op))
+           AllGatherOp, func::ReturnOp>(op))
     return op->emitError() << "code generation: '" << op->getName()
                            << "' on f16/bf16 tensors is not supported yet";
   if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))
@@ -730,6 +718,46 @@ void ProgramEmitter::writeKernelsAndTables(llvm::raw_ostream &os) const {
   os << "  nullptr};\n\n";
 }
 
+/// ZeRO stage 3: the most bytes of gathered parameters (the results of the
+/// all-gathers marked `sharc.parameter_gather`) live at once, each from its
+/// all-gather to the last op that reads it or a view of it (or, for an op
+/// computed in its users' kernel, `sharc.fuse_into`, to those users).
+static int64_t gatheredParameterPeak(func::FuncOp step) {
+  Block &block = step.getBody().front();
+  DenseMap<Operation *, int64_t> position;
+  for (auto [i, op] : llvm::enumerate(block))
+    position[&op] = static_cast<int64_t>(i);
+  // (position, +bytes) where a gather starts, (position, -bytes) after its
+  // last reader.
+  SmallVector<std::pair<int64_t, int64_t>> events;
+  for (auto gather : block.getOps<AllGatherOp>()) {
+    if (!gather->hasAttr("sharc.parameter_gather"))
+      continue;
+    auto type = cast<RankedTensorType>(gather.getResult().getType());
+    int64_t bytes = type.getNumElements() * elementBytes(type.getElementType());
+    int64_t last = position[gather];
+    SmallVector<Value> values = {gather.getResult()};
+    while (!values.empty()) {
+      Value value = values.pop_back_val();
+      for (Operation *user : value.getUsers()) {
+        Operation *top = block.findAncestorOpInBlock(*user);
+        if (!top)
+          continue;
+        last = std::max(last, position[top]);
+        if (isa<ReshapeOp, SliceOp>(top) || top->hasAttr("sharc.fuse_into"))
+          llvm::append_range(values, top->getResults());
+      }
+    }
+    events.emplace_back(position[gather], bytes);
+    events.emplace_back(last + 1, -bytes);
+  }
+  llvm::sort(events);
+  int64_t live = 0, peak = 0;
+  for (auto [at, bytes] : events)
+    peak = std::max(peak, live += bytes);
+  return peak;
+}
+
 LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
   FailureOr<int64_t> arenaBytes = emitFunction();
   if (failed(arenaBytes))
@@ -756,9 +784,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.role = buffer.role;
     entry.type = dtypeEnumerator(buffer.element);
     entry.shape.assign(buffer.shape.begin(), buffer.shape.end());
-    const SmallVector<int64_t> &fileShape =
-        buffer.sliceOf < 0 ? buffer.shape : buffers[buffer.sliceOf].shape;
-    entry.fileShape.assign(fileShape.begin(), fileShape.end());
+    entry.fileShape.assign(buffer.fileShape.begin(), buffer.fileShape.end());
     entry.bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     entry.trainable = buffer.trainable;
     entry.initialValue = buffer.initialValue;
@@ -766,7 +792,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
       report.paramBytes += entry.bytes;
       // From ZeRO stage 2 on a rank keeps only its slice of each gradient
       // (ceil(n / N) elements) past backward.
-      int64_t elements = numElements(buffer.shape);
+      int64_t elements = numElements(buffer.fileShape);
       if (options.zeroStage >= 2)
         elements = (elements + options.worldSize - 1) / options.worldSize;
       if (buffer.trainable)
@@ -777,7 +803,9 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     report.buffers.push_back(std::move(entry));
   }
   for (BlockArgument arg : step.getBody().front().getArguments()) {
-    if (!getParamAttr(step, arg.getArgNumber()))
+    // A partitioned parameter's compute copy is gathered whole (below).
+    if (!getParamAttr(step, arg.getArgNumber()) ||
+        getSliceAttr(step, arg.getArgNumber()))
       continue;
     auto type = cast<RankedTensorType>(arg.getType());
     auto isCopy = [&](Value result) {
@@ -790,6 +818,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
         }))
       report.computeCopyBytes += type.getNumElements() * 2;
   }
+  report.gatheredParameterPeakBytes = gatheredParameterPeak(step);
 
   os << "// Generated by sharc compile (target " << options.target
      << "). Do not edit.\n"
@@ -810,7 +839,11 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     int64_t bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     os << "}, " << numElements(buffer.shape) << ", " << bytes << ", "
        << (buffer.role == "constant" ? "constant" + str(i) : "nullptr") << ", "
-       << buffer.sliceOf << "},\n";
+       << (buffer.sliced ? "true" : "false") << ", " << buffer.fileShape.size()
+       << ", {";
+    for (auto [d, size] : llvm::enumerate(buffer.fileShape))
+      os << (d ? ", " : "") << size;
+    os << "}},\n";
   }
   os << "};\n\n";
   os << "const sharc::rt::ProgramInfo info = {\n"

@@ -75,6 +75,9 @@ struct ProgramReport {
   /// the arena): one 16-bit result of the shape of each parameter read
   /// directly by an op.
   int64_t computeCopyBytes = 0;
+  /// ZeRO stage 3: the most bytes of whole parameters gathered from their
+  /// slices (sharc-gather-parameters) that are live at once in the arena.
+  int64_t gatheredParameterPeakBytes = 0;
   /// By runtime CollectiveKind: all-reduce, reduce-scatter, all-gather,
   /// broadcast.
   std::array<uint64_t, 4> collectiveCalls{};

@@ -245,9 +245,11 @@ private:
     bool trainable = false;
     /// State only: the value of every element before the first step.
     double initialValue = 0;
-    /// State only: the index of the parameter buffer of which this buffer
-    /// holds this rank's ZeRO slice (sharc-zero), -1 when it is whole.
-    int sliceOf = -1;
+    /// True when the buffer holds this rank's ZeRO slice of a tensor of
+    /// `fileShape` (`sharc.slice`, set by sharc-zero).
+    bool sliced = false;
+    /// The shape of the buffer's file: `shape`, or the whole tensor's.
+    SmallVector<int64_t> fileShape;
   };
 
   LogicalResult collectBuffers();

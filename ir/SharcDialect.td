@@ -54,6 +54,11 @@ def Sharc_Dialect : Dialect {
     static constexpr llvm::StringLiteral getStateAttrName() {
       return llvm::StringLiteral("sharc.state");
     }
+    /// Argument attribute: the argument is this rank's ZeRO slice of a
+    /// tensor (#sharc.slice).
+    static constexpr llvm::StringLiteral getSliceAttrName() {
+      return llvm::StringLiteral("sharc.slice");
+    }
     /// Function-result attribute: the result is the gradient of the loss with
     /// respect to the named parameter.
     static constexpr llvm::StringLiteral getGradAttrName() {
@@ -166,6 +171,34 @@ def Sharc_ParamAttr : AttrDef<Sharc_Dialect, "Param"> {
   let parameters = (ins StringRefParameter<"sanitized name">:$name,
                         StringRefParameter<"ONNX initializer name">:$source);
   let assemblyFormat = "`<` $name `,` $source `>`";
+}
+
+def Sharc_SliceAttr : AttrDef<Sharc_Dialect, "Slice"> {
+  let mnemonic = "slice";
+  let summary = "marks an argument as this rank's ZeRO slice of a tensor";
+  let description = [{
+    `sharc.slice = #sharc.slice<tensor<64x10xf32>, ranks = 2>` on an
+    argument of the training step (a parameter at ZeRO stage 3, optimizer
+    state from stage 1 on, set by sharc-zero): the argument holds this rank's
+    slice of a tensor of type `whole` partitioned over `ranks` ranks.  The
+    whole tensor, flattened and zero-padded to `ranks` * s elements with
+    s = ceil(n / `ranks`), is cut into `ranks` rows of s elements; rank r
+    holds row r, so the argument is a `tensor<s x E>` of the whole's element
+    type E.  Files (weights, saved state) hold the whole tensor.
+  }];
+  let parameters = (ins "::mlir::RankedTensorType":$whole, "int64_t":$ranks);
+  let extraClassDeclaration = [{
+    /// Elements per rank: ceil(n / ranks).
+    int64_t getSliceElements() const {
+      return (getWhole().getNumElements() + getRanks() - 1) / getRanks();
+    }
+    /// The type of the argument: tensor<s x E>.
+    ::mlir::RankedTensorType getSliceType() const {
+      return ::mlir::RankedTensorType::get({getSliceElements()},
+                                           getWhole().getElementType());
+    }
+  }];
+  let assemblyFormat = "`<` $whole `,` `ranks` `=` $ranks `>`";
 }
 
 def Sharc_GemmEpilogueAttr : AttrDef<Sharc_Dialect, "GemmEpilogue"> {

@@ -92,6 +92,25 @@ LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
                            << "' applies to results only";
   if (!type && (attr.getName() == getParamAttrName()))
     return success();
+  if (attr.getName() == getSliceAttrName()) {
+    // The argument is a slice of the whole: ceil(n / N) elements of its type.
+    auto slice = dyn_cast<SliceAttr>(attr.getValue());
+    if (!slice)
+      return op->emitError()
+             << "argument #" << argIndex << ": '" << attr.getName().getValue()
+             << "' must be a #sharc.slice attribute";
+    if (slice.getRanks() < 2 ||
+        slice.getRanks() > TrainingOptions::kMaxWorldSize)
+      return op->emitError() << "argument #" << argIndex << ": " << slice
+                             << ": ranks must be in [2, "
+                             << TrainingOptions::kMaxWorldSize << "]";
+    if (type && type != slice.getSliceType())
+      return op->emitError()
+             << "argument #" << argIndex << " of type " << type << " is not "
+             << "a slice of " << slice << ", which is a "
+             << slice.getSliceType();
+    return success();
+  }
   return verifySignatureAttribute(op, type, "argument", argIndex, attr);
 }
 
@@ -145,6 +164,12 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << name << "' must be a unit attribute";
     if (name == "sharc.gemm_output" && !isa<TransposeOp>(op))
       return op->emitError() << "'" << name << "' applies to transposes only";
+    return success();
+  }
+  if (name == "sharc.parameter_gather") {
+    if (!isa<UnitAttr>(value) || !isa<AllGatherOp>(op))
+      return op->emitError()
+             << "'" << name << "' is a unit attribute of sharc.all_gather";
     return success();
   }
   if (name == "sharc.offsets")
@@ -341,6 +366,14 @@ ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
     return {};
   return func.getArgAttrOfType<ParamAttr>(index,
                                           SharcDialect::getParamAttrName());
+}
+
+SliceAttr sharc::getSliceAttr(Operation *op, unsigned index) {
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return {};
+  return func.getArgAttrOfType<SliceAttr>(index,
+                                          SharcDialect::getSliceAttrName());
 }
 
 std::optional<unsigned> sharc::getUpdatedArgument(Operation *op,

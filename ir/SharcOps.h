@@ -119,6 +119,10 @@ bool isSplatConstant(mlir::Operation *op);
 /// Returns the `sharc.param` attribute of function argument `index`, or null.
 ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
 
+/// Returns the `sharc.slice` attribute of function argument `index` (the
+/// argument is this rank's ZeRO slice of a whole tensor), or null.
+SliceAttr getSliceAttr(mlir::Operation *func, unsigned index);
+
 /// The argument of `func` whose next value result `result` is: the argument
 /// with an equal `sharc.param` or `sharc.state` attribute (a parameter or a
 /// piece of training state, updated by the step), or nullopt.

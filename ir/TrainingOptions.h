@@ -146,11 +146,21 @@ struct TrainingOptions {
   /// (zero_optimization.allgather_bucket_size).
   int64_t allgatherBucketSize = 500000000;
   /// ZeRO stage (zero_optimization.stage): 0, 1 for sharc-zero's
-  /// partitioned optimizer state, 2 for partitioned gradients too
-  /// (docs/zero.md).
+  /// partitioned optimizer state, 2 for partitioned gradients too, 3 for
+  /// partitioned parameters too (docs/zero.md).
   int64_t zeroStage = 0;
   /// The highest ZeRO stage implemented.
-  static constexpr int64_t kMaxZeroStage = 2;
+  static constexpr int64_t kMaxZeroStage = 3;
+  /// ZeRO stage 3: parameters of at most this many elements are not
+  /// partitioned; every rank keeps them whole
+  /// (zero_optimization.stage3_param_persistence_threshold, DeepSpeed's
+  /// default 1e5).
+  int64_t paramPersistenceThreshold = 100000;
+  /// ZeRO stage 3: a gathered parameter stays for its next use if the uses
+  /// in between read at most this many elements of other gathered
+  /// parameters; otherwise it is released and gathered again
+  /// (zero_optimization.stage3_max_reuse_distance, DeepSpeed's default 1e9).
+  int64_t maxReuseDistance = 1000000000;
   /// Start each gradient all-reduce as soon as its bucket is complete and
   /// wait only where the sum is read, overlapping backward
   /// (zero_optimization.overlap_comm; sharc-schedule-collectives in the

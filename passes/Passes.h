@@ -151,8 +151,10 @@ template <typename Base> struct WithDataParallelOptions : Base {
 /// reduce-scatters, the update runs on this rank's slice of each parameter
 /// with the optimizer state of that slice only, and the new slices are
 /// all-gathered (stage 2: buckets in backward's order, which
-/// scheduleGradientScatters moves into backward).  Nothing changes at stage
-/// 0; at one rank only the step's `sharc.zero_stage` attribute is set.
+/// scheduleGradientScatters moves into backward; stage 3: the parameters
+/// above the persistence threshold are this rank's slices, gathered where
+/// the step starts, see gatherParameters).  Nothing changes at stage 0; at
+/// one rank only the step's `sharc.zero_stage` attribute is set.
 mlir::LogicalResult applyZero(mlir::ModuleOp module,
                               const TrainingOptions &options);
 std::unique_ptr<mlir::Pass> createZeroPass(const TrainingOptions &options);
@@ -205,7 +207,20 @@ void registerSharcPipelines();
 /// false), sharc-update-in-place, sharc-plan-memory.  `sharc compile` runs it
 /// after the train pipeline, and sharc-opt runs it as sharc-compile-pipeline.
 void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true,
-                          bool overlap = true);
+                          bool overlap = true,
+                          int64_t maxReuseDistance = 1000000000);
+
+//===----------------------------------------------------------------------===//
+// ZeRO stage 3's parameter gathers (GatherParameters.cpp)
+//===----------------------------------------------------------------------===//
+
+/// sharc-gather-parameters on `func` (a function at ZeRO stage 3; others
+/// are left alone): each partitioned parameter's all-gather moves to its
+/// first reader, in its readers' precision, and is repeated before each
+/// reader farther than `maxReuseDistance` elements of other gathered
+/// parameters from the previous one (docs/zero.md).
+mlir::LogicalResult gatherParameters(mlir::func::FuncOp func,
+                                     int64_t maxReuseDistance);
 
 //===----------------------------------------------------------------------===//
 // Scheduling collectives (ScheduleCollectives.cpp)

@@ -127,11 +127,12 @@ def DataParallel : Pass<"sharc-data-parallel", "mlir::ModuleOp"> {
 }
 
 def Zero : Pass<"sharc-zero", "mlir::ModuleOp"> {
-  let summary = "ZeRO stages 1 and 2: each rank keeps and updates the "
+  let summary = "ZeRO stages 1 to 3: each rank keeps and updates the "
                 "optimizer state of its slice of every parameter";
   let description = [{
     Runs after sharc-optimizer (and sharc-loss-scale), before
-    sharc-data-parallel, when `zero-stage` is 1 or 2 and `world-size` N > 1.
+    sharc-data-parallel, when `zero-stage` is 1, 2 or 3 and `world-size`
+    N > 1.
     Each trainable parameter of n elements is viewed as [N, ceil(n / N)]
     (zero padding at the end); rank r owns row r.  The `sharc.gradients`
     hand-off becomes reduce-scatters in buckets of at most
@@ -141,8 +142,14 @@ def Zero : Pass<"sharc-zero", "mlir::ModuleOp"> {
     results hold the slices only; the updated slices are all-gathered into
     the full parameters.  At stage 2 the reduce-scatter buckets follow the
     reverse order of the parameters (the order backward completes them),
-    and sharc-schedule-collectives moves each into backward; gradient
-    accumulation is refused at stage 2.  See docs/zero.md.
+    and sharc-schedule-collectives moves each into backward; with gradient
+    accumulation each micro-batch's gradients are reduce-scattered in the
+    micro-batch loop, which carries and sums this rank's slices.  Stage 3 also partitions every
+    parameter of more than `param-persistence-threshold` elements: its
+    argument becomes this rank's slice (marked `sharc.slice`), all-gathered
+    where the step starts for forward and backward (placed by
+    sharc-gather-parameters), and its result the updated slice.  See
+    docs/zero.md.
   }];
   // The options are those of sharc-data-parallel (WithDataParallelOptions in
   // Passes.h, from TrainingOptions.def).
@@ -213,6 +220,30 @@ def PrepareEmission : Pass<"sharc-prepare-emission", "mlir::ModuleOp"> {
     of a one-element constant (docs/codegen.md).
   }];
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
+def GatherParameters : Pass<"sharc-gather-parameters", "mlir::ModuleOp"> {
+  let summary = "ZeRO stage 3: places each parameter's all-gather before "
+                "its readers, and gathers again where a reuse is far";
+  let description = [{
+    In a function at ZeRO stage 3 (`sharc.zero_stage`), after
+    sharc-prepare-emission: every all-gather of a partitioned parameter's
+    slice (an argument marked `sharc.slice`) is rebuilt in the type of its
+    readers when they all cast it (the 16-bit compute copy is gathered in
+    16 bits) and moves, with its packing and unpacking, to just before its
+    first reader.  The readers are split where the readers between two of
+    them read more than `max-reuse-distance` elements of other gathered
+    parameters; each later group gets its own all-gather before its first
+    reader, so that the whole parameter is freed between the groups
+    (forward and backward gather it once each).  See docs/zero.md.
+  }];
+  let options = [
+    Option<"maxReuseDistance", "max-reuse-distance", "int64_t", "1000000000",
+           "Keep a gathered parameter for a reader within this many "
+           "elements of other gathered parameters (DeepSpeed's "
+           "stage3_max_reuse_distance)">,
+  ];
+  let dependentDialects = ["sharc::SharcDialect"];
 }
 
 def ScheduleCollectives : Pass<"sharc-schedule-collectives",

@@ -58,8 +58,12 @@ void sharc::buildTrainPipeline(OpPassManager &pm,
                  createOptimizerPass(options), options);
 }
 
-void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap) {
+void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
+                                 int64_t maxReuseDistance) {
   pm.addPass(createPrepareEmission());
+  GatherParametersOptions gathers;
+  gathers.maxReuseDistance = maxReuseDistance;
+  pm.addPass(createGatherParameters(gathers));
   if (fuse)
     pm.addPass(createFusePass(/*singletons=*/true));
   ScheduleCollectivesOptions schedule;
@@ -78,6 +82,12 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
                        llvm::cl::desc("Overlap collectives with computation "
                                       "(sharc-schedule-collectives)"),
                        llvm::cl::init(true)};
+  Option<int64_t> maxReuseDistance{
+      *this, "max-reuse-distance",
+      llvm::cl::desc("ZeRO stage 3: gather a parameter again when its next "
+                     "reader is farther than this many elements of other "
+                     "parameters (sharc-gather-parameters)"),
+      llvm::cl::init(1000000000)};
 };
 } // namespace
 
@@ -85,10 +95,12 @@ void sharc::registerSharcPipelines() {
   PassPipelineRegistration<CompilePipelineOptions>(
       "sharc-compile-pipeline",
       "@train_step to the IR the code generator emits: "
-      "sharc-prepare-emission, sharc-fuse, sharc-schedule-collectives, "
+      "sharc-prepare-emission, sharc-gather-parameters, sharc-fuse, "
+      "sharc-schedule-collectives, "
       "sharc-update-in-place, sharc-plan-memory",
       [](OpPassManager &pm, const CompilePipelineOptions &options) {
-        buildCompilePipeline(pm, options.fuse, options.overlap);
+        buildCompilePipeline(pm, options.fuse, options.overlap,
+                             options.maxReuseDistance);
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",

@@ -1,6 +1,6 @@
 //===- Zero.cpp - sharc-zero ----------------------------------------------===//
 //
-// ZeRO stages 1 and 2 (docs/zero.md): each of the N data-parallel ranks
+// ZeRO stages 1 to 3 (docs/zero.md): each of the N data-parallel ranks
 // keeps the optimizer state of one slice of every trainable parameter and
 // updates only that slice.  Runs after sharc-optimizer (and
 // sharc-loss-scale), before sharc-data-parallel, on the `sharc.gradients`
@@ -26,6 +26,14 @@
 // that each bucket's full gradients die there and the arena never holds all
 // of them.  Its buckets follow the order backward completes the gradients
 // (the reverse of the parameters'), as DeepSpeed's do.
+//
+// Stage 3 partitions the parameters above the persistence threshold too:
+// such a parameter's argument is this rank's [s] slice (`sharc.slice`),
+// all-gathered where the step starts into the whole parameter that forward
+// and backward read, and its result is the updated slice (no gather at the
+// end); sharc-gather-parameters later moves each gather to its readers and
+// repeats it where a reuse is far.  The smaller parameters are handled as
+// at stage 2.
 //
 //===----------------------------------------------------------------------===//
 
@@ -68,6 +76,11 @@ struct Partitioned {
   RankedTensorType type;
   /// Elements, and elements per rank (n <= N s).
   int64_t elements = 0, slice = 0;
+  /// ZeRO stage 3: the parameter itself is partitioned (its argument holds
+  /// this rank's slice, all-gathered where the step starts); otherwise it
+  /// is whole on every rank and its updated slices are all-gathered at the
+  /// end of the step.
+  bool partitioned = false;
 };
 
 /// Builds the [N, s] view of `value` (of `part`'s type): flattened, padded
@@ -86,6 +99,23 @@ Value rowsOf(MathBuilder &math, Value value, const Partitioned &part,
     flat = ConcatOp::create(b, ValueRange{flat, zeros}, 0);
   }
   return reshape(b, RankedTensorType::get({ranks, part.slice}, element), flat);
+}
+
+/// The whole parameter of `part` from its slices on every rank: `mine`
+/// (this rank's [s] slice) all-gathered into [N, s], flattened, the padding
+/// cut off, in the parameter's shape.
+Value gatherWhole(ImplicitLocOpBuilder &b, const Partitioned &part, Value mine,
+                  int64_t ranks) {
+  Type element = part.type.getElementType();
+  Value rows =
+      reshape(b, RankedTensorType::get({1, part.slice}, element), mine);
+  Value all = AllGatherOp::create(b, rows, ranks);
+  Value flat =
+      reshape(b, RankedTensorType::get({ranks * part.slice}, element), all);
+  if (ranks * part.slice != part.elements)
+    flat = SliceOp::create(b, RankedTensorType::get({part.elements}, element),
+                           flat, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{1});
+  return reshape(b, part.type, flat);
 }
 
 /// Splits `parts`, in the order of `order` (indices into `parts`), into
@@ -223,16 +253,77 @@ LogicalResult Partitioner::partition(Operation *op) {
   return success();
 }
 
+/// Gradient accumulation from stage 2 on: each gradient of `marker` is a
+/// result of `loop` that sums, over the micro-batches, a per-micro-batch
+/// gradient (`carried + g`).  The reduce-scatters move into the loop body,
+/// on each micro-batch's gradients (`scatter` builds them), and the loop
+/// carries and sums this rank's slices instead, from zeros: no rank holds an
+/// accumulated full gradient.
+LogicalResult
+scatterInLoop(MathBuilder &math, MicroBatchLoopOp loop, GradientsOp marker,
+              ArrayRef<Partitioned> parts,
+              llvm::function_ref<SmallVector<Value>(ArrayRef<Value>)> scatter,
+              Partitioner &partitioner) {
+  ImplicitLocOpBuilder &b = math.getBuilder();
+  YieldOp yield = loop.getYield();
+  SmallVector<unsigned> carried;
+  SmallVector<Value> perMicro;
+  SmallVector<Operation *> sums;
+  for (auto [i, part] : llvm::enumerate(parts)) {
+    auto result = dyn_cast<OpResult>(marker.getValues()[i]);
+    if (!result || result.getOwner() != loop)
+      return marker.emitError() << "sharc-zero: with gradient accumulation "
+                                   "every gradient must come out of the "
+                                   "micro-batch loop";
+    unsigned index = result.getResultNumber();
+    BlockArgument sum = loop.getCarriedArgs()[index];
+    auto add = yield.getOperand(index).getDefiningOp<AddOp>();
+    Value grad;
+    if (add && add.getLhs() == sum)
+      grad = add.getRhs();
+    else if (add && add.getRhs() == sum)
+      grad = add.getLhs();
+    if (!grad || !sum.hasOneUse() || grad.getType() != part.type)
+      return loop.emitError()
+             << "sharc-zero: the micro-batch loop does not "
+                "sum gradient '"
+             << cast<StringAttr>(marker.getParams()[i]).getValue()
+             << "' over its micro-batches";
+    carried.push_back(index);
+    perMicro.push_back(grad);
+    sums.push_back(add);
+  }
+  b.setInsertionPoint(yield);
+  SmallVector<Value> slices = scatter(perMicro);
+  for (auto [i, part] : llvm::enumerate(parts)) {
+    unsigned index = carried[i];
+    auto sliceType =
+        RankedTensorType::get({part.slice}, part.type.getElementType());
+    BlockArgument sum = loop.getCarriedArgs()[index];
+    sum.setType(sliceType);
+    yield->setOperand(index, math.add(sum, slices[i]));
+    sums[i]->erase();
+    OpOperand &init = loop.getInitsMutable()[index];
+    Operation *zeros = init.get().getDefiningOp();
+    b.setInsertionPoint(loop);
+    init.set(ConstantOp::create(
+        b, DenseElementsAttr::get(sliceType,
+                                  b.getZeroAttr(sliceType.getElementType()))));
+    if (zeros && zeros->use_empty())
+      zeros->erase();
+    b.setInsertionPoint(yield);
+    loop.getResult(index).setType(sliceType);
+    partitioner.map(part.grad, loop.getResult(index));
+  }
+  b.setInsertionPointAfter(marker);
+  return success();
+}
+
 } // namespace
 
 LogicalResult sharc::applyZero(ModuleOp module,
                                const TrainingOptions &options) {
   auto emitError = [&] { return module.emitError(); };
-  if (options.zeroStage > TrainingOptions::kMaxZeroStage &&
-      options.zeroStage <= 3)
-    return emitError() << "zero-stage " << options.zeroStage
-                       << " is not supported yet (sharc implements ZeRO "
-                          "stages 0, 1 and 2)";
   OptionChecker check(emitError);
   if (!check.inRange("zero-stage", options.zeroStage, 0,
                      TrainingOptions::kMaxZeroStage) ||
@@ -241,6 +332,9 @@ LogicalResult sharc::applyZero(ModuleOp module,
       !check.inRange("reduce-bucket-size", options.reduceBucketSize, 1,
                      TrainingOptions::kMaxBucketSize) ||
       !check.inRange("allgather-bucket-size", options.allgatherBucketSize, 1,
+                     TrainingOptions::kMaxBucketSize) ||
+      !check.inRange("param-persistence-threshold",
+                     options.paramPersistenceThreshold, 0,
                      TrainingOptions::kMaxBucketSize))
     return failure();
   int64_t ranks = options.worldSize;
@@ -266,16 +360,18 @@ LogicalResult sharc::applyZero(ModuleOp module,
     return marker.emitError() << "sharc-zero: the gradients must be complete "
                                  "in the step's body (not in a loop)";
   Block &entry = step.getBody().front();
-  // Stage 2 reduce-scatters each micro-batch's gradients in backward; with
-  // gradient accumulation they come out of the micro-batch loop whole.
+  // From stage 2 on, with gradient accumulation, each micro-batch's
+  // gradients are reduce-scattered in the micro-batch loop and the loop
+  // sums the slices.
+  MicroBatchLoopOp loop;
   if (options.zeroStage >= 2)
     for (Value grad : marker.getValues())
-      if (grad.getDefiningOp<MicroBatchLoopOp>())
-        return marker.emitError()
-               << "sharc-zero: zero-stage " << options.zeroStage
-               << " with gradient accumulation (more than one micro-batch "
-                  "per step) is not supported yet: the accumulated gradients "
-                  "would be held whole, as at stage 1";
+      if (auto owner = grad.getDefiningOp<MicroBatchLoopOp>()) {
+        if (loop && owner != loop)
+          return marker.emitError() << "sharc-zero: gradients of more than "
+                                       "one micro-batch loop";
+        loop = owner;
+      }
 
   // Each gradient's parameter and optimizer state.
   SmallVector<Partitioned> parts;
@@ -300,6 +396,9 @@ LogicalResult sharc::applyZero(ModuleOp module,
     part.type = tensorType(part.param);
     part.elements = part.type.getNumElements();
     part.slice = (part.elements + ranks - 1) / ranks;
+    // DeepSpeed keeps parameters of at most the threshold's elements whole.
+    part.partitioned = options.zeroStage >= 3 &&
+                       part.elements > options.paramPersistenceThreshold;
     parts.push_back(part);
   }
 
@@ -310,9 +409,37 @@ LogicalResult sharc::applyZero(ModuleOp module,
     update.push_back(op);
 
   ImplicitLocOpBuilder b(step.getLoc(), marker);
-  b.setInsertionPointAfter(marker);
   MathBuilder math(b);
   Partitioner partitioner(math, ranks);
+  auto sliceAttr = [&](RankedTensorType whole) {
+    return SliceAttr::get(module.getContext(), whole, ranks);
+  };
+  // Stage 3: a partitioned parameter's argument is this rank's slice; where
+  // the step starts, the slices are all-gathered (one parameter per
+  // all-gather) into the whole parameter that forward and backward read.
+  // sharc-schedule-collectives later moves each gather to its first reader
+  // and gathers again where a reuse is far (docs/zero.md).
+  b.setInsertionPointToStart(&entry);
+  for (Partitioned &part : parts) {
+    if (!part.partitioned)
+      continue;
+    Type element = part.type.getElementType();
+    auto sliceType = RankedTensorType::get({part.slice}, element);
+    part.param.setType(sliceType);
+    step.setArgAttr(part.param.getArgNumber(), SharcDialect::getSliceAttrName(),
+                    sliceAttr(part.type));
+    Value whole = gatherWhole(b, part, part.param, ranks);
+    // Forward and backward (before the hand-off) read the whole parameter,
+    // the update its slice.
+    Operation *gathered = whole.getDefiningOp();
+    part.param.replaceUsesWithIf(whole, [&](OpOperand &use) {
+      Operation *top = entry.findAncestorOpInBlock(*use.getOwner());
+      return top && gathered->isBeforeInBlock(top) &&
+             top->isBeforeInBlock(marker);
+    });
+    partitioner.map(part.param, part.param);
+  }
+  b.setInsertionPointAfter(marker);
   // Reduce-scatter the gradients; each rank's slice of each parameter.
   // Stage 2's buckets follow backward, which completes the gradients about
   // in the reverse order of the parameters.
@@ -320,41 +447,61 @@ LogicalResult sharc::applyZero(ModuleOp module,
   std::iota(order.begin(), order.end(), 0);
   if (options.zeroStage >= 2)
     std::reverse(order.begin(), order.end());
-  for (ArrayRef<size_t> bucketParts :
-       buckets(parts, order, ranks, options.reduceBucketSize)) {
-    SmallVector<Value> rows;
-    for (size_t i : bucketParts)
-      rows.push_back(rowsOf(math, parts[i].grad, parts[i], ranks));
-    Value bucket =
-        rows.size() == 1 ? rows.front() : ConcatOp::create(b, rows, 1);
-    Value mine = ReduceScatterOp::create(b, bucket, CollectiveKind::sum, ranks);
-    int64_t offset = 0;
-    for (size_t i : bucketParts) {
-      Type element = parts[i].type.getElementType();
-      Value slice = mine;
-      if (bucketParts.size() > 1)
-        slice = SliceOp::create(
-            b, RankedTensorType::get({1, parts[i].slice}, element), mine,
-            ArrayRef<int64_t>{0, offset}, ArrayRef<int64_t>{1, 1});
-      partitioner.map(
-          parts[i].grad,
-          reshape(b, RankedTensorType::get({parts[i].slice}, element), slice));
-      offset += parts[i].slice;
+  // This rank's [s] slice of each part's gradient, for the full gradients
+  // `grads` (one per part), built at the builder's insertion point.
+  auto scatter = [&](ArrayRef<Value> grads) {
+    SmallVector<Value> slices(parts.size());
+    for (ArrayRef<size_t> bucketParts :
+         buckets(parts, order, ranks, options.reduceBucketSize)) {
+      SmallVector<Value> rows;
+      for (size_t i : bucketParts)
+        rows.push_back(rowsOf(math, grads[i], parts[i], ranks));
+      Value bucket =
+          rows.size() == 1 ? rows.front() : ConcatOp::create(b, rows, 1);
+      Value mine =
+          ReduceScatterOp::create(b, bucket, CollectiveKind::sum, ranks);
+      int64_t offset = 0;
+      for (size_t i : bucketParts) {
+        Type element = parts[i].type.getElementType();
+        Value slice = mine;
+        if (bucketParts.size() > 1)
+          slice = SliceOp::create(
+              b, RankedTensorType::get({1, parts[i].slice}, element), mine,
+              ArrayRef<int64_t>{0, offset}, ArrayRef<int64_t>{1, 1});
+        slices[i] =
+            reshape(b, RankedTensorType::get({parts[i].slice}, element), slice);
+        offset += parts[i].slice;
+      }
     }
+    return slices;
+  };
+  if (!loop) {
+    SmallVector<Value> grads;
+    for (const Partitioned &part : parts)
+      grads.push_back(part.grad);
+    for (auto [part, slice] : llvm::zip(parts, scatter(grads)))
+      partitioner.map(part.grad, slice);
+  } else if (failed(scatterInLoop(math, loop, marker, parts, scatter,
+                                  partitioner))) {
+    return failure();
   }
   for (Partitioned &part : parts) {
-    Value rows = rowsOf(math, part.param, part, ranks);
-    Value mine = ShardOp::create(b, rows, ranks);
     auto sliceType =
         RankedTensorType::get({part.slice}, part.type.getElementType());
-    partitioner.map(part.param, reshape(b, sliceType, mine));
+    if (!part.partitioned) {
+      Value rows = rowsOf(math, part.param, part, ranks);
+      Value mine = ShardOp::create(b, rows, ranks);
+      partitioner.map(part.param, reshape(b, sliceType, mine));
+    }
     // The optimizer state holds this rank's slice only.
     for (BlockArgument state : part.state) {
-      if (tensorType(state) != part.type)
+      if (state.getType() != part.type)
         return step.emitError()
                << "sharc-zero: optimizer state of type " << state.getType()
                << " for parameter of type " << part.type;
       state.setType(sliceType);
+      step.setArgAttr(state.getArgNumber(), SharcDialect::getSliceAttrName(),
+                      sliceAttr(part.type));
       partitioner.map(state, state);
     }
   }
@@ -388,15 +535,18 @@ LogicalResult sharc::applyZero(ModuleOp module,
     }
     if (!slice)
       slice = partitioner.sliceOf(entry.getArgument(*updated));
-    if (part->param.getArgNumber() == *updated) {
+    if (part->param.getArgNumber() == *updated && !part->partitioned) {
       newSlices[part - parts.begin()] = slice;
       paramResult[part - parts.begin()] = r;
     } else {
       results[r] = slice;
     }
   }
-  SmallVector<size_t> paramOrder(parts.size());
-  std::iota(paramOrder.begin(), paramOrder.end(), 0);
+  // The parameters kept whole get their updated slices back.
+  SmallVector<size_t> paramOrder;
+  for (auto [i, part] : llvm::enumerate(parts))
+    if (!part.partitioned)
+      paramOrder.push_back(i);
   for (ArrayRef<size_t> bucketParts :
        buckets(parts, paramOrder, ranks, options.allgatherBucketSize)) {
     SmallVector<Value> rows;

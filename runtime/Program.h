@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 5;
+constexpr int kProgramAbiVersion = 6;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -60,10 +60,15 @@ struct BufferSpec {
   int64_t bytes;
   /// Host data of a constant buffer (bytes() bytes); null otherwise.
   const void *constantData;
-  /// Optimizer state under ZeRO (sharc-zero): the index of the parameter
-  /// buffer of which this buffer holds this rank's slice (its ceil(n / N)
-  /// elements from rank() * ceil(n / N) on, zero past n); -1 when whole.
-  int sliceOf;
+  /// Under ZeRO (sharc-zero: optimizer state from stage 1 on, parameters at
+  /// stage 3): true when the buffer holds this rank's slice of a tensor of
+  /// `fileShape`, its ceil(n / N) elements from rank() * ceil(n / N) on
+  /// (zero past n).
+  bool sliced;
+  /// The shape of the buffer's file (weights and saved state hold whole
+  /// tensors at every stage and world size): `shape` unless `sliced`.
+  int fileRank;
+  int64_t fileShape[kMaxRank];
 };
 
 /// Everything the compiler knows about the program, fixed at compile time.

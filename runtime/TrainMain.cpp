@@ -425,36 +425,33 @@ int64_t shapeElements(const std::vector<int64_t> &shape) {
   return count;
 }
 
-/// The shape of `spec`'s file: its own, or for a ZeRO slice of optimizer
-/// state, its parameter's (the files hold whole tensors at every stage).
-std::vector<int64_t> fileShape(const ProgramInfo &info,
-                               const BufferSpec &spec) {
-  const BufferSpec &whole =
-      spec.sliceOf >= 0 ? info.buffers[spec.sliceOf] : spec;
-  return std::vector<int64_t>(whole.shape, whole.shape + whole.rank);
+/// The shape of `spec`'s file: its own, or for a ZeRO slice, the whole
+/// tensor's (the files hold whole tensors at every stage).
+std::vector<int64_t> fileShape(const BufferSpec &spec) {
+  return std::vector<int64_t>(spec.fileShape, spec.fileShape + spec.fileRank);
 }
 
 /// Reads `dir/FILE` for a parameter or state buffer, checks its type and
 /// shape, and copies it to `device`: for a ZeRO slice, elements
 /// [rank s, rank s + s) of the whole tensor in the file (zeros past its
 /// end).
-void loadBuffer(const std::string &dir, const ProgramInfo &info,
-                const BufferSpec &spec, int rank, void *device) {
+void loadBuffer(const std::string &dir, const BufferSpec &spec, int rank,
+                void *device) {
   std::string path = (std::filesystem::path(dir) / spec.file).string();
   NpyArray array;
   std::string error;
   if (!readNpy(path, array, error))
     fatal(std::string(roleName(spec.role)) + " '" + spec.name + "': " + error);
-  std::vector<int64_t> expected = fileShape(info, spec);
+  std::vector<int64_t> expected = fileShape(spec);
   NpyType expectedType = fileType(spec.type);
   if (array.type != expectedType || array.shape != expected)
     fatal(path + ": " + roleName(spec.role) + " '" + spec.name +
           "' expects a " + npyTypeName(expectedType) + " array of shape " +
           shapeString(expected) + ", got a " + npyTypeName(array.type) +
           " array of shape " + shapeString(array.shape));
-  if (spec.sliceOf >= 0) {
+  if (spec.sliced) {
     // This rank's slice, zero-padded (the dtype is not bf16: ZeRO slices
-    // hold fp32 optimizer state).
+    // hold fp32 master weights and optimizer state).
     size_t element = dtypeBytes(spec.type);
     size_t begin = size_t(rank) * spec.numElements * element;
     std::vector<char> slice(spec.bytes, 0);
@@ -477,11 +474,10 @@ void loadBuffer(const std::string &dir, const ProgramInfo &info,
 /// (for a ZeRO slice: every rank's slice, gathered), as `dir/FILE` into
 /// `files`, the state being saved.
 void saveBuffer(AtomicFileSet &files, const std::string &dir,
-                const ProgramInfo &info, const BufferSpec &spec,
-                std::vector<char> host) {
+                const BufferSpec &spec, std::vector<char> host) {
   NpyArray array;
   array.type = fileType(spec.type);
-  array.shape = fileShape(info, spec);
+  array.shape = fileShape(spec);
   host.resize(size_t(shapeElements(array.shape)) * dtypeBytes(spec.type));
   if (spec.type == DType::bf16) {
     array.data.resize(spec.numElements * sizeof(float));
@@ -708,7 +704,7 @@ int run(int argc, char **argv) {
     switch (spec.role) {
     case BufferRole::param:
     case BufferRole::state:
-      loadBuffer(options.weightsDir, info, spec, comm.rank(), buffers[i]);
+      loadBuffer(options.weightsDir, spec, comm.rank(), buffers[i]);
       break;
     case BufferRole::constant:
       copyToDevice(buffers[i], spec.constantData, spec.bytes);
@@ -904,7 +900,7 @@ int run(int argc, char **argv) {
       const BufferSpec &spec = info.buffers[i];
       if (spec.role != BufferRole::param && spec.role != BufferRole::state)
         continue;
-      if (spec.sliceOf < 0) {
+      if (!spec.sliced) {
         if (isRoot) {
           saved[i].resize(spec.bytes);
           copyToHost(saved[i].data(), buffers[i], spec.bytes);
@@ -930,8 +926,7 @@ int run(int argc, char **argv) {
       for (int i = 0; i < info.numBuffers; ++i) {
         const BufferSpec &spec = info.buffers[i];
         if (spec.role == BufferRole::param || spec.role == BufferRole::state)
-          saveBuffer(files, options.saveStateDir, info, spec,
-                     std::move(saved[i]));
+          saveBuffer(files, options.saveStateDir, spec, std::move(saved[i]));
       }
       if (!files.commit(message))
         fatal("--save-state: " + message);

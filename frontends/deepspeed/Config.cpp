@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <tuple>
 
 using namespace llvm;
 
@@ -429,9 +430,16 @@ const StringLiteral supportedTopKeys[] = {"train_batch_size",
 
 /// Keys of zero_optimization that sharc reads (the last three from stage 1
 /// on).
-const StringLiteral zeroReadKeys[] = {
-    "stage",          "reduce_bucket_size",   "overlap_comm",
-    "reduce_scatter", "allgather_partitions", "allgather_bucket_size"};
+const StringLiteral zeroReadKeys[] = {"stage",
+                                      "reduce_bucket_size",
+                                      "overlap_comm",
+                                      "reduce_scatter",
+                                      "allgather_partitions",
+                                      "allgather_bucket_size",
+                                      "stage3_param_persistence_threshold",
+                                      "param_persistence_threshold",
+                                      "stage3_max_reuse_distance",
+                                      "max_reuse_distance"};
 
 /// Keys of DeepSpeed 0.19.8's DeepSpeedZeroConfig (runtime/zero/config.py,
 /// names and aliases) that tune how ZeRO stages 2 and 3 (or options of
@@ -447,14 +455,10 @@ const StringLiteral zeroPartitioningKeys[] = {
     "sub_group_size",
     "prefetch_bucket_size",
     "stage3_prefetch_bucket_size",
-    "param_persistence_threshold",
-    "stage3_param_persistence_threshold",
     "model_persistence_threshold",
     "stage3_model_persistence_threshold",
     "max_live_parameters",
     "stage3_max_live_parameters",
-    "max_reuse_distance",
-    "stage3_max_reuse_distance",
     "gather_16bit_weights_on_model_save",
     "stage3_gather_16bit_weights_on_model_save",
     "module_granularity_threshold",
@@ -946,18 +950,22 @@ Error ConfigReader::readZero(const json::Value &value) {
       return parsed.takeError();
     stage = *parsed;
   }
-  // A bucket size in elements, when the key is there.
-  auto readBucketSize = [&](StringRef key, int64_t &field) -> Error {
-    const json::Value *bucket = (*zero)->get(key);
-    if (!bucket)
+  // A count of elements in [least, 2^40], when the key is there.
+  auto readElements = [&](StringRef key, double least,
+                          int64_t &field) -> Error {
+    const json::Value *count = (*zero)->get(key);
+    if (!count)
       return Error::success();
     Expected<int64_t> parsed = integer(
-        childPath("zero_optimization", key), *bucket,
-        Range{1.0, static_cast<double>(TrainingOptions::kMaxBucketSize)});
+        childPath("zero_optimization", key), *count,
+        Range{least, static_cast<double>(TrainingOptions::kMaxBucketSize)});
     if (!parsed)
       return parsed.takeError();
     field = *parsed;
     return Error::success();
+  };
+  auto readBucketSize = [&](StringRef key, int64_t &field) {
+    return readElements(key, 1.0, field);
   };
   // The bucket size of the gradient all-reduce (sharc-data-parallel) or
   // reduce-scatter (sharc-zero).
@@ -973,10 +981,6 @@ Error ConfigReader::readZero(const json::Value &value) {
       return parsed.takeError();
     options.overlapComm = *parsed;
   }
-  if (stage > TrainingOptions::kMaxZeroStage)
-    return fail("zero_optimization",
-                "not supported yet (ZeRO sharding, stage " + Twine(stage) +
-                    "; sharc implements stages 0, 1 and 2)");
   options.zeroStage = stage;
   if (stage == 0)
     return Error::success();
@@ -985,6 +989,18 @@ Error ConfigReader::readZero(const json::Value &value) {
   if (Error error =
           readBucketSize("allgather_bucket_size", options.allgatherBucketSize))
     return error;
+  // Stage 3's knobs (DeepSpeed's names and their aliases), in elements;
+  // DeepSpeed reads them at stage 3 only.
+  if (stage >= 3)
+    for (auto [key, alias, field] :
+         {std::tuple("stage3_param_persistence_threshold",
+                     "param_persistence_threshold",
+                     &options.paramPersistenceThreshold),
+          std::tuple("stage3_max_reuse_distance", "max_reuse_distance",
+                     &options.maxReuseDistance)})
+      for (StringRef name : {key, alias})
+        if (Error error = readElements(name, 0.0, *field))
+          return error;
   for (StringRef key : {"reduce_scatter", "allgather_partitions"}) {
     const json::Value *value = (*zero)->get(key);
     if (!value)

@@ -1,5 +1,6 @@
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=2 reduce-bucket-size=8" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s --check-prefix=STAGE2
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=3 param-persistence-threshold=4" --sharc-compile-pipeline="max-reuse-distance=0" | sharc-translate --emit-program | FileCheck %s --check-prefix=STAGE3
 
 // ZeRO stage 1 on two ranks (sharc-zero): w's 12 elements are 6 per rank and
 // b's 4 are 2.  The program reduce-scatters the gradients (one bucket of 8
@@ -22,13 +23,13 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 }
 
 // CHECK: const sharc::rt::BufferSpec buffers[] = {
-// CHECK-NEXT: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 2, {3, 4}, 12, 48, nullptr, -1},
-// CHECK-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, -1},
-// CHECK-NEXT: {"w.exp_avg", "", "w.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, 0},
-// CHECK-NEXT: {"w.exp_avg_sq", "", "w.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, 0},
-// CHECK-NEXT: {"b.exp_avg", "", "b.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, 1},
-// CHECK-NEXT: {"b.exp_avg_sq", "", "b.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, 1},
-// CHECK-NEXT: {"step", "", "step.npy", sharc::rt::BufferRole::state, sharc::rt::DType::i64, 0, {}, 1, 8, nullptr, -1},
+// CHECK-NEXT: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 2, {3, 4}, 12, 48, nullptr, false, 2, {3, 4}},
+// CHECK-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, false, 1, {4}},
+// CHECK-NEXT: {"w.exp_avg", "", "w.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}},
+// CHECK-NEXT: {"w.exp_avg_sq", "", "w.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}},
+// CHECK-NEXT: {"b.exp_avg", "", "b.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}},
+// CHECK-NEXT: {"b.exp_avg_sq", "", "b.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}},
+// CHECK-NEXT: {"step", "", "step.npy", sharc::rt::BufferRole::state, sharc::rt::DType::i64, 0, {}, 1, 8, nullptr, false, 0, {}},
 // The stage, and per step one all-reduce (the loss), one reduce-scatter and
 // one all-gather of 8 floats per rank: (N - 1) / N of 2 x 8 floats each.
 // CHECK: const sharc::rt::ProgramInfo info = {
@@ -52,3 +53,16 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // STAGE2-NEXT: const uint64_t [[W:ticket[0-9]+]] = ctx->comm->startReduceScatter({{.*}}, 6, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
 // STAGE2: ctx->comm->wait([[W]]);
 // STAGE2: ctx->comm->allGather(
+
+// Stage 3 with b (4 elements) below the persistence threshold: w's buffer is
+// this rank's 6 of its 12 elements, gathered from the buffer into the arena
+// before the forward GEMM reads it; b stays whole and gets its updated
+// slices back at the end, as at stage 2.
+// STAGE3: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}},
+// STAGE3-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, false, 1, {4}},
+// STAGE3: void sharcProgramStep(
+// STAGE3: ctx->comm->allGather(ctx->buffers[0], (ctx->arena + [[WHOLE:[0-9]+]]), 6, sharc::rt::DType::f32);
+// STAGE3: sharc::kern::gemm(ctx, args);
+// STAGE3: ctx->comm->startReduceScatter(
+// STAGE3: ctx->comm->allGather({{.*}}, ctx->buffers[1], 2, sharc::rt::DType::f32);
+// STAGE3-NOT: allGather

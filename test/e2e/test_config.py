@@ -141,9 +141,9 @@ CONFIG_ERRORS = {
         {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5}}},
         ["scheduler.params: WarmupDecayLR requires 'total_num_steps'"],
     ),
-    "zero-not-supported-yet": (
-        {"zero_optimization": {"stage": 3}},
-        ["zero_optimization: not supported yet (ZeRO sharding, stage 3; sharc implements stages 0, 1 and 2)"],
+    "zero-stage-out-of-range": (
+        {"zero_optimization": {"stage": 4}},
+        ["zero_optimization.stage: expected an integer in [0, 3], got 4"],
     ),
     "steps-per-print-not-supported-yet": (
         {"steps_per_print": 10},

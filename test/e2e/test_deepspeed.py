@@ -69,6 +69,29 @@ CASES = {
                               "allgather_bucket_size": 5000},
         "optimizer": {"type": "AdamW", "params": {
             "lr": 0.01, "weight_decay": 0.01, "torch_adam": True}}}),
+    # Stage 2 with gradient accumulation: both reduce-scatter every
+    # micro-batch's gradients and sum the slices.
+    "mlp-2-ranks-gas-2-zero-2": ("mlp", 2, 2, 30.0, {
+        "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": 0.01, "weight_decay": 0.01, "torch_adam": True}}}),
+    # ZeRO stage 3: both sides keep each rank's slice of the parameters
+    # above 100 elements and gather them where they are read (sharc gathers
+    # each again in backward: reuse distance 0).
+    "mlp-2-ranks-zero-3": ("mlp", 2, 1, 30.0, {
+        "train_micro_batch_size_per_gpu": 8,
+        "zero_optimization": {"stage": 3,
+                              "stage3_param_persistence_threshold": 100},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": 0.01, "weight_decay": 0.01, "torch_adam": True}}}),
+    "gpt-2-ranks-zero-3": ("gpt", 2, 1, 1.0, {
+        "train_micro_batch_size_per_gpu": 2,
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": 5000,
+                              "stage3_param_persistence_threshold": 100,
+                              "stage3_max_reuse_distance": 0},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": 0.01, "weight_decay": 0.01, "torch_adam": True}}}),
 }
 
 

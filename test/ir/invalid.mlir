@@ -449,6 +449,43 @@ func.func @state_string(%a: tensor<3xf32> {sharc.state = "a"}) {
 
 // -----
 
+// An inconsistent partition: 7 elements over 2 ranks are slices of 4.
+// expected-error @+1 {{argument #0 of type 'tensor<3xf32>' is not a slice of #sharc.slice<tensor<7xf32>, ranks = 2>, which is a 'tensor<4xf32>'}}
+func.func @slice_shape(%a: tensor<3xf32> {sharc.slice = #sharc.slice<tensor<7xf32>, ranks = 2>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0 of type 'tensor<4xf16>' is not a slice of #sharc.slice<tensor<7xf32>, ranks = 2>, which is a 'tensor<4xf32>'}}
+func.func @slice_element(%a: tensor<4xf16> {sharc.slice = #sharc.slice<tensor<7xf32>, ranks = 2>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: #sharc.slice<tensor<7xf32>, ranks = 1>: ranks must be in [2, 1048576]}}
+func.func @slice_ranks(%a: tensor<7xf32> {sharc.slice = #sharc.slice<tensor<7xf32>, ranks = 1>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'sharc.slice' must be a #sharc.slice attribute}}
+func.func @slice_type(%a: tensor<4xf32> {sharc.slice = tensor<7xf32>}) {
+  return
+}
+
+// -----
+
+func.func @parameter_gather_elsewhere(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'sharc.parameter_gather' is a unit attribute of sharc.all_gather}}
+  %0 = sharc.exp %a {sharc.parameter_gather} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
 // expected-error @+1 {{argument #0: 'sharc.output' applies to results only}}
 func.func @output_on_arg(%a: tensor<3xf32> {sharc.output = "a"}) {
   return

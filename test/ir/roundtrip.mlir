@@ -178,6 +178,18 @@ func.func @train_state(%m: tensor<3xf32> {sharc.state = #sharc.state<"w", "exp_a
   return %m, %m : tensor<3xf32>, tensor<3xf32>
 }
 
+// A ZeRO slice: this rank's 4 of the 7 elements of a parameter on 2 ranks.
+// CHECK-LABEL: func.func @zero_slice
+// CHECK-SAME: {sharc.param = #sharc.param<"w", "w">, sharc.slice = #sharc.slice<tensor<7xf32>, ranks = 2>}
+func.func @zero_slice(%w: tensor<4xf32> {sharc.param = #sharc.param<"w", "w">, sharc.slice = #sharc.slice<tensor<7xf32>, ranks = 2>})
+    -> tensor<8xf32> attributes {sharc.zero_stage = 3 : i64} {
+  %r = sharc.reshape %w : tensor<4xf32> to tensor<1x4xf32>
+  // CHECK: sharc.all_gather %{{.*}} {ranks = 2 : i64, sharc.parameter_gather}
+  %g = sharc.all_gather %r {ranks = 2 : i64, sharc.parameter_gather} : (tensor<1x4xf32>) -> tensor<2x4xf32>
+  %f = sharc.reshape %g : tensor<2x4xf32> to tensor<8xf32>
+  return %f : tensor<8xf32>
+}
+
 // CHECK-LABEL: func.func @gradient_ops
 func.func @gradient_ops(%x: tensor<2x4x9x9xf32>, %w: tensor<6x2x3x3xf32>, %gc: tensor<2x6x5x5xf32>,
                         %gp: tensor<2x4x5x5xf32>, %ga: tensor<2x4x4x4xf32>, %table: tensor<10x8xf16>,

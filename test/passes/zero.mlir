@@ -3,8 +3,9 @@
 // RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd" --sharc-loss-scale --sharc-zero="world-size=2 zero-stage=1" | FileCheck %s --check-prefix=SCALED
 // RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd" --sharc-zero="world-size=1 zero-stage=1" | FileCheck %s --check-prefix=ONE
 // RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd" --sharc-zero="world-size=2 zero-stage=2" | FileCheck %s --check-prefix=STAGE2
-// RUN: not sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2" --sharc-zero="world-size=2 zero-stage=2" 2>&1 | FileCheck %s --check-prefix=ACCUM
-// RUN: not sharc-opt %s --sharc-optimizer --sharc-zero="world-size=2 zero-stage=3" 2>&1 | FileCheck %s --check-prefix=STAGE3
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=sgd grad-accum=2" --sharc-zero="world-size=2 zero-stage=2" | FileCheck %s --check-prefix=ACCUM
+// RUN: sharc-opt %s --sharc-optimizer="optimizer=adamw" --sharc-zero="world-size=2 zero-stage=3 param-persistence-threshold=3" | FileCheck %s --check-prefix=STAGE3
+// RUN: not sharc-opt %s --sharc-optimizer --sharc-zero="world-size=2 zero-stage=4" 2>&1 | FileCheck %s --check-prefix=STAGE4
 // RUN: not sharc-opt %s --sharc-zero="world-size=2 zero-stage=1" 2>&1 | FileCheck %s --check-prefix=NOSTEP
 
 // sharc-zero (ZeRO stage 1) runs after sharc-optimizer and before
@@ -29,10 +30,10 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK-LABEL: func.func @train_step(
 // CHECK-SAME: %[[W:[^:]*]]: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">}
 // CHECK-SAME: %[[B:[^:]*]]: tensor<2x2xf32> {sharc.param = #sharc.param<"b", "b">}
-// CHECK-SAME: %[[WM:[^:]*]]: tensor<2xf32> {sharc.state = #sharc.state<"w", "exp_avg">}
-// CHECK-SAME: %[[WV:[^:]*]]: tensor<2xf32> {sharc.state = #sharc.state<"w", "exp_avg_sq">}
-// CHECK-SAME: %[[BM:[^:]*]]: tensor<2xf32> {sharc.state = #sharc.state<"b", "exp_avg">}
-// CHECK-SAME: %[[BV:[^:]*]]: tensor<2xf32> {sharc.state = #sharc.state<"b", "exp_avg_sq">}
+// CHECK-SAME: %[[WM:[^:]*]]: tensor<2xf32> {sharc.slice = #sharc.slice<tensor<3xf32>, ranks = 2>, sharc.state = #sharc.state<"w", "exp_avg">}
+// CHECK-SAME: %[[WV:[^:]*]]: tensor<2xf32> {sharc.slice = #sharc.slice<tensor<3xf32>, ranks = 2>, sharc.state = #sharc.state<"w", "exp_avg_sq">}
+// CHECK-SAME: %[[BM:[^:]*]]: tensor<2xf32> {sharc.slice = #sharc.slice<tensor<2x2xf32>, ranks = 2>, sharc.state = #sharc.state<"b", "exp_avg">}
+// CHECK-SAME: %[[BV:[^:]*]]: tensor<2xf32> {sharc.slice = #sharc.slice<tensor<2x2xf32>, ranks = 2>, sharc.state = #sharc.state<"b", "exp_avg_sq">}
 // CHECK-SAME: -> (tensor<f32> {sharc.output = "loss"}, tensor<3xf32> {sharc.param = #sharc.param<"w", "w">}, tensor<2x2xf32> {sharc.param = #sharc.param<"b", "b">}, tensor<2xf32> {sharc.state = #sharc.state<"w", "exp_avg">}, tensor<2xf32> {sharc.state = #sharc.state<"w", "exp_avg_sq">}, tensor<2xf32> {sharc.state = #sharc.state<"b", "exp_avg">}, tensor<2xf32> {sharc.state = #sharc.state<"b", "exp_avg_sq">}
 // CHECK-SAME: attributes {sharc.zero_stage = 1 : i64}
 // CHECK-NOT: sharc.gradients
@@ -103,6 +104,42 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // STAGE2: sharc.reshape %{{.*}} : tensor<2x2xf32> to tensor<4xf32>
 // STAGE2: sharc.slice %{{.*}} {start = array<i64: 0>, stride = array<i64: 1>} : tensor<4xf32> to tensor<3xf32>
 
-// ACCUM: error: sharc-zero: zero-stage 2 with gradient accumulation (more than one micro-batch per step) is not supported yet
-// STAGE3: error: zero-stage 3 is not supported yet (sharc implements ZeRO stages 0, 1 and 2)
+// Stage 2 with two micro-batches: the loop carries this rank's slices of
+// the gradients (from zeros) and reduce-scatters each micro-batch's.
+// ACCUM-LABEL: func.func @train_step(
+// ACCUM-NOT: tensor<2x2xf32> = sharc.constant
+// ACCUM: %[[ZW:.*]] = sharc.constant dense<0.000000e+00> : tensor<2xf32>
+// ACCUM-NEXT: %[[ZB:.*]] = sharc.constant dense<0.000000e+00> : tensor<2xf32>
+// ACCUM-NEXT: sharc.micro_batch_loop count 2 inputs(%{{.*}} : tensor<4x3xf32>) inits(%{{.*}}, %[[ZW]], %[[ZB]] : tensor<f32>, tensor<2xf32>, tensor<2xf32>) -> tensor<f32>, tensor<2xf32>, tensor<2xf32> {
+// ACCUM: ^bb0(%{{.*}}: tensor<2x3xf32>, %{{.*}}: tensor<f32>, %[[SW:.*]]: tensor<2xf32>, %[[SB:.*]]: tensor<2xf32>):
+// ACCUM: %[[G:.*]]:3 = func.call @main_grad(
+// ACCUM: %[[RS:.*]] = sharc.reduce_scatter %{{.*}} {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : (tensor<2x4xf32>) -> tensor<1x4xf32>
+// ACCUM-DAG: sharc.add %[[SW]], %{{.*}} : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+// ACCUM-DAG: sharc.add %[[SB]], %{{.*}} : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+// ACCUM: sharc.yield
+// ACCUM-NOT: sharc.reduce_scatter
+// STAGE4: error: option 'zero-stage' must be between 0 and 3, got 4
+
+// Stage 3: b (4 elements, above the threshold of 3) is partitioned: its
+// argument and result are this rank's slice, gathered where the step starts
+// for the gradient function; its update reads the slice and nothing gathers
+// it at the end.  w (3 elements) stays whole, as at stage 2.
+// STAGE3-LABEL: func.func @train_step(
+// STAGE3-SAME: %[[W:[^:]*]]: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">}
+// STAGE3-SAME: %[[B:[^:]*]]: tensor<2xf32> {sharc.param = #sharc.param<"b", "b">, sharc.slice = #sharc.slice<tensor<2x2xf32>, ranks = 2>}
+// STAGE3-SAME: tensor<2xf32> {sharc.slice = #sharc.slice<tensor<2x2xf32>, ranks = 2>, sharc.state = #sharc.state<"b", "exp_avg">}
+// STAGE3-SAME: -> (tensor<f32> {sharc.output = "loss"}, tensor<3xf32> {sharc.param = #sharc.param<"w", "w">}, tensor<2xf32> {sharc.param = #sharc.param<"b", "b">}
+// STAGE3-SAME: attributes {sharc.zero_stage = 3 : i64}
+// STAGE3-NEXT: %[[ROWS:.*]] = sharc.reshape %[[B]] : tensor<2xf32> to tensor<1x2xf32>
+// STAGE3-NEXT: %[[ALL:.*]] = sharc.all_gather %[[ROWS]] {ranks = 2 : i64} : (tensor<1x2xf32>) -> tensor<2x2xf32>
+// STAGE3-NEXT: %[[FLAT:.*]] = sharc.reshape %[[ALL]] : tensor<2x2xf32> to tensor<4xf32>
+// STAGE3-NEXT: %[[WHOLE:.*]] = sharc.reshape %[[FLAT]] : tensor<4xf32> to tensor<2x2xf32>
+// STAGE3: call @main_grad(%[[W]], %[[WHOLE]],
+// STAGE3: sharc.reduce_scatter
+// STAGE3-NOT: sharc.shard %[[B]]
+// STAGE3: sharc.shard
+// STAGE3-NOT: sharc.shard
+// STAGE3: %[[NEWW:.*]] = sharc.all_gather %{{.*}} {ranks = 2 : i64} : (tensor<1x2xf32>) -> tensor<2x2xf32>
+// STAGE3-NOT: sharc.all_gather
+// STAGE3: return
 // NOSTEP: error: sharc-zero needs '@train_step' (run sharc-optimizer first)

@@ -352,7 +352,7 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
   os << "report: per rank: parameter bytes " << report.paramBytes
      << ", gradient bytes " << report.gradientBytes
      << ", optimizer state bytes " << report.stateBytes << "\n";
-  if (options.zeroStage > 0)
+  if (options.zeroStage == 1 || options.zeroStage == 2)
     os << "report: ZeRO stage " << options.zeroStage
        << ": each rank holds the optimizer state of its slice of every "
           "parameter (ceil(n / "
@@ -362,6 +362,18 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
                  "reduce-scattered where backward completes it"
                : "; gradients are reduce-scattered after backward")
        << ", and the updated slices all-gathered\n";
+  if (options.zeroStage >= 3)
+    os << "report: ZeRO stage 3: each rank holds its slice (ceil(n / "
+       << options.worldSize
+       << ") elements) of every parameter above the persistence threshold, "
+          "and of every optimizer state and gradient; each gradient bucket "
+          "is reduce-scattered where backward completes it; each "
+          "partitioned parameter is all-gathered before its readers (again "
+          "where a reuse is farther than the reuse distance) and freed "
+          "after them\n"
+       << "report: per rank: gathered parameters peak bytes "
+       << report.gatheredParameterPeakBytes
+       << " (whole parameters live at once, in the arena)\n";
   if (report.computeCopyBytes)
     os << "report: per rank: 16-bit compute copies of the parameters "
        << report.computeCopyBytes
@@ -442,7 +454,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   buildTrainPipeline(pm, *options);
   bool overlap = flags->overlapComm.getNumOccurrences() ? flags->overlapComm
                                                         : options->overlapComm;
-  buildCompilePipeline(pm, flags->fuse, overlap);
+  buildCompilePipeline(pm, flags->fuse, overlap, options->maxReuseDistance);
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
@@ -519,6 +531,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"gradient_bytes", report.gradientBytes},
       {"optimizer_state_bytes", report.stateBytes},
       {"compute_copy_bytes", report.computeCopyBytes},
+      {"gathered_parameter_peak_bytes", report.gatheredParameterPeakBytes},
       {"kernels", report.numKernels},
       {"gemm_calls_per_step", report.numGemmCalls},
       {"gemm_epilogues_per_step", report.numGemmEpilogues},

@@ -216,27 +216,20 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
 /// Writes every parameter and state argument of `step` (their values in
 /// rank 0's `rankArgs`) to DIR: params as <ONNX name>.npy, state as <ONNX
 /// name>.<role>.npy or <role>.npy (the step counter), file names made
-/// distinct by rt::npyFileNames.  Optimizer state that holds each rank's
-/// ZeRO slice of a parameter (sharc-zero) is written whole: the ranks'
-/// slices in rank order, without the padding, in the parameter's shape.
+/// distinct by rt::npyFileNames.  An argument that holds each rank's ZeRO
+/// slice of a tensor (`sharc.slice`) is written whole: the ranks' slices in
+/// rank order, without the padding, in the whole tensor's shape.
 LogicalResult dumpState(func::FuncOp step,
                         ArrayRef<std::vector<Tensor>> rankArgs, StringRef dir) {
   ArrayRef<Tensor> args = rankArgs.front();
-  llvm::StringMap<unsigned> paramArg;
-  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
-    if (ParamAttr param = getParamAttr(step, i))
-      paramArg[param.getName()] = i;
   auto whole = [&](unsigned i) -> Tensor {
-    StateAttr state = getStateAttr(step, i);
-    auto param = state ? paramArg.find(state.getParam()) : paramArg.end();
-    if (param == paramArg.end() ||
-        args[param->second].shape() == args[i].shape())
+    SliceAttr slice = getSliceAttr(step, i);
+    if (!slice)
       return args[i];
-    const Tensor &shape = args[param->second];
-    Tensor gathered(args[i].dtype(), shape.shape());
-    int64_t slice = args[i].numElements(), total = gathered.numElements();
+    Tensor gathered(args[i].dtype(), slice.getWhole().getShape());
+    int64_t size = slice.getSliceElements(), total = gathered.numElements();
     for (int64_t k = 0; k < total; ++k)
-      gathered.setDouble(k, rankArgs[k / slice][i].getDouble(k % slice));
+      gathered.setDouble(k, rankArgs[k / size][i].getDouble(k % size));
     return gathered;
   };
   llvm::StringMap<std::string> sourceOf;
@@ -328,6 +321,10 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       continue;
     }
     ParamAttr param = getParamAttr(step, i);
+    // A partitioned parameter (ZeRO stage 3) is read whole; each rank takes
+    // its slice below.
+    if (SliceAttr slice = getSliceAttr(step, i))
+      type = slice.getWhole();
     auto it = inputs.find(name);
     if (it == inputs.end() && param)
       it = inputs.find(param.getSource().str());
@@ -405,6 +402,17 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
   // its block of each step's global batch, as the training binary's loader
   // shards it (docs/runtime.md, "Sharding rule").
   std::vector<std::vector<Tensor>> rankArgs(ranks, args);
+  for (unsigned i = 0; i < numArgs; ++i)
+    if (SliceAttr slice = getSliceAttr(step, i); slice && getParamAttr(step, i))
+      for (int64_t r = 0; r < ranks; ++r) {
+        // Rank r's elements [r s, r s + s) of the whole, zero past its end.
+        int64_t size = slice.getSliceElements();
+        Tensor mine(args[i].dtype(), {size});
+        for (int64_t k = 0; k < size; ++k)
+          if (int64_t from = r * size + k; from < args[i].numElements())
+            mine.setDouble(k, args[i].getDouble(from));
+        rankArgs[r][i] = std::move(mine);
+      }
   for (int64_t k = 0; k < steps; ++k) {
     for (int64_t r = 0; r < ranks; ++r)
       for (auto &[index, stream] : data) {
