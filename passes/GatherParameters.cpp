@@ -1,9 +1,10 @@
 //===- GatherParameters.cpp - sharc-gather-parameters ---------------------===//
 //
-// ZeRO stage 3 (docs/zero.md): sharc-zero gathers every partitioned
-// parameter where the step starts, from the slice its argument holds.  Once
-// the gradient function is inlined, this pass decides where each gathered
-// parameter lives:
+// ZeRO (docs/zero.md): sharc-zero gathers every partitioned parameter (at
+// stage 3 those above the persistence threshold; at stages 1 and 2 the fp32
+// master weights of mixed precision) where the step starts, from the slice
+// its argument holds.  Once the gradient function is inlined, this pass
+// decides where each gathered parameter lives:
 //
 //   - a gathered parameter read only through casts to one type (the 16-bit
 //     compute copy of mixed precision) is gathered in that type: the slice
@@ -17,7 +18,9 @@
 //   - each group gets its own all-gather just before its first reader (the
 //     first group the original one), so that the memory plan frees the
 //     whole parameter after the last reader of each group: forward and
-//     backward gather it once each when they are far apart.
+//     backward gather it once each when they are far apart.  Below stage 3
+//     the reuse distance is unbounded: the 16-bit copies stay for the step,
+//     as DeepSpeed's 16-bit parameters do at stages 1 and 2.
 //
 // A gathered parameter is recomputed from arguments only (the slice, casts
 // and views of it), so a second gather reads what the first did.
@@ -31,6 +34,8 @@
 
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseSet.h"
+
+#include <limits>
 
 namespace sharc {
 #define GEN_PASS_DEF_GATHERPARAMETERS
@@ -139,8 +144,12 @@ GatherChain gatherInReadersType(GatherChain chain) {
 LogicalResult sharc::gatherParameters(func::FuncOp func,
                                       int64_t maxReuseDistance) {
   auto stage = func->getAttrOfType<IntegerAttr>("sharc.zero_stage");
-  if (!stage || stage.getInt() < 3 || func.isExternal())
+  if (!stage || stage.getInt() < 1 || func.isExternal())
     return success();
+  // Stages 1 and 2 keep the gathered 16-bit copies of their partitioned
+  // masters for the whole step, as DeepSpeed keeps its 16-bit parameters.
+  if (stage.getInt() < 3)
+    maxReuseDistance = std::numeric_limits<int64_t>::max();
   if (!func.getBody().hasOneBlock())
     return func.emitError() << "sharc-gather-parameters: '@"
                             << func.getSymName() << "' has more than one block";

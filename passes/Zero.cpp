@@ -118,6 +118,36 @@ Value gatherWhole(ImplicitLocOpBuilder &b, const Partitioned &part, Value mine,
   return reshape(b, part.type, flat);
 }
 
+/// True when everything before `marker` (forward and backward) reads `param`
+/// only as its 16-bit compute copy: each use is an operand of a call whose
+/// callee casts that argument to f16 or bf16 and reads it no other way (what
+/// sharc-mixed-precision makes of an fp32 parameter).
+bool readAsSixteenBits(ModuleOp module, Block &entry, Operation *marker,
+                       BlockArgument param) {
+  bool read = false;
+  for (OpOperand &use : param.getUses()) {
+    Operation *top = entry.findAncestorOpInBlock(*use.getOwner());
+    if (!top || !top->isBeforeInBlock(marker))
+      continue;
+    auto call = dyn_cast<func::CallOp>(use.getOwner());
+    auto callee =
+        call ? module.lookupSymbol<func::FuncOp>(call.getCallee()) : nullptr;
+    if (!callee || callee.isExternal())
+      return false;
+    BlockArgument arg = callee.getArgument(use.getOperandNumber());
+    if (arg.use_empty())
+      return false;
+    for (Operation *user : arg.getUsers()) {
+      auto cast = dyn_cast<CastOp>(user);
+      Type to = cast ? elementTypeOf(cast.getResult()) : Type();
+      if (!to || !(to.isF16() || to.isBF16()))
+        return false;
+    }
+    read = true;
+  }
+  return read;
+}
+
 /// Splits `parts`, in the order of `order` (indices into `parts`), into
 /// buckets: consecutive parameters of one element type while N times their
 /// slices fit in `bucketSize` elements (a larger one is a bucket of its
@@ -396,9 +426,14 @@ LogicalResult sharc::applyZero(ModuleOp module,
     part.type = tensorType(part.param);
     part.elements = part.type.getNumElements();
     part.slice = (part.elements + ranks - 1) / ranks;
-    // DeepSpeed keeps parameters of at most the threshold's elements whole.
-    part.partitioned = options.zeroStage >= 3 &&
-                       part.elements > options.paramPersistenceThreshold;
+    // Stage 3 partitions the parameters above the threshold (DeepSpeed
+    // keeps the smaller ones whole); stages 1 and 2 partition the fp32
+    // master weights of mixed precision (a parameter forward reads only as
+    // its 16-bit compute copy), whose 16-bit copies are gathered whole.
+    part.partitioned =
+        options.zeroStage >= 3
+            ? part.elements > options.paramPersistenceThreshold
+            : readAsSixteenBits(module, entry, marker, part.param);
     parts.push_back(part);
   }
 

@@ -29,6 +29,23 @@ parameter + gradient + optimizer-state tensor bytes.
     tools/benchmark-cpu.py --model gpt --dim 128 --layers 4 --seq 64 \\
         --batch 8 --vocab 512 --steps 20 --threads 2
 
+With --compare-stages [LIST] (no PyTorch run) it compiles the model once per
+ZeRO stage of LIST (default 0,1,2,3) and world size of --world-sizes (default
+1,2,4; stages above 0 only from 2 ranks), passing --compile-flags to every
+configuration and --zero-flags to the stages above 0, runs every binary under `mpirun -np N` ROUNDS times alternately and
+prints one table: per rank, the median step time, the peak memory the binary
+prints as planned (persistent buffers + arena + communication staging) and
+measured (rank 0's peak resident set, getrusage), the measured saving against
+stage 0 at the same N, the planned arena and gathered-parameter peak, and the
+collective bytes per step planned and counted by the runtime.  Its default
+size is the GPT of the ZeRO memory test (dim 512, seq 64; pass --layers 6
+--heads 8 --vocab 8192 --batch 1 for exactly that model):
+
+    tools/benchmark-cpu.py --compare-stages --layers 6 --heads 8 \\
+        --vocab 8192 --batch 1 --threads 1 \\
+        --compile-flags "--reduce-bucket-size 5000000" \\
+        --zero-flags "--max-reuse-distance 0"
+
 With --compare-precisions (no PyTorch run) it instead compiles the same model
 once per precision (`sharc compile --precision fp32|bf16|fp16 --world-size N`,
 default all three), runs the binaries alternately ROUNDS times under
@@ -109,6 +126,8 @@ COLLECTIVE_LINE = re.compile(
 ARENA_LINE = re.compile(r"^summary: arena bytes planned (\d+) measured (\d+)",
                         re.MULTILINE)
 MAX_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
+PEAK_LINE = re.compile(r"^summary: peak memory bytes per rank planned (\d+) "
+                       r"measured (\d+)", re.MULTILINE)
 
 
 def parse_args(argv=None):
@@ -159,6 +178,24 @@ def parse_args(argv=None):
                         help="--compare-precisions: data-parallel ranks "
                              "(sharc compile --world-size N, mpirun -np N; "
                              "default 1)")
+    parser.add_argument("--compare-stages", nargs="?", metavar="LIST",
+                        const="0,1,2,3",
+                        help="instead of the PyTorch comparison: compile the "
+                             "model once per ZeRO stage of LIST (default "
+                             "0,1,2,3) and world size of --world-sizes, run "
+                             "the binaries alternately and print per-rank "
+                             "step time, planned and measured peak memory and "
+                             "collective bytes")
+    parser.add_argument("--world-sizes", default="1,2,4", metavar="LIST",
+                        help="--compare-stages: the world sizes (default "
+                             "1,2,4; ZeRO stages above 0 need 2 or more)")
+    parser.add_argument("--compile-flags", default="", metavar="FLAGS",
+                        help="--compare-stages: extra sharc compile flags for "
+                             "every configuration, e.g. '--reduce-bucket-size "
+                             "5000000'")
+    parser.add_argument("--zero-flags", default="", metavar="FLAGS",
+                        help="--compare-stages: extra sharc compile flags for "
+                             "the stages above 0, e.g. '--max-reuse-distance 0'")
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", help="keep files here (default: a temporary folder)")
@@ -167,6 +204,28 @@ def parse_args(argv=None):
     if args.torch_worker:
         return args
     compare = args.compare_precisions is not None
+    if args.compare_stages is not None:
+        if compare:
+            parser.error("--compare-stages and --compare-precisions are "
+                         "separate runs")
+        try:
+            args.compare_stages = [int(x) for x in args.compare_stages.split(",")]
+            args.world_sizes = [int(x) for x in args.world_sizes.split(",")]
+        except ValueError:
+            parser.error("--compare-stages and --world-sizes take "
+                         "comma-separated integers")
+        if not all(0 <= z <= 3 for z in args.compare_stages) or \
+                not all(n >= 1 for n in args.world_sizes):
+            parser.error("--compare-stages: stages 0 to 3; --world-sizes: "
+                         "at least 1")
+        for name, value in {"dim": 512, "seq": 64, "steps": 4,
+                            "warmup": 1}.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        args.world_size = max(args.world_sizes)
+        if args.precision is None:
+            args.precision = "fp32"
+        return args
     defaults = ({"dim": 256, "seq": 256, "steps": 10, "warmup": 2} if compare
                 else {"dim": 128, "seq": 64, "steps": 20, "warmup": 3})
     for name, value in defaults.items():
@@ -318,9 +377,9 @@ def sharc_binary(args):
 
 
 def compile_sharc(args, work, onnx_path, precision=None, world_size=1,
-                  name="out"):
-    """Compiles the model once (into WORK/NAME); returns (OUT directory,
-    seconds)."""
+                  name="out", extra=()):
+    """Compiles the model once (into WORK/NAME, with the sharc compile flags
+    EXTRA); returns (OUT directory, seconds)."""
     sharc = sharc_binary(args)
     out = (work / name).resolve()
     start = time.perf_counter()
@@ -329,6 +388,7 @@ def compile_sharc(args, work, onnx_path, precision=None, world_size=1,
                "--precision", precision or args.precision, "-o", out]
     if world_size != 1:
         command += ["--world-size", str(world_size)]
+    command += list(extra)
     run_checked(command, what="sharc compile")
     return out, time.perf_counter() - start
 
@@ -458,6 +518,7 @@ def run_sharc(args, out, compile_s, input_files, world_size=1, sample_rss=False)
         # Largest child of this process so far (mpirun or the binary).
         max_rss_kb, rss_source = max(children, before), "getrusage(CHILDREN)"
     arena = ARENA_LINE.search(stdout)
+    peak = PEAK_LINE.search(stdout)
     skipped = SKIPPED_LINE.search(stdout)
     collective = COLLECTIVE_LINE.search(stdout)
     input_bytes = sum(b["bytes"] for b in manifest["buffers"] if b["role"] == "input")
@@ -475,6 +536,8 @@ def run_sharc(args, out, compile_s, input_files, world_size=1, sample_rss=False)
         "max_rss_kb": max_rss_kb, "rss_source": rss_source,
         "arena_planned": manifest["arena_bytes"],
         "arena_measured": int(arena.group(2)) if arena else None,
+        "peak_planned": int(peak.group(1)) if peak else None,
+        "peak_measured": int(peak.group(2)) if peak else None,
         "param_bytes": manifest["parameter_bytes"],
         "state_bytes": manifest["optimizer_state_bytes"],
         "grad_bytes": manifest["gradient_bytes"],
@@ -567,6 +630,91 @@ def build_info(args, binary):
     return lines
 
 
+def model_line(args, n_params, precision=None):
+    """The model, its sizes and the optimizer, for a table's header."""
+    sizes = (f"dim {args.dim}, layers {args.layers}, heads {args.heads}, "
+             f"seq {args.seq}, vocab {args.vocab}, " if args.model != "mlp"
+             else f"hidden {args.dim}, ")
+    return (f"model {args.model}: {sizes}micro-batch {args.batch} per rank; "
+            f"{n_params} parameters ({mib(4 * n_params):.1f} MiB in fp32); "
+            f"{precision + ' ' if precision else ''}AdamW lr {args.lr} "
+            f"weight decay {args.weight_decay}")
+
+
+def compare_stages(args, work, onnx_path, input_files, n_params):
+    """One table of per-rank step time, peak memory (planned by the compiler
+    and measured by the binary: getrusage's peak resident set) and collective
+    bytes per step (planned, and counted by the runtime) for every world size
+    and ZeRO stage."""
+    configs = []
+    for n in args.world_sizes:
+        for stage in args.compare_stages:
+            if stage == 0 or n > 1:
+                configs.append((n, stage))
+    common_flags, extra_flags = args.compile_flags.split(), args.zero_flags.split()
+    outs = {}
+    for n, stage in configs:
+        extra = (["--zero-stage", str(stage)] + common_flags
+                 + (extra_flags if stage else []))
+        outs[(n, stage)] = compile_sharc(args, work, onnx_path, args.precision, n,
+                                         name=f"out-np{n}-zero{stage}",
+                                         extra=extra)
+        print(f"compiled N = {n}, stage {stage} in "
+              f"{outs[(n, stage)][1]:.1f} s", flush=True)
+    info = build_info(args, outs[configs[0]][0] / "train")
+    w = args.warmup
+    runs = {c: [] for c in configs}
+    for r in range(args.rounds):
+        for config in configs:
+            out, compile_s = outs[config]
+            result = run_sharc(args, out, compile_s, input_files,
+                               world_size=config[0])
+            if len(result["step_ms"]) != w + args.steps:
+                sys.exit(f"benchmark-cpu: N = {config[0]}, stage {config[1]}: "
+                         f"expected {w + args.steps} step lines, found "
+                         f"{len(result['step_ms'])}")
+            runs[config].append(result)
+        print(f"round {r + 1} done", flush=True)
+    print()
+    print(model_line(args, n_params, args.precision))
+    print(f"{args.threads} thread(s) per rank; {args.steps} timed steps after "
+          f"{w} warm-up, {args.rounds} round(s) of every configuration "
+          f"alternately; compile flags {' '.join(common_flags) or '(none)'}, "
+          f"for stages above 0 also {' '.join(extra_flags) or '(none)'}; "
+          f"work dir {work}")
+    for line in info:
+        print(line)
+    print()
+    print(f"{'N':>3} {'stage':>5} {'step ms':>9} {'planned MiB':>12} "
+          f"{'measured MiB':>13} {'saved vs 0':>11} {'arena MiB':>10} "
+          f"{'gathered MiB':>13} {'comm MB/step':>13} {'counted':>9}")
+    for n, stage in configs:
+        results = runs[(n, stage)]
+        last = results[-1]
+        manifest = last["manifest"]
+        ms = median([x for result in results for x in result["step_ms"][w:]])
+        measured = max(result["peak_measured"] for result in results)
+        base = runs.get((n, 0))
+        saved = ""
+        if base and stage:
+            saved = f"{mib(max(b['peak_measured'] for b in base) - measured):.1f}"
+        comm = last["collective_planned"]
+        counted = last["collective_measured"]
+        print(f"{n:>3} {stage:>5} {ms:>9.1f} {mib(last['peak_planned']):>12.1f} "
+              f"{mib(measured):>13.1f} {saved:>11} "
+              f"{mib(manifest['arena_bytes']):>10.1f} "
+              f"{mib(manifest.get('gathered_parameter_peak_bytes', 0)):>13.1f} "
+              f"{(comm or 0) / 1e6:>13.2f} "
+              f"{'=' if str(comm) == str(counted) else counted or '-':>9}")
+    print()
+    print("planned: the persistent buffers, the arena and the communication "
+          "staging (the binary's summary line); measured: peak resident set "
+          "(getrusage) of rank 0, the largest over the rounds; saved: stage "
+          "0's measured peak at the same N minus this one; comm: planned "
+          "collective bytes per step and rank (nccl-tests convention), "
+          "'=' when the runtime counted the same")
+
+
 def compare_precisions(args, work, onnx_path, input_files, n_params):
     precisions = args.compare_precisions
     n = args.world_size
@@ -620,12 +768,7 @@ def compare_precisions(args, work, onnx_path, input_files, n_params):
                 for p in precisions}
     peak_rss = {p: max(result["max_rss_kb"] for result in runs[p]) for p in precisions}
 
-    sizes = (f"dim {args.dim}, layers {args.layers}, heads {args.heads}, "
-             f"seq {args.seq}, vocab {args.vocab}, " if args.model != "mlp"
-             else f"hidden {args.dim}, ")
-    print(f"model {args.model}: {sizes}micro-batch {args.batch} per rank; "
-          f"{n_params} parameters ({mib(4 * n_params):.1f} MiB in fp32); AdamW "
-          f"lr {args.lr} weight decay {args.weight_decay}")
+    print(model_line(args, n_params))
     print(f"world size {n} (mpirun -np {n}), {args.threads} thread(s) per rank; "
           f"{args.steps} timed steps after {w} warm-up, {args.rounds} round(s) "
           f"of {', '.join(precisions)} alternately; work dir {work}")
@@ -742,6 +885,9 @@ def main():
     work, onnx_path, input_files, n_params = prepare(args)
     if args.compare_precisions:
         compare_precisions(args, work, onnx_path, input_files, n_params)
+        return
+    if args.compare_stages:
+        compare_stages(args, work, onnx_path, input_files, n_params)
         return
 
     out, compile_s = compile_sharc(args, work, onnx_path)

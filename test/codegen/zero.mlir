@@ -1,6 +1,7 @@
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=2 reduce-bucket-size=8" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s --check-prefix=STAGE2
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=3 param-persistence-threshold=4" --sharc-compile-pipeline="max-reuse-distance=0" | sharc-translate --emit-program | FileCheck %s --check-prefix=STAGE3
+// RUN: sharc-opt %s --sharc-mixed-precision="dtype=bf16" --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s --check-prefix=MASTERS
 
 // ZeRO stage 1 on two ranks (sharc-zero): w's 12 elements are 6 per rank and
 // b's 4 are 2.  The program reduce-scatters the gradients (one bucket of 8
@@ -66,3 +67,16 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // STAGE3: ctx->comm->startReduceScatter(
 // STAGE3: ctx->comm->allGather({{.*}}, ctx->buffers[1], 2, sharc::rt::DType::f32);
 // STAGE3-NOT: allGather
+
+// Stage 1 under bf16: forward reads the parameters only as their bf16 copies,
+// so their fp32 masters are partitioned too (each rank keeps its slice);
+// the slices are cast and all-gathered in bf16 before forward reads them,
+// and nothing is gathered after the update.
+// MASTERS: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}},
+// MASTERS-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}},
+// MASTERS: void sharcProgramStep(
+// MASTERS: ctx->comm->allGather({{.*}}, 6, sharc::rt::DType::bf16);
+// MASTERS: sharc::kern::gemm(ctx, args);
+// MASTERS: ctx->comm->allGather({{.*}}, 2, sharc::rt::DType::bf16);
+// MASTERS: ctx->comm->reduceScatter(
+// MASTERS-NOT: allGather

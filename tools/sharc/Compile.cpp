@@ -361,7 +361,13 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
                ? " and of its gradient; each gradient bucket is "
                  "reduce-scattered where backward completes it"
                : "; gradients are reduce-scattered after backward")
-       << ", and the updated slices all-gathered\n";
+       << ", and the updated slices all-gathered"
+       << (report.gatheredParameterPeakBytes
+               ? "; the fp32 master weights are partitioned too (the "
+                 "parameter bytes above), their 16-bit copies all-gathered "
+                 "where forward first reads them and kept for the step"
+               : "")
+       << "\n";
   if (options.zeroStage >= 3)
     os << "report: ZeRO stage 3: each rank holds its slice (ceil(n / "
        << options.worldSize
@@ -370,8 +376,9 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
           "is reduce-scattered where backward completes it; each "
           "partitioned parameter is all-gathered before its readers (again "
           "where a reuse is farther than the reuse distance) and freed "
-          "after them\n"
-       << "report: per rank: gathered parameters peak bytes "
+          "after them\n";
+  if (report.gatheredParameterPeakBytes || options.zeroStage >= 3)
+    os << "report: per rank: gathered parameters peak bytes "
        << report.gatheredParameterPeakBytes
        << " (whole parameters live at once, in the arena)\n";
   if (report.computeCopyBytes)
