@@ -374,13 +374,13 @@ LogicalResult ProgramEmitter::emitSliceCollective(Operation *op, int64_t ranks,
     return failure();
   Type element = elementOf(op->getOperand(0));
   bool scatter = sum.has_value();
-  bool started = isa<ReduceScatterStartOp>(op);
+  bool started = isa<ReduceScatterStartOp, AllGatherStartOp>(op);
   int64_t slice = storedTensorType(scatter ? op->getResult(0).getType()
                                            : op->getOperand(0).getType())
                       .getNumElements();
-  std::string call = started   ? "startReduceScatter("
-                     : scatter ? "reduceScatter("
-                               : "allGather(";
+  std::string call = scatter
+                         ? (started ? "startReduceScatter(" : "reduceScatter(")
+                         : (started ? "startAllGather(" : "allGather(");
   body() += "  ";
   if (started) {
     std::string ticket = "ticket" + str(tickets.size());
@@ -514,7 +514,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
            ConcatOp, InsertSliceOp, TriluOp, GatherOp, ScatterAddOp, MatmulOp,
            ReduceOp, Conv2DOp, Conv2DInputGradOp, Conv2DWeightGradOp,
            MaxPool2DOp, MaxPool2DGradOp, AvgPool2DOp, AvgPool2DGradOp,
-           AllGatherOp, func::ReturnOp>(op))
+           AllGatherOp, AllGatherStartOp, WaitOp, func::ReturnOp>(op))
     return op->emitError() << "code generation: '" << op->getName()
                            << "' on f16/bf16 tensors is not supported yet";
   if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))
@@ -637,6 +637,9 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       .Case([&](AllGatherOp op) {
         return emitSliceCollective(op, op.getRanks(), std::nullopt);
       })
+      .Case([&](AllGatherStartOp op) {
+        return emitSliceCollective(op, op.getRanks(), std::nullopt);
+      })
       .Case([&](ShardOp op) { return emitShard(op); })
       .Case([&](AllReduceOp op) {
         return op.emitError() << "code generation: a synchronous all_reduce "
@@ -718,10 +721,11 @@ void ProgramEmitter::writeKernelsAndTables(llvm::raw_ostream &os) const {
   os << "  nullptr};\n\n";
 }
 
-/// ZeRO stage 3: the most bytes of gathered parameters (the results of the
-/// all-gathers marked `sharc.parameter_gather`) live at once, each from its
-/// all-gather to the last op that reads it or a view of it (or, for an op
-/// computed in its users' kernel, `sharc.fuse_into`, to those users).
+/// ZeRO: the most bytes of gathered parameters (the results of the
+/// all-gathers marked `sharc.parameter_gather`, or of the waits of such
+/// started ones) live at once, each from its all-gather (or start) to the
+/// last op that reads it or a view of it (or, for an op computed in its
+/// users' kernel, `sharc.fuse_into`, to those users).
 static int64_t gatheredParameterPeak(func::FuncOp step) {
   Block &block = step.getBody().front();
   DenseMap<Operation *, int64_t> position;
@@ -730,13 +734,17 @@ static int64_t gatheredParameterPeak(func::FuncOp step) {
   // (position, +bytes) where a gather starts, (position, -bytes) after its
   // last reader.
   SmallVector<std::pair<int64_t, int64_t>> events;
-  for (auto gather : block.getOps<AllGatherOp>()) {
-    if (!gather->hasAttr("sharc.parameter_gather"))
+  for (Operation &gather : block) {
+    if (!gather.hasAttr("sharc.parameter_gather"))
       continue;
-    auto type = cast<RankedTensorType>(gather.getResult().getType());
+    Value result = gather.getResult(0);
+    if (auto start = dyn_cast<AllGatherStartOp>(gather))
+      for (Operation *wait : start.getFuture().getUsers())
+        result = wait->getResult(0);
+    auto type = cast<RankedTensorType>(result.getType());
     int64_t bytes = type.getNumElements() * elementBytes(type.getElementType());
-    int64_t last = position[gather];
-    SmallVector<Value> values = {gather.getResult()};
+    int64_t last = position[&gather];
+    SmallVector<Value> values = {result};
     while (!values.empty()) {
       Value value = values.pop_back_val();
       for (Operation *user : value.getUsers()) {
@@ -748,7 +756,7 @@ static int64_t gatheredParameterPeak(func::FuncOp step) {
           llvm::append_range(values, top->getResults());
       }
     }
-    events.emplace_back(position[gather], bytes);
+    events.emplace_back(position[&gather], bytes);
     events.emplace_back(last + 1, -bytes);
   }
   llvm::sort(events);

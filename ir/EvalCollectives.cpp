@@ -119,20 +119,20 @@ LogicalResult evalReduceScatter(const OpCall &call, CollectiveKind kind,
       });
 }
 
-LogicalResult evalAllGather(const OpCall &call, AllGatherOp op) {
+/// An all-gather, or the start of one (its future holds the result).
+LogicalResult evalAllGather(const OpCall &call, int64_t ranks) {
   ArrayRef<int64_t> shape = call.result().shape();
   DType dtype = call.result().dtype();
-  return runCollective(call, op.getRanks(), keyOf(call, ""),
-                       [&](ArrayRef<const Tensor *> parts) {
-                         Tensor gathered(dtype, shape);
-                         int64_t offset = 0;
-                         for (const Tensor *part : parts) {
-                           copyElements(*part, 0, gathered, offset,
-                                        part->numElements());
-                           offset += part->numElements();
-                         }
-                         return std::vector<Tensor>(parts.size(), gathered);
-                       });
+  return runCollective(
+      call, ranks, keyOf(call, ""), [&](ArrayRef<const Tensor *> parts) {
+        Tensor gathered(dtype, shape);
+        int64_t offset = 0;
+        for (const Tensor *part : parts) {
+          copyElements(*part, 0, gathered, offset, part->numElements());
+          offset += part->numElements();
+        }
+        return std::vector<Tensor>(parts.size(), gathered);
+      });
 }
 
 LogicalResult evalBroadcastFrom(const OpCall &call, BroadcastFromOp op) {
@@ -165,7 +165,10 @@ std::optional<LogicalResult> eval::evalCollectiveOp(const OpCall &call) {
       .Case([&](ReduceScatterStartOp op) {
         return evalReduceScatter(call, op.getKind(), op.getRanks());
       })
-      .Case([&](AllGatherOp op) { return evalAllGather(call, op); })
+      .Case([&](AllGatherOp op) { return evalAllGather(call, op.getRanks()); })
+      .Case([&](AllGatherStartOp op) {
+        return evalAllGather(call, op.getRanks());
+      })
       .Case([&](BroadcastFromOp op) { return evalBroadcastFrom(call, op); })
       .Case([&](ShardOp op) -> LogicalResult {
         int64_t ranks = op.getRanks();

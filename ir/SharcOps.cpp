@@ -167,9 +167,10 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   if (name == "sharc.parameter_gather") {
-    if (!isa<UnitAttr>(value) || !isa<AllGatherOp>(op))
-      return op->emitError()
-             << "'" << name << "' is a unit attribute of sharc.all_gather";
+    if (!isa<UnitAttr>(value) || !isa<AllGatherOp, AllGatherStartOp>(op))
+      return op->emitError() << "'" << name
+                             << "' is a unit attribute of sharc.all_gather "
+                                "or sharc.all_gather_start";
     return success();
   }
   if (name == "sharc.offsets")
@@ -730,19 +731,42 @@ LogicalResult ReduceScatterStartOp::inferReturnTypes(
   return success();
 }
 
-LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
-                                            std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &results) {
-  auto type = tensorType(adaptor.getOperand());
-  if (failed(checkRanks(loc, adaptor.getRanks())))
+/// The result of an all-gather of `operand` over `ranks` ranks: dimension 0
+/// `ranks` times longer.
+static LogicalResult inferGathered(std::optional<Location> loc, Value operand,
+                                   int64_t ranks,
+                                   SmallVectorImpl<Type> &results) {
+  auto type = tensorType(operand);
+  if (failed(checkRanks(loc, ranks)))
     return failure();
   if (type.getRank() < 1)
     return emitOptionalError(loc, "all_gather needs a tensor of rank >= 1");
   SmallVector<int64_t> shape(type.getShape());
-  shape[0] *= adaptor.getRanks();
+  shape[0] *= ranks;
   results.push_back(RankedTensorType::get(shape, type.getElementType()));
   return success();
+}
+
+LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &results) {
+  return inferGathered(loc, adaptor.getOperand(), adaptor.getRanks(), results);
+}
+
+LogicalResult
+AllGatherStartOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                   Adaptor adaptor,
+                                   SmallVectorImpl<Type> &results) {
+  if (failed(inferGathered(loc, adaptor.getOperand(), adaptor.getRanks(),
+                           results)))
+    return failure();
+  results.back() = FutureType::get(cast<RankedTensorType>(results.back()));
+  return success();
+}
+
+LogicalResult AllGatherStartOp::verify() {
+  return verifyWaitedOnce(*this, getFuture());
 }
 
 LogicalResult ShardOp::inferReturnTypes(MLIRContext *,

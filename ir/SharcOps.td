@@ -742,6 +742,29 @@ def Sharc_AllGatherOp : Sharc_Op<"all_gather", [InferTypeOpAdaptor]> {
   let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
 }
 
+def Sharc_AllGatherStartOp : Sharc_Op<"all_gather_start",
+                                      [InferTypeOpAdaptor]> {
+  let summary = "starts an all_gather; `sharc.wait` gives its result";
+  let description = [{
+    The asynchronous form of `sharc.all_gather`: every rank's operand
+    concatenated along dimension 0 in rank order, delivered by the one
+    `sharc.wait` of the returned future (in the same block).  The operand is
+    read and the result written until the wait, so both stay live until
+    then; work between the two overlaps the communication (ZeRO stage 3: the
+    next parameter is gathered while the current one's layer computes).
+
+    ```mlir
+    %f = sharc.all_gather_start %mine {ranks = 2 : i64}
+        : (tensor<1x8xbf16>) -> !sharc.future<tensor<2x8xbf16>>
+    %all = sharc.wait %f : !sharc.future<tensor<2x8xbf16>>
+    ```
+  }];
+  let arguments = (ins Sharc_Tensor:$operand, Sharc_I64Attr:$ranks);
+  let results = (outs Sharc_FutureType:$future);
+  let assemblyFormat = "$operand attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Sharc_ShardOp : Sharc_Op<"shard", [Pure, InferTypeOpAdaptor]> {
   let summary = "this rank's slice of dimension 0, without communication";
   let description = [{

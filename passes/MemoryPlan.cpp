@@ -231,17 +231,16 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     for (Operation *user : op->getResult(0).getUsers())
       buffer.last = std::max(buffer.last, useIndex(user, *op->getBlock()));
   }
-  // A started reduce-scatter reads its operand until its wait.
+  // A started reduce-scatter or all-gather reads its operand until its wait.
   for (Operation *op : order.ops) {
-    auto start = dyn_cast<ReduceScatterStartOp>(op);
-    if (!start)
+    if (!isa<ReduceScatterStartOp, AllGatherStartOp>(op))
       continue;
-    Value root = aliasRoot(start.getOperand());
+    Value root = aliasRoot(op->getOperand(0));
     root = sharesWith.lookup_or(root, root);
     auto known = bufferOf.find(root);
     if (known == bufferOf.end())
       continue;
-    for (Operation *wait : start.getFuture().getUsers())
+    for (Operation *wait : op->getResult(0).getUsers())
       buffers[known->second].last = std::max(buffers[known->second].last,
                                              useIndex(wait, *op->getBlock()));
   }

@@ -241,6 +241,14 @@ void scheduleCollectives(mlir::func::FuncOp func, bool overlap = true);
 /// before the first reader of the slices; else right after the start).
 void scheduleGradientScatters(mlir::func::FuncOp func, bool overlap = true);
 
+/// The ZeRO parameter gathers (marked `sharc.parameter_gather` by
+/// sharc-gather-parameters), with `overlap`: each becomes a
+/// `sharc.all_gather_start` and a `sharc.wait` where it stands, and each
+/// start but the first moves, with its packing, to just after the previous
+/// gather's wait, so that the next parameter is gathered while the current
+/// one's readers compute.  Without `overlap` they stay blocking.
+void scheduleParameterGathers(mlir::func::FuncOp func, bool overlap = true);
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

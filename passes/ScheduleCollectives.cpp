@@ -145,6 +145,63 @@ void sharc::scheduleGradientScatters(func::FuncOp func, bool overlap) {
   }
 }
 
+/// Moves `op`, with the ops that compute its operands and are read by
+/// nothing else (the packing of a gather: the cast and reshape of a slice),
+/// producers first, to just before `before`; false (nothing moved) when an
+/// operand is computed after `before` by an op that other ops read.
+static bool moveWithPacking(Operation *op, Operation *before) {
+  SmallVector<Operation *> chain;
+  std::function<bool(Operation *)> collect = [&](Operation *user) {
+    for (Value operand : user->getOperands()) {
+      Operation *def = operand.getDefiningOp();
+      if (!def || def->isBeforeInBlock(before))
+        continue;
+      if (def->getBlock() != user->getBlock() || !def->hasOneUse() ||
+          !collect(def))
+        return false;
+    }
+    chain.push_back(user);
+    return true;
+  };
+  if (!collect(op))
+    return false;
+  for (Operation *member : chain)
+    member->moveBefore(before);
+  return true;
+}
+
+void sharc::scheduleParameterGathers(func::FuncOp func, bool overlap) {
+  if (!overlap)
+    return;
+  SmallVector<AllGatherOp> gathers;
+  func.walk([&](AllGatherOp op) {
+    if (op->hasAttr("sharc.parameter_gather"))
+      gathers.push_back(op);
+  });
+  // Each gather becomes a start and a wait where it stands; then each start
+  // but the first moves up to just after the previous parameter's wait, so
+  // that a parameter is gathered while the readers of the one before it
+  // compute (one parameter ahead).
+  SmallVector<std::pair<AllGatherStartOp, WaitOp>> pairs;
+  for (AllGatherOp gather : gathers) {
+    OpBuilder builder(gather);
+    auto start = AllGatherStartOp::create(
+        builder, gather.getLoc(), gather.getOperand(), gather.getRanks());
+    start->setAttr("sharc.parameter_gather", builder.getUnitAttr());
+    auto wait = WaitOp::create(builder, gather.getLoc(), start.getFuture());
+    gather.replaceAllUsesWith(wait.getResult());
+    gather.erase();
+    pairs.emplace_back(start, wait);
+  }
+  for (size_t k = 1; k < pairs.size(); ++k) {
+    WaitOp previous = pairs[k - 1].second;
+    AllGatherStartOp start = pairs[k].first;
+    if (previous->getBlock() == start->getBlock() &&
+        previous->isBeforeInBlock(start))
+      moveWithPacking(start, previous->getNextNode());
+  }
+}
+
 namespace {
 struct ScheduleCollectivesPass
     : sharc::impl::ScheduleCollectivesBase<ScheduleCollectivesPass> {
@@ -155,6 +212,7 @@ struct ScheduleCollectivesPass
       if (!func.isExternal()) {
         scheduleCollectives(func, overlap);
         scheduleGradientScatters(func, overlap);
+        scheduleParameterGathers(func, overlap);
       }
   }
 };

@@ -111,6 +111,15 @@ uint64_t Communicator::startReduceScatter(const void *send, void *recv,
   return doStartReduceScatter(send, recv, sliceCount, type, op);
 }
 
+uint64_t Communicator::startAllGather(const void *send, void *recv,
+                                      size_t sliceCount, DType type) {
+  uint64_t n = size();
+  count(CollectiveKind::allGather,
+        (n - 1) * uint64_t(sliceCount) * dtypeBytes(type));
+  nextCall("all-gather", sliceCount, &type, "per slice, started");
+  return doStartAllGather(send, recv, sliceCount, type);
+}
+
 void Communicator::wait(uint64_t ticket) { doWait(ticket); }
 
 void Communicator::waitAll() { doWait(started); }
@@ -125,6 +134,12 @@ uint64_t Communicator::doStartReduceScatter(const void *send, void *recv,
                                             size_t sliceCount, DType type,
                                             ReduceOp op) {
   doReduceScatter(send, recv, sliceCount, type, op);
+  return ++started;
+}
+
+uint64_t Communicator::doStartAllGather(const void *send, void *recv,
+                                        size_t sliceCount, DType type) {
+  doAllGather(send, recv, sliceCount, type);
   return ++started;
 }
 
@@ -475,6 +490,15 @@ uint64_t MpiCommunicator::doStartReduceScatter(const void *send, void *recv,
       });
 }
 
+uint64_t MpiCommunicator::doStartAllGather(const void *send, void *recv,
+                                           size_t sliceCount, DType type) {
+  if (!progress)
+    return Communicator::doStartAllGather(send, recv, sliceCount, type);
+  return queue([this, send, recv, sliceCount, type](const CollectiveCall &as) {
+    allGatherAs(send, recv, sliceCount, type, as);
+  });
+}
+
 void MpiCommunicator::doWait(uint64_t ticket) {
   if (!progress)
     return;
@@ -705,6 +729,12 @@ void MpiCommunicator::reduceScatterAs(const void *send, void *recv,
 
 void MpiCommunicator::doAllGather(const void *send, void *recv,
                                   size_t sliceCount, DType type) {
+  allGatherAs(send, recv, sliceCount, type, call);
+}
+
+void MpiCommunicator::allGatherAs(const void *send, void *recv,
+                                  size_t sliceCount, DType type,
+                                  const CollectiveCall &as) {
   double start = secondsNow();
   size_t sliceBytes = sliceCount * dtypeBytes(type);
   const void *source = send;
@@ -717,7 +747,7 @@ void MpiCommunicator::doAllGather(const void *send, void *recv,
                    mpiCount(sliceCount), mpiType(type), MPI_COMM_WORLD,
                    &request);
   }
-  complete(&request, call, start);
+  complete(&request, as, start);
 }
 
 void MpiCommunicator::doBroadcast(void *buffer, size_t count, DType type,

@@ -112,6 +112,14 @@ public:
   uint64_t startReduceScatter(const void *send, void *recv, size_t sliceCount,
                               DType type, ReduceOp op);
 
+  /// Starts an allGather() that runs while the caller goes on computing (ZeRO
+  /// stage 3: the next parameter while the current one's layer computes), in
+  /// order with the other started collectives; neither `send` nor `recv` may
+  /// be touched until wait() returns for the ticket.  Counted like
+  /// allGather().
+  uint64_t startAllGather(const void *send, void *recv, size_t sliceCount,
+                          DType type);
+
   /// Allocates (and touches) the host staging the collectives of a step need,
   /// `bytes` (ProgramInfo::stagingBytes, planned by the compiler), once at
   /// start-up, so that no collective allocates and the process's peak
@@ -158,6 +166,9 @@ protected:
   virtual uint64_t doStartReduceScatter(const void *send, void *recv,
                                         size_t sliceCount, DType type,
                                         ReduceOp op);
+  /// Starts `doAllGather` asynchronously, likewise.
+  virtual uint64_t doStartAllGather(const void *send, void *recv,
+                                    size_t sliceCount, DType type);
   /// Waits for tickets up to and including `ticket`; the default has nothing
   /// in flight.
   virtual void doWait(uint64_t ticket);
@@ -283,6 +294,8 @@ protected:
                             ReduceOp op) override;
   uint64_t doStartReduceScatter(const void *send, void *recv, size_t sliceCount,
                                 DType type, ReduceOp op) override;
+  uint64_t doStartAllGather(const void *send, void *recv, size_t sliceCount,
+                            DType type) override;
   void doWait(uint64_t ticket) override;
 
 private:
@@ -297,6 +310,8 @@ private:
                    const CollectiveCall &call);
   void reduceScatterAs(const void *send, void *recv, size_t sliceCount,
                        DType type, ReduceOp op, const CollectiveCall &call);
+  void allGatherAs(const void *send, void *recv, size_t sliceCount, DType type,
+                   const CollectiveCall &call);
   void reduceSlicesAs(const void *send, void *recv,
                       const std::vector<int> &counts,
                       const std::vector<int> &offsets, DType type, ReduceOp op,

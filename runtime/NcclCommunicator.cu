@@ -381,6 +381,12 @@ uint64_t NcclCommunicator::doStartReduceScatter(const void *send, void *recv,
       [&](void *on) { reduceScatterOn(on, send, recv, sliceCount, type, op); });
 }
 
+uint64_t NcclCommunicator::doStartAllGather(const void *send, void *recv,
+                                            size_t sliceCount, DType type) {
+  return startOnCommStream(
+      [&](void *on) { allGatherOn(on, send, recv, sliceCount, type); });
+}
+
 void NcclCommunicator::doWait(uint64_t ticket) {
   auto compute = static_cast<cudaStream_t>(stream);
   // Collectives complete in order on the communication stream: waiting for
@@ -462,9 +468,14 @@ void NcclCommunicator::doReduceScatter(const void *send, void *recv,
 
 void NcclCommunicator::doAllGather(const void *send, void *recv,
                                    size_t sliceCount, DType type) {
+  allGatherOn(stream, send, recv, sliceCount, type);
+}
+
+void NcclCommunicator::allGatherOn(void *onStream, const void *send, void *recv,
+                                   size_t sliceCount, DType type) {
   if (sliceCount == 0)
     return;
-  tracked(stream, "ncclAllGather", [&](cudaStream_t on) {
+  tracked(onStream, "ncclAllGather", [&](cudaStream_t on) {
     return ncclAllGather(send, recv, sliceCount, ncclType(type), comm, on);
   });
 }

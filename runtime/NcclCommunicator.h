@@ -88,9 +88,11 @@ protected:
   /// enqueued in between overlap the communication.
   uint64_t doStartAllReduce(void *buffer, size_t count, DType type,
                             ReduceOp op) override;
-  /// Likewise for started reduce-scatters.
+  /// Likewise for started reduce-scatters and all-gathers.
   uint64_t doStartReduceScatter(const void *send, void *recv, size_t sliceCount,
                                 DType type, ReduceOp op) override;
+  uint64_t doStartAllGather(const void *send, void *recv, size_t sliceCount,
+                            DType type) override;
   void doWait(uint64_t ticket) override;
 
 private:
@@ -100,12 +102,15 @@ private:
   /// communication stream after the work enqueued so far on the device
   /// stream; returns its ticket.
   uint64_t startOnCommStream(const std::function<void(void *)> &enqueue);
-  /// The NCCL all-reduce and reduce-scatter, enqueued on `onStream` (the
-  /// device stream, or the communication stream for started ones).
+  /// The NCCL all-reduce, reduce-scatter and all-gather, enqueued on
+  /// `onStream` (the device stream, or the communication stream for started
+  /// ones).
   void allReduceOn(void *onStream, void *buffer, size_t count, DType type,
                    ReduceOp op);
   void reduceScatterOn(void *onStream, const void *send, void *recv,
                        size_t sliceCount, DType type, ReduceOp op);
+  void allGatherOn(void *onStream, const void *send, void *recv,
+                   size_t sliceCount, DType type);
 
   /// Waits until the NCCL call that returned `status` (an ncclResult_t) has
   /// left ncclInProgress; fatal on an error, and, after ncclCommAbort, when

@@ -56,13 +56,15 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // STAGE2: ctx->comm->allGather(
 
 // Stage 3 with b (4 elements) below the persistence threshold: w's buffer is
-// this rank's 6 of its 12 elements, gathered from the buffer into the arena
-// before the forward GEMM reads it; b stays whole and gets its updated
+// this rank's 6 of its 12 elements, gathered (a started all-gather: the
+// only parameter gather, so nothing to prefetch it behind) from the buffer
+// into the arena before the forward GEMM reads it; b stays whole and gets its updated
 // slices back at the end, as at stage 2.
 // STAGE3: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}},
 // STAGE3-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, false, 1, {4}},
 // STAGE3: void sharcProgramStep(
-// STAGE3: ctx->comm->allGather(ctx->buffers[0], (ctx->arena + [[WHOLE:[0-9]+]]), 6, sharc::rt::DType::f32);
+// STAGE3: const uint64_t [[T:ticket[0-9]+]] = ctx->comm->startAllGather(ctx->buffers[0], (ctx->arena + {{[0-9]+}}), 6, sharc::rt::DType::f32);
+// STAGE3-NEXT: ctx->comm->wait([[T]]);
 // STAGE3: sharc::kern::gemm(ctx, args);
 // STAGE3: ctx->comm->startReduceScatter(
 // STAGE3: ctx->comm->allGather({{.*}}, ctx->buffers[1], 2, sharc::rt::DType::f32);
@@ -75,8 +77,12 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // MASTERS: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}},
 // MASTERS-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}},
 // MASTERS: void sharcProgramStep(
-// MASTERS: ctx->comm->allGather({{.*}}, 6, sharc::rt::DType::bf16);
+// The second gather (b) starts right after the first's wait, while the
+// GEMM that reads w computes.
+// MASTERS: [[W:ticket[0-9]+]] = ctx->comm->startAllGather({{.*}}, 6, sharc::rt::DType::bf16);
+// MASTERS-NEXT: ctx->comm->wait([[W]]);
+// MASTERS: [[B:ticket[0-9]+]] = ctx->comm->startAllGather({{.*}}, 2, sharc::rt::DType::bf16);
 // MASTERS: sharc::kern::gemm(ctx, args);
-// MASTERS: ctx->comm->allGather({{.*}}, 2, sharc::rt::DType::bf16);
+// MASTERS: ctx->comm->wait([[B]]);
 // MASTERS: ctx->comm->reduceScatter(
 // MASTERS-NOT: allGather

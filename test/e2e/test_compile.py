@@ -260,9 +260,15 @@ def test_compile_errors(sharc, tmp_path):
     assert "compiled for 2 ranks" in run.stderr + run.stdout
 
 
-def test_a_rank_that_dies_ends_every_rank(sharc, tmp_path):
+@pytest.mark.parametrize("zero", [
+    [], ["--zero-stage", 2],
+    ["--zero-stage", 3, "--param-persistence-threshold", 0,
+     "--max-reuse-distance", 0]], ids=["stage-0", "stage-2", "stage-3"])
+def test_a_rank_that_dies_ends_every_rank(sharc, tmp_path, zero):
     """Killing one rank of a running 2-rank job (SIGKILL, no chance to clean
-    up) ends the whole job with a non-zero status within a bounded time."""
+    up) ends the whole job with a non-zero status within a bounded time --
+    at ZeRO stages 2 and 3 too, whose steps are mostly started
+    reduce-scatters and all-gathers (the kill lands mid-collective)."""
     case = models.make_training_case("mlp")
     path = tmp_path / "mlp.onnx"
     models.export(case, path)
@@ -272,7 +278,8 @@ def test_a_rank_that_dies_ends_every_rank(sharc, tmp_path):
         np.save(tmp_path / f"{name}.npy", tensor.numpy())
         inputs += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
     out = tmp_path / "out"
-    assert sharc("compile", path, "--world-size", 2, "-o", out).returncode == 0
+    assert sharc("compile", path, "--world-size", 2, *zero,
+                 "-o", out).returncode == 0
     launcher = shutil.which("mpirun")
     job = subprocess.Popen(
         [launcher, "--allow-run-as-root", "--oversubscribe", "-np", "2",

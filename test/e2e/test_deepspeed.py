@@ -192,6 +192,42 @@ def test_bf16_training_within_deepspeeds_own_bf16_spread(sharc, tmp_path):
     assert np.max(np.abs(runs["bf16"] - runs["fp32"]) / runs["fp32"]) > 1e-5
 
 
+@pytest.mark.parametrize("stage", [2, 3])
+def test_bf16_stages_within_deepspeeds_own_bf16_spread(sharc, tmp_path, stage):
+    """bf16 at ZeRO stages 2 and 3 on 2 ranks, the compiled binary against
+    DeepSpeed's bf16 engine at the same stage (both partition the fp32
+    masters; at stage 3 both gather the 16-bit parameters), within twice
+    DeepSpeed's own bf16-versus-fp32 spread, as above."""
+    name, steps, ranks = "mlp", 10, 2
+    training = models.make_training_case(name)
+    model = tmp_path / f"{name}.onnx"
+    models.export(training, model)
+    data, inputs = models.write_data(name, 37, 11, tmp_path)
+    zero = {"stage": stage}
+    if stage == 3:
+        zero["stage3_param_persistence_threshold"] = 100
+    base = {"train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0.0,
+            "optimizer": {"type": "AdamW", "params": {
+                "lr": 0.01, "torch_adam": True}}}
+    bf16 = dict(base, bf16={"enabled": True, "check_grad_overflow": False},
+                zero_optimization=zero)
+    ds_fp32 = np.array(deepspeed_oracle.train(name, base, data, steps, ranks))
+    ds_bf16 = np.array(deepspeed_oracle.train(name, bf16, data, steps, ranks))
+    path = tmp_path / "ds-bf16.json"
+    path.write_text(json.dumps(bf16))
+    out = tmp_path / "out"
+    compiled = sharc("compile", model, "--config", path, "--world-size",
+                     ranks, "-o", out)
+    assert compiled.returncode == 0, compiled.stderr
+    run = mpirun(ranks, out / "train", *inputs, "--steps", steps)
+    assert run.returncode == 0, run.stderr
+    losses = np.array(losses_of(run.stdout))
+    spread = np.max(np.abs(ds_bf16 - ds_fp32))
+    assert spread > 0
+    assert np.max(np.abs(losses - ds_bf16)) <= 2 * spread, (
+        losses, ds_bf16, spread)
+
+
 def scaled_steps(stdout):
     """(scale, skipped) of every step line of an fp16 run."""
     steps = []

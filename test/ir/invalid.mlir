@@ -479,7 +479,7 @@ func.func @slice_type(%a: tensor<4xf32> {sharc.slice = tensor<7xf32>}) {
 // -----
 
 func.func @parameter_gather_elsewhere(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'sharc.parameter_gather' is a unit attribute of sharc.all_gather}}
+  // expected-error @below {{'sharc.parameter_gather' is a unit attribute of sharc.all_gather or sharc.all_gather_start}}
   %0 = sharc.exp %a {sharc.parameter_gather} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
@@ -945,6 +945,16 @@ func.func @reduce_scatter_start_not_divisible(%g: tensor<5x3xf32>) -> tensor<2x3
   %f = sharc.reduce_scatter_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : (tensor<5x3xf32>) -> !sharc.future<tensor<2x3xf32>>
   %0 = sharc.wait %f : !sharc.future<tensor<2x3xf32>>
   return %0 : tensor<2x3xf32>
+}
+
+// -----
+
+func.func @all_gather_start_waited_twice(%s: tensor<2x3xf32>) -> tensor<4x3xf32> {
+  // expected-error @+1 {{'sharc.all_gather_start' op must be waited for exactly once, by one 'sharc.wait'; its future has 2 uses}}
+  %f = sharc.all_gather_start %s {ranks = 2} : (tensor<2x3xf32>) -> !sharc.future<tensor<4x3xf32>>
+  %0 = sharc.wait %f : !sharc.future<tensor<4x3xf32>>
+  %1 = sharc.wait %f : !sharc.future<tensor<4x3xf32>>
+  return %1 : tensor<4x3xf32>
 }
 
 // -----

@@ -167,6 +167,15 @@ func.func @async_reduce_scatter(%g: tensor<8x3xf32>) -> tensor<2x3xf32> {
   return %r : tensor<2x3xf32>
 }
 
+// A started all-gather: the future holds every rank's rows.
+// CHECK-LABEL: func.func @async_all_gather
+// CHECK: sharc.all_gather_start %{{.*}} {ranks = 4 : i64} : (tensor<2x3xbf16>) -> !sharc.future<tensor<8x3xbf16>>
+func.func @async_all_gather(%s: tensor<2x3xbf16>) -> tensor<8x3xbf16> {
+  %f = sharc.all_gather_start %s {ranks = 4} : (tensor<2x3xbf16>) -> !sharc.future<tensor<8x3xbf16>>
+  %r = sharc.wait %f : !sharc.future<tensor<8x3xbf16>>
+  return %r : tensor<8x3xbf16>
+}
+
 // CHECK-LABEL: func.func @train_state
 // CHECK-SAME: {sharc.state = #sharc.state<"w", "exp_avg">}
 // CHECK-SAME: {sharc.state = #sharc.state<"", "step">}

@@ -319,3 +319,24 @@ func.func @scatter_in_flight(%x: tensor<2x64xf32>, %y: tensor<1x64xf32>) -> (ten
   %r = sharc.wait %f : !sharc.future<tensor<1x64xf32>>
   return %r, %e : tensor<1x64xf32>, tensor<1x64xf32>
 }
+
+// -----
+
+// Likewise an all-gather in flight (ZeRO's prefetched parameter): a (its
+// operand, op 0) lives [0, 3] although the start is its last reader, the
+// future [1, 4]; the exp in between takes neither: a -> 512, the future
+// -> 0, e -> 768.
+
+// CHECK-LABEL: func.func @gather_in_flight(
+// CHECK-SAME: attributes {sharc.arena_bytes = 1024 : i64}
+// CHECK-NEXT: sharc.neg %{{.*}} {sharc.offsets = array<i64: 512>}
+// CHECK-NEXT: sharc.all_gather_start %{{.*}} {ranks = 2 : i64, sharc.offsets = array<i64: 0>}
+// CHECK-NEXT: sharc.exp %{{.*}} {sharc.offsets = array<i64: 768>}
+// CHECK-NEXT: sharc.wait %{{.*}} {sharc.offsets = array<i64: 0>}
+func.func @gather_in_flight(%x: tensor<1x64xf32>, %y: tensor<1x64xf32>) -> (tensor<2x64xf32>, tensor<1x64xf32>) {
+  %a = sharc.neg %x : tensor<1x64xf32>
+  %f = sharc.all_gather_start %a {ranks = 2 : i64} : (tensor<1x64xf32>) -> !sharc.future<tensor<2x64xf32>>
+  %e = sharc.exp %y : tensor<1x64xf32>
+  %r = sharc.wait %f : !sharc.future<tensor<2x64xf32>>
+  return %r, %e : tensor<2x64xf32>, tensor<1x64xf32>
+}

@@ -153,3 +153,40 @@ func.func @two_buckets(%x: tensor<4xf32>, %y: tensor<4xf32>) -> (tensor<2xf32>, 
   %s = sharc.add %r1, %r2 : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
   return %s, %t, %e : tensor<2xf32>, tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// ZeRO parameter gathers (marked by sharc-gather-parameters) become started
+// all-gathers: the first waits where it stood; the second starts right
+// after the first's wait, with its packing (the cast and reshape of its
+// slice), so that it runs while the first parameter's reader computes.
+// Without overlap they stay blocking.
+
+// CHECK-LABEL: func.func @parameter_gathers(
+// CHECK-NEXT: %[[RW:.*]] = sharc.reshape %{{.*}} : tensor<2xf32> to tensor<1x2xf32>
+// CHECK-NEXT: %[[FW:.*]] = sharc.all_gather_start %[[RW]] {ranks = 2 : i64, sharc.parameter_gather} : (tensor<1x2xf32>) -> !sharc.future<tensor<2x2xf32>>
+// CHECK-NEXT: %[[W:.*]] = sharc.wait %[[FW]]
+// CHECK-NEXT: %[[CV:.*]] = sharc.cast %{{.*}} : tensor<2xf32> to tensor<2xbf16>
+// CHECK-NEXT: %[[RV:.*]] = sharc.reshape %[[CV]]
+// CHECK-NEXT: %[[FV:.*]] = sharc.all_gather_start %[[RV]] {ranks = 2 : i64, sharc.parameter_gather}
+// CHECK-NEXT: sharc.exp %[[W]]
+// CHECK-NEXT: %[[V:.*]] = sharc.wait %[[FV]]
+// CHECK-NEXT: sharc.neg %[[V]]
+// SYNC-LABEL: func.func @parameter_gathers(
+// SYNC: sharc.all_gather %{{.*}} {ranks = 2 : i64, sharc.parameter_gather}
+// SYNC-NEXT: sharc.exp
+// SYNC: sharc.all_gather %{{.*}} {ranks = 2 : i64, sharc.parameter_gather}
+// SYNC-NEXT: sharc.neg
+func.func @parameter_gathers(
+    %w: tensor<2xf32> {sharc.param = #sharc.param<"w", "w">, sharc.slice = #sharc.slice<tensor<4xf32>, ranks = 2>},
+    %v: tensor<2xf32> {sharc.param = #sharc.param<"v", "v">, sharc.slice = #sharc.slice<tensor<4xf32>, ranks = 2>})
+    -> (tensor<2x2xf32>, tensor<2x2xbf16>) attributes {sharc.zero_stage = 3 : i64} {
+  %rw = sharc.reshape %w : tensor<2xf32> to tensor<1x2xf32>
+  %gw = sharc.all_gather %rw {ranks = 2 : i64, sharc.parameter_gather} : (tensor<1x2xf32>) -> tensor<2x2xf32>
+  %e = sharc.exp %gw : tensor<2x2xf32>
+  %cv = sharc.cast %v : tensor<2xf32> to tensor<2xbf16>
+  %rv = sharc.reshape %cv : tensor<2xbf16> to tensor<1x2xbf16>
+  %gv = sharc.all_gather %rv {ranks = 2 : i64, sharc.parameter_gather} : (tensor<1x2xbf16>) -> tensor<2x2xbf16>
+  %n = sharc.neg %gv : tensor<2x2xbf16>
+  return %e, %n : tensor<2x2xf32>, tensor<2x2xbf16>
+}

@@ -27,6 +27,14 @@ namespace {
 /// The value rank `r` contributes at index `i` (integers: exact sums).
 double input(int r, size_t i) { return 1000.0 * (r + 1) + double(i); }
 
+/// Work for the caller while started collectives run.
+double computeMeanwhile() {
+  double busy = 0;
+  for (int i = 0; i < 100000; ++i)
+    busy += std::sqrt(double(i));
+  return busy;
+}
+
 } // namespace
 
 TEST(MpiCommunicator, RankAndSize) {
@@ -310,10 +318,7 @@ TEST(MpiCommunicator, StartedAllReducesOverlapAndCompleteInOrder) {
     tickets.push_back(comm.startAllReduce(buffers[b].data(), buffers[b].size(),
                                           DType::f32, ReduceOp::sum));
   }
-  double busy = 0;
-  for (int i = 0; i < 100000; ++i)
-    busy += std::sqrt(double(i));
-  EXPECT_GT(busy, 0);
+  EXPECT_GT(computeMeanwhile(), 0);
   EXPECT_LT(tickets[0], tickets[1]);
   EXPECT_LT(tickets[1], tickets[2]);
   comm.wait(tickets.back());
@@ -360,10 +365,7 @@ TEST(MpiCommunicator, StartedReduceScattersInterleaveWithAllReduces) {
                                    slice, DType::f32, ReduceOp::sum);
   }
   EXPECT_LT(first, last);
-  double busy = 0;
-  for (int i = 0; i < 100000; ++i)
-    busy += std::sqrt(double(i));
-  EXPECT_GT(busy, 0);
+  EXPECT_GT(computeMeanwhile(), 0);
   comm.wait(last);
   for (size_t i = 0; i < sum.size(); ++i) {
     double expected = 0;
@@ -382,6 +384,51 @@ TEST(MpiCommunicator, StartedReduceScattersInterleaveWithAllReduces) {
   const CollectiveStats &stats = comm.stats(CollectiveKind::reduceScatter);
   EXPECT_EQ(stats.calls, 2u);
   EXPECT_EQ(stats.bytes, uint64_t(n - 1) * (3 + 40) * 4);
+}
+
+TEST(MpiCommunicator, StartedAllGathersDeliverEveryRanksSlice) {
+  MpiCommunicator comm;
+  int n = comm.size(), me = comm.rank();
+  // Two started all-gathers (bf16 bits and f32) around a started
+  // reduce-scatter, computation in between, waits in start order: each
+  // result is every rank's slice in rank order.
+  const size_t slice = 5;
+  std::vector<uint16_t> halves(slice), gatheredHalves(slice * n);
+  std::vector<float> floats(slice), gatheredFloats(slice * n), flat(slice * n),
+      reduced(slice);
+  for (size_t k = 0; k < slice; ++k) {
+    halves[k] = uint16_t(1000 * me + k);
+    floats[k] = float(input(me, k));
+  }
+  for (size_t k = 0; k < flat.size(); ++k)
+    flat[k] = float(input(me, k + 7));
+  uint64_t first = comm.startAllGather(halves.data(), gatheredHalves.data(),
+                                       slice, DType::bf16);
+  uint64_t scatter = comm.startReduceScatter(flat.data(), reduced.data(), slice,
+                                             DType::f32, ReduceOp::sum);
+  uint64_t last = comm.startAllGather(floats.data(), gatheredFloats.data(),
+                                      slice, DType::f32);
+  EXPECT_LT(first, scatter);
+  EXPECT_LT(scatter, last);
+  EXPECT_GT(computeMeanwhile(), 0);
+  comm.wait(first);
+  for (int r = 0; r < n; ++r)
+    for (size_t k = 0; k < slice; ++k)
+      ASSERT_EQ(gatheredHalves[r * slice + k], uint16_t(1000 * r + k));
+  comm.wait(last);
+  for (int r = 0; r < n; ++r)
+    for (size_t k = 0; k < slice; ++k)
+      ASSERT_EQ(gatheredFloats[r * slice + k], float(input(r, k)));
+  for (size_t k = 0; k < slice; ++k) {
+    double expected = 0;
+    for (int r = 0; r < n; ++r)
+      expected += input(r, me * slice + k + 7);
+    ASSERT_EQ(reduced[k], float(expected)) << k;
+  }
+  // Counted like allGather: (N - 1) slices per call.
+  const CollectiveStats &stats = comm.stats(CollectiveKind::allGather);
+  EXPECT_EQ(stats.calls, 2u);
+  EXPECT_EQ(stats.bytes, uint64_t(n - 1) * slice * (2 + 4));
 }
 
 TEST(CollectiveTimeout, ParsesPositiveFiniteBoundedSeconds) {
