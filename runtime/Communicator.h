@@ -125,6 +125,9 @@ public:
   /// start-up, so that no collective allocates and the process's peak
   /// memory is the plan's.  A collective that needs more grows it.
   virtual void reserveStaging(size_t bytes);
+  /// The host staging held now: the reservation, or more if a collective
+  /// grew it (0 for communicators that stage nothing).
+  virtual size_t stagingBytes() const { return 0; }
 
   /// Blocks until the collective of `ticket` (from startAllReduce) is done.
   void wait(uint64_t ticket);
@@ -252,6 +255,7 @@ public:
   ~MpiCommunicator() override;
 
   void reserveStaging(size_t bytes) override;
+  size_t stagingBytes() const override { return staging.size(); }
 
   int rank() const override { return rankId; }
   int size() const override { return numRanks; }
@@ -327,6 +331,7 @@ private:
   /// collective runs at a time (the caller's wait for the started ones
   /// first), so one buffer serves them all.
   std::vector<char> staging;
+
   std::unique_ptr<SideChannel> side;
   std::unique_ptr<Progress> progress;
 };

@@ -889,6 +889,9 @@ int run(int argc, char **argv) {
       fatal(perStep(measuredCalls, options.steps) +
             " collective calls per step, the plan " +
             std::to_string(plannedCalls));
+    if (comm.stagingBytes() > uint64_t(info.stagingBytes))
+      fatal("the collectives staged " + std::to_string(comm.stagingBytes()) +
+            " bytes, past the plan's " + std::to_string(info.stagingBytes));
   }
 
   if (!options.saveStateDir.empty()) {
