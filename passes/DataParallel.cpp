@@ -163,10 +163,20 @@ LogicalResult sharc::applyDataParallel(ModuleOp module,
   MathBuilder math(b);
   if (!markers.empty()) {
     GradientsOp marker = markers.front();
+    SmallVector<Operation *> update;
+    for (Operation *op = marker->getNextNode(); op != ret;
+         op = op->getNextNode())
+      update.push_back(op);
     SmallVector<Value> grads(marker.getValues());
     allReduceGradients(math, grads, ranks, options.reduceBucketSize);
     marker.replaceAllUsesWith(grads);
     marker.erase();
+    // The clipping norm summed as ZeRO sums it (sharc-zero): stage 0 and
+    // stages 1 to 3 clip with the same bits.
+    if (!update.empty()) {
+      b.setInsertionPoint(update.front());
+      sumAsPartitioned(b, grads, update, ranks);
+    }
   }
   Value total = AllReduceOp::create(b, loss, CollectiveKind::sum, ranks);
   Value mean = math.div(

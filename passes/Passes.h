@@ -9,6 +9,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 
@@ -158,6 +159,16 @@ template <typename Base> struct WithDataParallelOptions : Base {
 mlir::LogicalResult applyZero(mlir::ModuleOp module,
                               const TrainingOptions &options);
 std::unique_ptr<mlir::Pass> createZeroPass(const TrainingOptions &options);
+
+/// Stage 0 on `ranks` > 1 ranks, after the gradients are all-reduced: every
+/// full sum of them in `update` (the ops after the hand-off; the clipping
+/// norm's sum of squares, the fp16 overflow test) is rebuilt as ZeRO sums
+/// it -- over each rank's slice of each gradient, then over the ranks in
+/// rank order -- so that every stage rounds it alike.  `b` inserts before
+/// the update.
+void sumAsPartitioned(mlir::ImplicitLocOpBuilder &b,
+                      llvm::ArrayRef<mlir::Value> grads,
+                      llvm::ArrayRef<mlir::Operation *> update, int64_t ranks);
 
 /// Makes `@train_step` data-parallel over `options.worldSize` ranks
 /// (docs/training.md): the loss seed becomes 1/(GAS N), the

@@ -167,9 +167,17 @@ SmallVector<SmallVector<size_t>> buckets(ArrayRef<Partitioned> parts,
 
 /// The rebuilt update: values of the step (after the hand-off) and their
 /// slices, and the partial sums of full reductions.
+///
+/// `everyRank` (stage 0): the "slices" are the [N, s] rows of every rank,
+/// which this rank holds whole after the all-reduce; a full sum's partial is
+/// the [N] vector of every rank's partial sum, added up in rank order where
+/// its value is read -- the order ZeRO's all-reduce of the partials adds
+/// them in, so that stage 0 rounds the clipping norm as stages 1 to 3 do.
+/// Only the sums are rebuilt then; an op that cannot be is left as it is.
 class Partitioner {
 public:
-  Partitioner(MathBuilder &math, int64_t ranks) : math(math), ranks(ranks) {}
+  Partitioner(MathBuilder &math, int64_t ranks, bool everyRank = false)
+      : math(math), ranks(ranks), everyRank(everyRank) {}
 
   void map(Value full, Value slice) { slices[full] = slice; }
   Value sliceOf(Value full) const { return slices.lookup(full); }
@@ -188,6 +196,7 @@ private:
 
   MathBuilder &math;
   int64_t ranks;
+  bool everyRank;
   DenseMap<Value, Value> slices;
   /// A full reduction of a partitioned value, and what the op reducing it
   /// and the ops adding such reductions up (or widening them) give on this
@@ -200,9 +209,21 @@ private:
 
 Value Partitioner::total(Value full) {
   Value &sum = totals[full];
-  if (!sum)
-    sum = AllReduceOp::create(math.getBuilder(), partials.lookup(full),
-                              CollectiveKind::sum, ranks);
+  if (sum)
+    return sum;
+  ImplicitLocOpBuilder &b = math.getBuilder();
+  Value partial = partials.lookup(full);
+  if (!everyRank)
+    return sum = AllReduceOp::create(b, partial, CollectiveKind::sum, ranks);
+  // ((p_0 + p_1) + p_2) + ..., as the communicator folds the ranks' parts.
+  auto type = tensorType(full);
+  for (int64_t r = 0; r < ranks; ++r) {
+    Value part =
+        SliceOp::create(b, RankedTensorType::get({1}, type.getElementType()),
+                        partial, ArrayRef<int64_t>{r}, ArrayRef<int64_t>{1});
+    part = reshape(b, type, part);
+    sum = sum ? math.add(sum, part) : part;
+  }
   return sum;
 }
 
@@ -220,12 +241,17 @@ LogicalResult Partitioner::partition(Operation *op) {
     // sums of g * 0) add nothing for it.
     auto type = tensorType(reduce.getOperand());
     if (!isSlice(reduce.getOperand()) || reduce.getKind() != ReduceKind::sum ||
-        static_cast<int64_t>(reduce.getAxes().size()) != type.getRank())
+        static_cast<int64_t>(reduce.getAxes().size()) != type.getRank()) {
+      if (everyRank)
+        return success();
       return op->emitError() << "sharc-zero: only full sums of a "
                                 "partitioned value can be partitioned";
+    }
+    // Every rank's slice is a row: the sums of the rows (each as the sum of
+    // a slice of its own) are the ranks' partial sums.
     partials[reduce.getResult()] =
         ReduceOp::create(b, slices.lookup(reduce.getOperand()), ReduceKind::sum,
-                         ArrayRef<int64_t>{0});
+                         ArrayRef<int64_t>{everyRank ? 1 : 0});
     done.push_back(op);
     return success();
   }
@@ -255,15 +281,20 @@ LogicalResult Partitioner::partition(Operation *op) {
       use.set(total(use.get()));
   if (llvm::none_of(op->getOperands(), isSlice))
     return success();
-  if (!isFusibleElementwiseOp(op) || op->getNumResults() != 1)
+  if (!isFusibleElementwiseOp(op) || op->getNumResults() != 1) {
+    if (everyRank)
+      return success();
     return op->emitError() << "sharc-zero: cannot partition '" << op->getName()
                            << "', which reads a gradient, "
                            << "a parameter or its optimizer state";
+  }
   // Elementwise: the same op on the slices; other operands must be scalars.
   SmallVector<Value> operands;
   SmallVector<int64_t> shape;
   for (Value operand : op->getOperands()) {
     Value slice = slices.lookup(operand);
+    if (!slice && tensorType(operand).getRank() != 0 && everyRank)
+      return success();
     if (!slice && tensorType(operand).getRank() != 0)
       return op->emitError() << "sharc-zero: '" << op->getName()
                              << "' combines a partitioned value with a "
@@ -350,6 +381,26 @@ scatterInLoop(MathBuilder &math, MicroBatchLoopOp loop, GradientsOp marker,
 }
 
 } // namespace
+
+void sharc::sumAsPartitioned(ImplicitLocOpBuilder &b, ArrayRef<Value> grads,
+                             ArrayRef<Operation *> update, int64_t ranks) {
+  MathBuilder math(b);
+  Partitioner partitioner(math, ranks, /*everyRank=*/true);
+  for (Value grad : grads) {
+    Partitioned part;
+    part.type = tensorType(grad);
+    part.elements = part.type.getNumElements();
+    part.slice = (part.elements + ranks - 1) / ranks;
+    partitioner.map(grad, rowsOf(math, grad, part, ranks));
+  }
+  for (Operation *op : update)
+    (void)partitioner.partition(op);
+  // The stage-0 sums (and what only they read) are gone; the elementwise
+  // ops rebuilt on the rows that feed no sum are left to canonicalization.
+  for (Operation *op : llvm::reverse(partitioner.replaced()))
+    if (op->use_empty())
+      op->erase();
+}
 
 LogicalResult sharc::applyZero(ModuleOp module,
                                const TrainingOptions &options) {

@@ -660,6 +660,12 @@ void MpiCommunicator::reduceSlicesAs(const void *send, void *recv,
                                      const CollectiveCall &call,
                                      double startSeconds) {
   int n = numRanks, mine = counts[rankId];
+  // One rank: its part is the reduction (no staging, no MPI).
+  if (n == 1) {
+    if (recv != send)
+      std::memmove(recv, send, size_t(mine) * dtypeBytes(type));
+    return;
+  }
   std::vector<int> recvCounts(n, mine), recvOffsets(n);
   for (int j = 0; j < n; ++j)
     recvOffsets[j] = mpiCount(size_t(j) * size_t(mine));

@@ -43,12 +43,25 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK: %[[BR:.*]] = sharc.reshape %[[BS]] : tensor<1xf32> to tensor<f32>
 // CHECK-NOT: sharc.concat
 // CHECK: %[[VR:.*]] = sharc.all_reduce %[[SUMS]]#3 {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<2xf32>
+// Clipping reads the all-reduced gradients as the [ranks, slice] rows that
+// sharc-zero would slice them into (w padded with a zero): the sum of each
+// row is a rank's partial sum, and the partial sums are added in rank order,
+// as ZeRO's all-reduce of them adds them.
+// CHECK: %[[WPAD:.*]] = sharc.concat %[[WS]], %{{.*}} {axis = 0 : i64} : (tensor<3xf32>, tensor<1xf32>) -> tensor<4xf32>
+// CHECK: %[[WROWS:.*]] = sharc.reshape %[[WPAD]] : tensor<4xf32> to tensor<2x2xf32>
+// CHECK: %[[WSQ:.*]] = sharc.mul %[[WROWS]], %[[WROWS]] : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+// CHECK-NOT: sharc.mul %[[WS]], %[[WS]]
+// CHECK: sharc.reduce %[[WSQ]] {axes = array<i64: 1>, kind = #sharc.reduce_kind<sum>} : (tensor<2x2xf32>) -> tensor<2xf32>
+// CHECK: %[[P0:.*]] = sharc.slice %[[PARTS:[0-9]+]] {start = array<i64: 0>, stride = array<i64: 1>} : tensor<2xf64> to tensor<1xf64>
+// CHECK-NEXT: %[[S0:.*]] = sharc.reshape %[[P0]] : tensor<1xf64> to tensor<f64>
+// CHECK-NEXT: %[[P1:.*]] = sharc.slice %[[PARTS]] {start = array<i64: 1>, stride = array<i64: 1>} : tensor<2xf64> to tensor<1xf64>
+// CHECK-NEXT: %[[S1:.*]] = sharc.reshape %[[P1]] : tensor<1xf64> to tensor<f64>
+// CHECK-NEXT: %[[NORM2:.*]] = sharc.add %[[S0]], %[[S1]] : (tensor<f64>, tensor<f64>) -> tensor<f64>
+// CHECK-NEXT: sharc.sqrt %[[NORM2]]
 // CHECK: %[[LOSS:.*]] = sharc.all_reduce %{{.*}} {kind = #sharc.collective_kind<sum>, ranks = 2 : i64} : tensor<f32>
 // CHECK: %[[N:.*]] = sharc.constant dense<2.000000e+00> : tensor<f32>
 // CHECK: %[[MEAN:.*]] = sharc.div %[[LOSS]], %[[N]]
 // CHECK-NOT: sharc.all_reduce
-// Clipping reads the all-reduced gradients.
-// CHECK: sharc.mul %[[WS]], %[[WS]]
 // CHECK: return %[[MEAN]]
 
 // One rank: no collectives, seed 1/GAS, the gradients used as they are.

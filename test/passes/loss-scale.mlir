@@ -67,14 +67,17 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK: return %{{.*}}, %[[KEEPW]], %[[KEEPBUF]], %[[NEXT]], %[[NEWSCALE]], %{{.*}}, %{{.*}}, %[[NEWSKIPPED]], %{{.*}}, %[[SCALE]], %[[OVERFLOW]], %{{.*}}
 
 // With data parallelism the seed is 1/(GAS N) times the scale, and the check
-// reads the all-reduced gradients.
+// reads the all-reduced gradients, as the [ranks, slice] rows whose sums
+// sharc-zero's ranks would add (sharc-data-parallel sums like it).
 // PARALLEL-LABEL: func.func @train_step(
 // PARALLEL: %[[SEED:.*]] = sharc.constant dense<2.500000e-01> : tensor<f32>
 // PARALLEL: sharc.micro_batch_loop count 2
 // PARALLEL: %[[SCALED:.*]] = sharc.mul %[[SEED]], %{{.*}} : (tensor<f32>, tensor<f32>) -> tensor<f32>
 // PARALLEL: call @main_grad(%{{.*}}, %{{.*}}, %[[SCALED]])
 // PARALLEL: %[[SUM:.*]] = sharc.all_reduce
-// PARALLEL: sharc.mul %[[SUM]], %{{.*}}
+// PARALLEL: %[[PAD:.*]] = sharc.concat %[[SUM]], %{{.*}} {axis = 0 : i64} : (tensor<3xf32>, tensor<1xf32>) -> tensor<4xf32>
+// PARALLEL: %[[ROWS:.*]] = sharc.reshape %[[PAD]] : tensor<4xf32> to tensor<2x2xf32>
+// PARALLEL: sharc.mul %[[ROWS]], %{{.*}} : (tensor<2x2xf32>, tensor<f32>) -> tensor<2x2xf32>
 // PARALLEL: sharc.compare
 
 // A static scale: a constant, no scaler state, no at_min_scale.

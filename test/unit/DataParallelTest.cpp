@@ -141,12 +141,14 @@ TEST_F(DataParallelTest, MatchesSingleRank) {
 
 TEST_F(DataParallelTest, BucketsSplit) {
   // w (3 elements) and b (1): one bucket of 4, or w and b in buckets of
-  // their own; either way the step matches the single rank.
+  // their own; either way the step matches the single rank.  Besides the
+  // bucket's, the clipping norm pads w and b to rows of 2 (one concat each:
+  // it sums the ranks' slices as sharc-zero does).
   struct Case {
     int64_t bucketSize;
     int allReduces, concats;
   };
-  for (Case c : {Case{4, 2, 1}, Case{3, 3, 0}, Case{1, 3, 0}}) {
+  for (Case c : {Case{4, 2, 1 + 2}, Case{3, 3, 2}, Case{1, 3, 2}}) {
     SCOPED_TRACE("bucket size " + std::to_string(c.bucketSize));
     TrainingOptions o = adamWOptions(2, 2);
     o.reduceBucketSize = c.bucketSize;
