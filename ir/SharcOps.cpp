@@ -361,20 +361,19 @@ SmallVector<int64_t> sharc::rowMajorStrides(ArrayRef<int64_t> shape) {
   return strides;
 }
 
-ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
+/// Argument `index`'s attribute `name` of function `op`, if it is an `Attr`.
+template <typename Attr>
+static Attr getArgAttr(Operation *op, unsigned index, StringRef name) {
   auto func = dyn_cast<FunctionOpInterface>(op);
-  if (!func)
-    return {};
-  return func.getArgAttrOfType<ParamAttr>(index,
-                                          SharcDialect::getParamAttrName());
+  return func ? func.getArgAttrOfType<Attr>(index, name) : Attr();
+}
+
+ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
+  return getArgAttr<ParamAttr>(op, index, SharcDialect::getParamAttrName());
 }
 
 SliceAttr sharc::getSliceAttr(Operation *op, unsigned index) {
-  auto func = dyn_cast<FunctionOpInterface>(op);
-  if (!func)
-    return {};
-  return func.getArgAttrOfType<SliceAttr>(index,
-                                          SharcDialect::getSliceAttrName());
+  return getArgAttr<SliceAttr>(op, index, SharcDialect::getSliceAttrName());
 }
 
 std::optional<unsigned> sharc::getUpdatedArgument(Operation *op,

@@ -81,6 +81,13 @@ struct Partitioned {
   /// is whole on every rank and its updated slices are all-gathered at the
   /// end of the step.
   bool partitioned = false;
+
+  /// The layout of a tensor of `tensor`'s type over `ranks` ranks.
+  void setType(RankedTensorType tensor, int64_t ranks) {
+    type = tensor;
+    elements = type.getNumElements();
+    slice = (elements + ranks - 1) / ranks;
+  }
 };
 
 /// Builds the [N, s] view of `value` (of `part`'s type): flattened, padded
@@ -101,21 +108,27 @@ Value rowsOf(MathBuilder &math, Value value, const Partitioned &part,
   return reshape(b, RankedTensorType::get({ranks, part.slice}, element), flat);
 }
 
-/// The whole parameter of `part` from its slices on every rank: `mine`
-/// (this rank's [s] slice) all-gathered into [N, s], flattened, the padding
-/// cut off, in the parameter's shape.
-Value gatherWhole(ImplicitLocOpBuilder &b, const Partitioned &part, Value mine,
-                  int64_t ranks) {
+/// The inverse of rowsOf: `rows`, the [N, s] view of `part`, flattened, the
+/// padding cut off, in the parameter's shape.
+Value wholeOf(ImplicitLocOpBuilder &b, Value rows, const Partitioned &part,
+              int64_t ranks) {
   Type element = part.type.getElementType();
-  Value rows =
-      reshape(b, RankedTensorType::get({1, part.slice}, element), mine);
-  Value all = AllGatherOp::create(b, rows, ranks);
   Value flat =
-      reshape(b, RankedTensorType::get({ranks * part.slice}, element), all);
+      reshape(b, RankedTensorType::get({ranks * part.slice}, element), rows);
   if (ranks * part.slice != part.elements)
     flat = SliceOp::create(b, RankedTensorType::get({part.elements}, element),
                            flat, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{1});
   return reshape(b, part.type, flat);
+}
+
+/// The whole parameter of `part` from its slices on every rank: `mine`
+/// (this rank's [s] slice) all-gathered into [N, s], then wholeOf.
+Value gatherWhole(ImplicitLocOpBuilder &b, const Partitioned &part, Value mine,
+                  int64_t ranks) {
+  Value rows = reshape(
+      b, RankedTensorType::get({1, part.slice}, part.type.getElementType()),
+      mine);
+  return wholeOf(b, AllGatherOp::create(b, rows, ranks), part, ranks);
 }
 
 /// True when everything before `marker` (forward and backward) reads `param`
@@ -388,9 +401,7 @@ void sharc::sumAsPartitioned(ImplicitLocOpBuilder &b, ArrayRef<Value> grads,
   Partitioner partitioner(math, ranks, /*everyRank=*/true);
   for (Value grad : grads) {
     Partitioned part;
-    part.type = tensorType(grad);
-    part.elements = part.type.getNumElements();
-    part.slice = (part.elements + ranks - 1) / ranks;
+    part.setType(tensorType(grad), ranks);
     partitioner.map(grad, rowsOf(math, grad, part, ranks));
   }
   for (Operation *op : update)
@@ -474,9 +485,7 @@ LogicalResult sharc::applyZero(ModuleOp module,
     if (!part.param)
       return marker.emitError()
              << "sharc-zero: no argument is parameter '" << name << "'";
-    part.type = tensorType(part.param);
-    part.elements = part.type.getNumElements();
-    part.slice = (part.elements + ranks - 1) / ranks;
+    part.setType(tensorType(part.param), ranks);
     // Stage 3 partitions the parameters above the threshold (DeepSpeed
     // keeps the smaller ones whole); stages 1 and 2 partition the fp32
     // master weights of mixed precision (a parameter forward reads only as
@@ -657,13 +666,7 @@ LogicalResult sharc::applyZero(ModuleOp module,
         columns = SliceOp::create(
             b, RankedTensorType::get({ranks, part.slice}, element), all,
             ArrayRef<int64_t>{0, offset}, ArrayRef<int64_t>{1, 1});
-      Value flat = reshape(
-          b, RankedTensorType::get({ranks * part.slice}, element), columns);
-      if (ranks * part.slice != part.elements)
-        flat =
-            SliceOp::create(b, RankedTensorType::get({part.elements}, element),
-                            flat, ArrayRef<int64_t>{0}, ArrayRef<int64_t>{1});
-      results[*paramResult[i]] = reshape(b, part.type, flat);
+      results[*paramResult[i]] = wholeOf(b, columns, part, ranks);
       offset += part.slice;
     }
   }
