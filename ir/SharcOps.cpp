@@ -376,6 +376,39 @@ SliceAttr sharc::getSliceAttr(Operation *op, unsigned index) {
   return getArgAttr<SliceAttr>(op, index, SharcDialect::getSliceAttrName());
 }
 
+BlockArgument sharc::getGatheredSliceArgument(Operation *gather) {
+  Value source = gather->getOperand(0);
+  while (Operation *def = source.getDefiningOp()) {
+    if (!isa<ReshapeOp, CastOp>(def))
+      return {};
+    source = def->getOperand(0);
+  }
+  auto arg = dyn_cast<BlockArgument>(source);
+  Operation *func = arg ? arg.getOwner()->getParentOp() : nullptr;
+  if (!func || !isa<FunctionOpInterface>(func) ||
+      !getSliceAttr(func, arg.getArgNumber()))
+    return {};
+  return arg;
+}
+
+Operation *sharc::getLastGatheredReader(Value gathered, Block &block) {
+  Operation *last = block.findAncestorOpInBlock(*gathered.getDefiningOp());
+  SmallVector<Value> values = {gathered};
+  while (!values.empty()) {
+    Value value = values.pop_back_val();
+    for (Operation *user : value.getUsers()) {
+      Operation *top = block.findAncestorOpInBlock(*user);
+      if (!top)
+        continue;
+      if (!last || last->isBeforeInBlock(top))
+        last = top;
+      if (isa<ReshapeOp, SliceOp>(top) || top->hasAttr("sharc.fuse_into"))
+        llvm::append_range(values, top->getResults());
+    }
+  }
+  return last;
+}
+
 std::optional<unsigned> sharc::getUpdatedArgument(Operation *op,
                                                   unsigned result) {
   auto func = dyn_cast<FunctionOpInterface>(op);

@@ -123,6 +123,20 @@ ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
 /// argument is this rank's ZeRO slice of a whole tensor), or null.
 SliceAttr getSliceAttr(mlir::Operation *func, unsigned index);
 
+/// ZeRO: the function argument, marked `sharc.slice`, whose slice a gather
+/// (a `sharc.all_gather` or `sharc.all_gather_start`) reads through the
+/// casts and reshapes that pack it; null when it reads no such argument.
+mlir::BlockArgument getGatheredSliceArgument(mlir::Operation *gather);
+
+/// ZeRO: the last op of `block` that reads `gathered` (a gathered parameter,
+/// the result of an all-gather or of the wait of a started one), a view of it
+/// (a reshape or slice), or, through an op computed inside its users' kernels
+/// (`sharc.fuse_into`), those users; the op of `block` that defines
+/// `gathered` (an op result) when nothing reads it.  The gathered parameter's
+/// memory is live until this op.
+mlir::Operation *getLastGatheredReader(mlir::Value gathered,
+                                       mlir::Block &block);
+
 /// The argument of `func` whose next value result `result` is: the argument
 /// with an equal `sharc.param` or `sharc.state` attribute (a parameter or a
 /// piece of training state, updated by the step), or nullopt.

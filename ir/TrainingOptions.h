@@ -161,6 +161,14 @@ struct TrainingOptions {
   /// parameters; otherwise it is released and gathered again
   /// (zero_optimization.stage3_max_reuse_distance, DeepSpeed's default 1e9).
   int64_t maxReuseDistance = 1000000000;
+  /// ZeRO stage 3: elements of parameter gathers started after each gather's
+  /// wait (zero_optimization.stage3_prefetch_bucket_size, DeepSpeed's
+  /// default 5e7; 0: no prefetch).
+  int64_t prefetchBucketSize = 50000000;
+  /// ZeRO stage 3: prefetch only while fewer elements of gathered parameters
+  /// are live (zero_optimization.stage3_max_live_parameters, DeepSpeed's
+  /// default 1e9).
+  int64_t maxLiveParameters = 1000000000;
   /// Start each gradient all-reduce as soon as its bucket is complete and
   /// wait only where the sum is read, overlapping backward
   /// (zero_optimization.overlap_comm; sharc-schedule-collectives in the

@@ -6,6 +6,11 @@
 // its argument holds.  Once the gradient function is inlined, this pass
 // decides where each gathered parameter lives:
 //
+//   - at stage 3 a micro-batch loop (gradient accumulation) that reads a
+//     gathered parameter gets a gather of its own at the start of its body,
+//     placed there as below: each micro-batch gathers its parameters, as
+//     each of DeepSpeed's forward-backward passes does, and nothing gathered
+//     lives across micro-batches;
 //   - a gathered parameter read only through casts to one type (the 16-bit
 //     compute copy of mixed precision) is gathered in that type: the slice
 //     is cast before the all-gather, so the whole fp32 parameter never
@@ -141,23 +146,45 @@ GatherChain gatherInReadersType(GatherChain chain) {
 
 } // namespace
 
-LogicalResult sharc::gatherParameters(func::FuncOp func,
-                                      int64_t maxReuseDistance) {
-  auto stage = func->getAttrOfType<IntegerAttr>("sharc.zero_stage");
-  if (!stage || stage.getInt() < 1 || func.isExternal())
-    return success();
-  // Stages 1 and 2 keep the gathered 16-bit copies of their partitioned
-  // masters for the whole step, as DeepSpeed keeps its 16-bit parameters.
-  if (stage.getInt() < 3)
-    maxReuseDistance = std::numeric_limits<int64_t>::max();
-  if (!func.getBody().hasOneBlock())
-    return func.emitError() << "sharc-gather-parameters: '@"
-                            << func.getSymName() << "' has more than one block";
-  Block &block = func.getBody().front();
-  SmallVector<GatherChain> chains;
-  for (auto gather : llvm::make_early_inc_range(block.getOps<AllGatherOp>()))
-    if (std::optional<GatherChain> chain = chainOf(func, gather))
-      chains.push_back(gatherInReadersType(std::move(*chain)));
+/// Places the gathers of `chains`, whose whole parameters ops of `block`
+/// (or ops nested in them) read: with `perMicroBatch`, each micro-batch
+/// loop of `block` that reads a parameter gets a gather of its own in its
+/// body, placed there in turn; then each gather moves to its first reader
+/// in `block` and is repeated for each group of readers farther apart than
+/// `maxReuseDistance`.
+static void placeGathers(Block &block, SmallVector<GatherChain> chains,
+                         int64_t maxReuseDistance, bool perMicroBatch) {
+  if (perMicroBatch) {
+    for (auto loop : block.getOps<MicroBatchLoopOp>()) {
+      Block &body = loop.getBody().front();
+      SmallVector<GatherChain> inner;
+      for (GatherChain &chain : chains) {
+        auto inLoop = [&](OpOperand &use) {
+          return loop->isProperAncestor(use.getOwner());
+        };
+        if (llvm::none_of(chain.whole.getUses(), inLoop))
+          continue;
+        OpBuilder b(&body, body.begin());
+        IRMapping mapping;
+        GatherChain copy;
+        copy.elements = chain.elements;
+        for (Operation *op : chain.ops)
+          copy.ops.push_back(b.clone(*op, mapping));
+        copy.whole = mapping.lookup(chain.whole);
+        chain.whole.replaceUsesWithIf(copy.whole, inLoop);
+        inner.push_back(std::move(copy));
+      }
+      placeGathers(body, std::move(inner), maxReuseDistance, perMicroBatch);
+    }
+    // A gather read only in loops is gone.
+    llvm::erase_if(chains, [](GatherChain &chain) {
+      if (!chain.whole.use_empty())
+        return false;
+      for (Operation *op : llvm::reverse(chain.ops))
+        op->erase();
+      return true;
+    });
+  }
 
   // Each chain's readers (the ops of the block that read the whole
   // parameter), in program order, by position.
@@ -226,6 +253,29 @@ LogicalResult sharc::gatherParameters(func::FuncOp func,
       });
     }
   }
+}
+
+LogicalResult sharc::gatherParameters(func::FuncOp func,
+                                      int64_t maxReuseDistance) {
+  auto stage = func->getAttrOfType<IntegerAttr>("sharc.zero_stage");
+  if (!stage || stage.getInt() < 1 || func.isExternal())
+    return success();
+  // Stages 1 and 2 keep the gathered 16-bit copies of their partitioned
+  // masters for the whole step, as DeepSpeed keeps its 16-bit parameters;
+  // stage 3 gathers in each micro-batch, as DeepSpeed's forward and
+  // backward of each micro-batch do.
+  bool perMicroBatch = stage.getInt() >= 3;
+  if (!perMicroBatch)
+    maxReuseDistance = std::numeric_limits<int64_t>::max();
+  if (!func.getBody().hasOneBlock())
+    return func.emitError() << "sharc-gather-parameters: '@"
+                            << func.getSymName() << "' has more than one block";
+  Block &block = func.getBody().front();
+  SmallVector<GatherChain> chains;
+  for (auto gather : llvm::make_early_inc_range(block.getOps<AllGatherOp>()))
+    if (std::optional<GatherChain> chain = chainOf(func, gather))
+      chains.push_back(gatherInReadersType(std::move(*chain)));
+  placeGathers(block, std::move(chains), maxReuseDistance, perMicroBatch);
   return success();
 }
 
@@ -235,6 +285,11 @@ struct GatherParametersPass
   using GatherParametersBase::GatherParametersBase;
 
   void runOnOperation() override {
+    auto emitError = [&] { return getOperation().emitError(); };
+    if (!OptionChecker(emitError).inRange("max-reuse-distance",
+                                          maxReuseDistance, 0,
+                                          TrainingOptions::kMaxBucketSize))
+      return signalPassFailure();
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (failed(gatherParameters(func, maxReuseDistance)))
         return signalPassFailure();

@@ -212,14 +212,24 @@ void buildTrainPipeline(mlir::OpPassManager &pm,
 /// `sharc-compile-pipeline` (option `fuse`).
 void registerSharcPipelines();
 
+/// ZeRO stage 3's knobs of its parameter gathers, in elements (DeepSpeed's
+/// `stage3_max_reuse_distance`, `stage3_prefetch_bucket_size` and
+/// `stage3_max_live_parameters`, with DeepSpeed's defaults).
+struct ParameterGatherOptions {
+  int64_t maxReuseDistance = 1000000000;
+  int64_t prefetchBucketSize = 50000000;
+  int64_t maxLiveParameters = 1000000000;
+};
+
 /// `@train_step` to the IR the code generator emits (docs/codegen.md):
-/// sharc-prepare-emission, sharc-fuse (unless `fuse` is false),
-/// sharc-schedule-collectives (overlapping communication unless `overlap` is
-/// false), sharc-update-in-place, sharc-plan-memory.  `sharc compile` runs it
-/// after the train pipeline, and sharc-opt runs it as sharc-compile-pipeline.
+/// sharc-prepare-emission, sharc-gather-parameters, sharc-fuse (unless
+/// `fuse` is false), sharc-schedule-collectives (overlapping communication
+/// unless `overlap` is false), sharc-update-in-place, sharc-plan-memory.
+/// `sharc compile` runs it after the train pipeline, and sharc-opt runs it
+/// as sharc-compile-pipeline.
 void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true,
                           bool overlap = true,
-                          int64_t maxReuseDistance = 1000000000);
+                          const ParameterGatherOptions &gathers = {});
 
 //===----------------------------------------------------------------------===//
 // ZeRO stage 3's parameter gathers (GatherParameters.cpp)
@@ -254,11 +264,16 @@ void scheduleGradientScatters(mlir::func::FuncOp func, bool overlap = true);
 
 /// The ZeRO parameter gathers (marked `sharc.parameter_gather` by
 /// sharc-gather-parameters), with `overlap`: each becomes a
-/// `sharc.all_gather_start` and a `sharc.wait` where it stands, and each
-/// start but the first moves, with its packing, to just after the previous
-/// gather's wait, so that the next parameter is gathered while the current
-/// one's readers compute.  Without `overlap` they stay blocking.
-void scheduleParameterGathers(mlir::func::FuncOp func, bool overlap = true);
+/// `sharc.all_gather_start` and a `sharc.wait` where it stands, and after
+/// each wait the gathers that follow in its block are prefetched (their
+/// starts move, with their packing, to just after it) as DeepSpeed's stage 3
+/// prefetches: while they add fewer elements than the smaller of
+/// `prefetchBucketSize` (0: no prefetch) and `maxLiveParameters` less the
+/// elements gathered and not yet released there.  Below stage 3 every gather
+/// is prefetched.  Without `overlap` they stay blocking.
+void scheduleParameterGathers(mlir::func::FuncOp func, bool overlap = true,
+                              int64_t prefetchBucketSize = 50000000,
+                              int64_t maxLiveParameters = 1000000000);
 
 //===----------------------------------------------------------------------===//
 // Fusion

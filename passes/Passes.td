@@ -263,13 +263,31 @@ def ScheduleCollectives : Pass<"sharc-schedule-collectives",
     `sharc.reduce_scatter_start` and a `sharc.wait`; with or without
     `overlap` the start moves up with its packing to just after the ops
     that produce its bucket, so that the bucket's full gradients die in
-    backward; the wait is placed as an all-reduce's.  Runs after sharc-fuse, on the kernels the code generator
-    emits (docs/passes.md).
+    backward; the wait is placed as an all-reduce's.  With `overlap` the
+    ZeRO parameter gathers (`sharc.parameter_gather`) become
+    `sharc.all_gather_start` and `sharc.wait` where they stand, and after
+    each wait the gathers that follow in its block start (prefetch), in
+    order, while they add fewer elements than the smaller of
+    `prefetch-bucket-size` and `max-live-parameters` less the elements
+    gathered and not yet released there (DeepSpeed's stage-3 prefetch;
+    below stage 3 every gather is prefetched).  Runs after sharc-fuse, on
+    the kernels the code generator emits (docs/passes.md).
   }];
   let options = [
     Option<"overlap", "overlap", "bool", "true",
            "Start each collective as early and wait as late as the data "
            "allows (false: wait right after the start)">,
+    Option<"prefetchBucketSize", "prefetch-bucket-size", "int64_t",
+           "50000000",
+           "ZeRO stage 3: after each parameter gather's wait, start the "
+           "gathers that follow while they add fewer than this many "
+           "elements (0: no prefetch; DeepSpeed's "
+           "stage3_prefetch_bucket_size)">,
+    Option<"maxLiveParameters", "max-live-parameters", "int64_t",
+           "1000000000",
+           "ZeRO stage 3: prefetch only while fewer than this many elements "
+           "of gathered parameters are live (DeepSpeed's "
+           "stage3_max_live_parameters)">,
   ];
   let dependentDialects = ["sharc::SharcDialect"];
 }

@@ -59,15 +59,17 @@ void sharc::buildTrainPipeline(OpPassManager &pm,
 }
 
 void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
-                                 int64_t maxReuseDistance) {
+                                 const ParameterGatherOptions &gathers) {
   pm.addPass(createPrepareEmission());
-  GatherParametersOptions gathers;
-  gathers.maxReuseDistance = maxReuseDistance;
-  pm.addPass(createGatherParameters(gathers));
+  GatherParametersOptions placement;
+  placement.maxReuseDistance = gathers.maxReuseDistance;
+  pm.addPass(createGatherParameters(placement));
   if (fuse)
     pm.addPass(createFusePass(/*singletons=*/true));
   ScheduleCollectivesOptions schedule;
   schedule.overlap = overlap;
+  schedule.prefetchBucketSize = gathers.prefetchBucketSize;
+  schedule.maxLiveParameters = gathers.maxLiveParameters;
   pm.addPass(createScheduleCollectives(schedule));
   pm.addPass(createUpdateInPlace());
   pm.addPass(createPlanMemory());
@@ -88,6 +90,17 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
                      "reader is farther than this many elements of other "
                      "parameters (sharc-gather-parameters)"),
       llvm::cl::init(1000000000)};
+  Option<int64_t> prefetchBucketSize{
+      *this, "prefetch-bucket-size",
+      llvm::cl::desc("ZeRO stage 3: elements of parameters prefetched after "
+                     "each gather's wait (sharc-schedule-collectives)"),
+      llvm::cl::init(50000000)};
+  Option<int64_t> maxLiveParameters{
+      *this, "max-live-parameters",
+      llvm::cl::desc(
+          "ZeRO stage 3: prefetch only while fewer elements of "
+          "gathered parameters are live (sharc-schedule-collectives)"),
+      llvm::cl::init(1000000000)};
 };
 } // namespace
 
@@ -100,7 +113,9 @@ void sharc::registerSharcPipelines() {
       "sharc-update-in-place, sharc-plan-memory",
       [](OpPassManager &pm, const CompilePipelineOptions &options) {
         buildCompilePipeline(pm, options.fuse, options.overlap,
-                             options.maxReuseDistance);
+                             {options.maxReuseDistance,
+                              options.prefetchBucketSize,
+                              options.maxLiveParameters});
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",

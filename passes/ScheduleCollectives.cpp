@@ -14,10 +14,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/Schedule.h"
 
 #include "ir/SharcOps.h"
 
+#include "llvm/ADT/MapVector.h"
+
 #include <functional>
+#include <limits>
 
 namespace sharc {
 #define GEN_PASS_DEF_SCHEDULECOLLECTIVES
@@ -170,19 +174,91 @@ static bool moveWithPacking(Operation *op, Operation *before) {
   return true;
 }
 
-void sharc::scheduleParameterGathers(func::FuncOp func, bool overlap) {
+/// Prefetches the parameter gathers of one block (`pairs`, in program
+/// order) as DeepSpeed's stage 3 does (docs/zero.md): after the wait of each
+/// gather, the gathers that follow start, in order, while the elements they
+/// add are fewer than the smaller of `prefetchBucketSize` and
+/// `maxLiveParameters` less the elements gathered and not yet released
+/// there.  A gather of a parameter whose earlier gather is still live there
+/// is not prefetched (DeepSpeed skips a parameter that is available; sharc
+/// released that copy by the reuse distance and gathers it again later).
+static void prefetchGathers(ArrayRef<std::pair<AllGatherStartOp, WaitOp>> pairs,
+                            Block &block, int64_t prefetchBucketSize,
+                            int64_t maxLiveParameters) {
+  DenseMap<Operation *, int64_t> position;
+  for (auto [i, op] : llvm::enumerate(block))
+    position[&op] = static_cast<int64_t>(i);
+  size_t n = pairs.size();
+  // Each gather's elements (the whole parameter's, as DeepSpeed counts), the
+  // position where it starts (that of the wait it is prefetched after, or its
+  // own) and that of its last reader.
+  SmallVector<int64_t> elements(n), startAt(n, -1), releaseAt(n);
+  SmallVector<BlockArgument> parameter(n);
+  for (auto [k, pair] : llvm::enumerate(pairs)) {
+    auto [start, wait] = pair;
+    parameter[k] = getGatheredSliceArgument(start);
+    elements[k] = parameter[k]
+                      ? getSliceAttr(parameter[k].getOwner()->getParentOp(),
+                                     parameter[k].getArgNumber())
+                            .getWhole()
+                            .getNumElements()
+                      : cast<RankedTensorType>(wait.getResult().getType())
+                            .getNumElements();
+    releaseAt[k] = position[getLastGatheredReader(wait.getResult(), block)];
+  }
+  // Gather j holds its parameter at position `at`.
+  auto live = [&](size_t j, int64_t at) {
+    return startAt[j] >= 0 && startAt[j] <= at && releaseAt[j] >= at;
+  };
+  for (size_t k = 0; k < n; ++k) {
+    int64_t here = position[pairs[k].second];
+    if (startAt[k] < 0)
+      startAt[k] = here;
+    int64_t available = 0;
+    for (size_t j = 0; j < n; ++j)
+      if (live(j, here))
+        available += elements[j];
+    int64_t limit = std::min(prefetchBucketSize, maxLiveParameters - available);
+    Operation *after = pairs[k].second;
+    int64_t prefetching = 0;
+    for (size_t m = k + 1; m < n && prefetching < limit; ++m) {
+      if (startAt[m] >= 0 ||
+          llvm::any_of(llvm::seq<size_t>(0, m), [&](size_t j) {
+            return parameter[j] && parameter[j] == parameter[m] &&
+                   live(j, here);
+          }))
+        continue;
+      if (!moveWithPacking(pairs[m].first, after->getNextNode()))
+        break;
+      after = pairs[m].first;
+      startAt[m] = here;
+      prefetching += elements[m];
+    }
+  }
+}
+
+void sharc::scheduleParameterGathers(func::FuncOp func, bool overlap,
+                                     int64_t prefetchBucketSize,
+                                     int64_t maxLiveParameters) {
   if (!overlap)
     return;
+  // Below stage 3 the gathered 16-bit copies stay for the step (DeepSpeed
+  // gathers them all at the end of the step before): every one is
+  // prefetched.
+  auto stage = func->getAttrOfType<IntegerAttr>("sharc.zero_stage");
+  if (!stage || stage.getInt() < 3)
+    prefetchBucketSize = maxLiveParameters =
+        std::numeric_limits<int64_t>::max();
   SmallVector<AllGatherOp> gathers;
   func.walk([&](AllGatherOp op) {
     if (op->hasAttr("sharc.parameter_gather"))
       gathers.push_back(op);
   });
-  // Each gather becomes a start and a wait where it stands; then each start
-  // but the first moves up to just after the previous parameter's wait, so
-  // that a parameter is gathered while the readers of the one before it
-  // compute (one parameter ahead).
-  SmallVector<std::pair<AllGatherStartOp, WaitOp>> pairs;
+  // Each gather becomes a start and a wait where it stands (just before its
+  // first reader); then the starts are prefetched, block by block (the
+  // step's, a micro-batch loop's body).
+  llvm::MapVector<Block *, SmallVector<std::pair<AllGatherStartOp, WaitOp>>>
+      pairs;
   for (AllGatherOp gather : gathers) {
     OpBuilder builder(gather);
     auto start = AllGatherStartOp::create(
@@ -191,15 +267,12 @@ void sharc::scheduleParameterGathers(func::FuncOp func, bool overlap) {
     auto wait = WaitOp::create(builder, gather.getLoc(), start.getFuture());
     gather.replaceAllUsesWith(wait.getResult());
     gather.erase();
-    pairs.emplace_back(start, wait);
+    pairs[start->getBlock()].emplace_back(start, wait);
   }
-  for (size_t k = 1; k < pairs.size(); ++k) {
-    WaitOp previous = pairs[k - 1].second;
-    AllGatherStartOp start = pairs[k].first;
-    if (previous->getBlock() == start->getBlock() &&
-        previous->isBeforeInBlock(start))
-      moveWithPacking(start, previous->getNextNode());
-  }
+  for (auto &[block, blockPairs] : pairs)
+    if (prefetchBucketSize > 0)
+      prefetchGathers(blockPairs, *block, prefetchBucketSize,
+                      maxLiveParameters);
 }
 
 namespace {
@@ -208,11 +281,19 @@ struct ScheduleCollectivesPass
   using ScheduleCollectivesBase::ScheduleCollectivesBase;
 
   void runOnOperation() override {
+    auto emitError = [&] { return getOperation().emitError(); };
+    OptionChecker check(emitError);
+    if (!check.inRange("prefetch-bucket-size", prefetchBucketSize, 0,
+                       TrainingOptions::kMaxBucketSize) ||
+        !check.inRange("max-live-parameters", maxLiveParameters, 0,
+                       TrainingOptions::kMaxBucketSize))
+      return signalPassFailure();
     for (auto func : getOperation().getOps<func::FuncOp>())
       if (!func.isExternal()) {
         scheduleCollectives(func, overlap);
         scheduleGradientScatters(func, overlap);
-        scheduleParameterGathers(func, overlap);
+        scheduleParameterGathers(func, overlap, prefetchBucketSize,
+                                 maxLiveParameters);
       }
   }
 };

@@ -424,11 +424,17 @@ LogicalResult sharc::applyZero(ModuleOp module,
       !check.inRange("reduce-bucket-size", options.reduceBucketSize, 1,
                      TrainingOptions::kMaxBucketSize) ||
       !check.inRange("allgather-bucket-size", options.allgatherBucketSize, 1,
-                     TrainingOptions::kMaxBucketSize) ||
-      !check.inRange("param-persistence-threshold",
-                     options.paramPersistenceThreshold, 0,
                      TrainingOptions::kMaxBucketSize))
     return failure();
+  // Stage 3's knobs, in elements.
+  for (auto [name, value] :
+       {std::pair("param-persistence-threshold",
+                  options.paramPersistenceThreshold),
+        std::pair("max-reuse-distance", options.maxReuseDistance),
+        std::pair("prefetch-bucket-size", options.prefetchBucketSize),
+        std::pair("max-live-parameters", options.maxLiveParameters)})
+    if (!check.inRange(name, value, 0, TrainingOptions::kMaxBucketSize))
+      return failure();
   int64_t ranks = options.worldSize;
   if (options.zeroStage == 0)
     return success();

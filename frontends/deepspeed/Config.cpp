@@ -439,7 +439,11 @@ const StringLiteral zeroReadKeys[] = {"stage",
                                       "stage3_param_persistence_threshold",
                                       "param_persistence_threshold",
                                       "stage3_max_reuse_distance",
-                                      "max_reuse_distance"};
+                                      "max_reuse_distance",
+                                      "stage3_prefetch_bucket_size",
+                                      "prefetch_bucket_size",
+                                      "stage3_max_live_parameters",
+                                      "max_live_parameters"};
 
 /// Keys of DeepSpeed 0.19.8's DeepSpeedZeroConfig (runtime/zero/config.py,
 /// names and aliases) that tune how ZeRO stages 2 and 3 (or options of
@@ -453,12 +457,8 @@ const StringLiteral zeroPartitioningKeys[] = {
     "load_from_fp32_weights",
     "elastic_checkpoint",
     "sub_group_size",
-    "prefetch_bucket_size",
-    "stage3_prefetch_bucket_size",
     "model_persistence_threshold",
     "stage3_model_persistence_threshold",
-    "max_live_parameters",
-    "stage3_max_live_parameters",
     "gather_16bit_weights_on_model_save",
     "stage3_gather_16bit_weights_on_model_save",
     "module_granularity_threshold",
@@ -997,7 +997,11 @@ Error ConfigReader::readZero(const json::Value &value) {
                      "param_persistence_threshold",
                      &options.paramPersistenceThreshold),
           std::tuple("stage3_max_reuse_distance", "max_reuse_distance",
-                     &options.maxReuseDistance)})
+                     &options.maxReuseDistance),
+          std::tuple("stage3_prefetch_bucket_size", "prefetch_bucket_size",
+                     &options.prefetchBucketSize),
+          std::tuple("stage3_max_live_parameters", "max_live_parameters",
+                     &options.maxLiveParameters)})
       for (StringRef name : {key, alias})
         if (Error error = readElements(name, 0.0, *field))
           return error;

@@ -186,8 +186,10 @@ def test_binary_stages(sharc, exported, tmp_path, ranks):
     3 of the parameters)."""
     path, inputs = exported["gpt"]
     outs = {}
-    # Stage 3 gathers each parameter again in backward (reuse distance 0).
-    extra = {3: ["--param-persistence-threshold", 0, "--max-reuse-distance", 0]}
+    # Stage 3 gathers each parameter again in backward (reuse distance 0),
+    # prefetching one parameter ahead.
+    extra = {3: ["--param-persistence-threshold", 0, "--max-reuse-distance", 0,
+                 "--prefetch-bucket-size", 1]}
     for stage in (0, 1, 2, 3):
         out = tmp_path / f"out-{stage}"
         result = sharc("compile", path, *RECIPE, "--world-size", ranks,
@@ -348,6 +350,12 @@ def test_stages_with_gradient_accumulation(sharc, exported, tmp_path, stage):
     padded = sum(4 * 2 * (-(-n // 2)) for n in elements)
     collectives = {c["kind"]: c for c in manifest["collectives"]}
     assert collectives["reduce_scatter"]["bytes_per_step"] == 3 * padded // 2
+    if stage == 3:
+        # Each micro-batch gathers every parameter (once: DeepSpeed's reuse
+        # distance keeps it from forward to backward), as DeepSpeed's
+        # forward-backward passes do; nothing gathered crosses micro-batches.
+        assert collectives["all_gather"]["bytes_per_step"] == 3 * padded // 2
+        assert "startAllGather(" in program_in_loop(out / "program.cpp")
     config_path = tmp_path / "ds_config.json"
     config_path.write_text(json.dumps({
         "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,
@@ -365,6 +373,10 @@ def test_stages_with_gradient_accumulation(sharc, exported, tmp_path, stage):
      "zero_optimization.stage3_param_persistence_threshold"),
     ({"stage": 3, "stage3_max_reuse_distance": "far"},
      "zero_optimization.stage3_max_reuse_distance"),
+    ({"stage": 3, "stage3_prefetch_bucket_size": -1},
+     "zero_optimization.stage3_prefetch_bucket_size"),
+    ({"stage": 3, "max_live_parameters": "many"},
+     "zero_optimization.max_live_parameters"),
     ({"stage": 1, "reduce_scatter": False},
      "zero_optimization.reduce_scatter: false is not supported yet"),
     ({"stage": 1, "allgather_partitions": False},
@@ -379,6 +391,58 @@ def test_config_errors(sharc, exported, tmp_path, zero, message):
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def program_in_loop(path):
+    """The generated code of the micro-batch loop's body."""
+    source = path.read_text()
+    begin = source.index("for (int64_t micro")
+    return source[begin:source.index("\n  }\n", begin)]
+
+
+GATHERED_PEAK = re.compile(r"^report: per rank: gathered parameters peak "
+                           r"bytes (\d+)", re.MULTILINE)
+
+
+def test_prefetch_and_live_parameters(sharc, exported, tmp_path):
+    """DeepSpeed's stage-3 prefetch: after each parameter gather's wait, the
+    gathers that follow start while they add fewer elements than
+    min(stage3_prefetch_bucket_size, stage3_max_live_parameters - live).
+    Without prefetch the gathered parameters' planned peak is the least; one
+    parameter ahead (a bucket of 1) holds more, DeepSpeed's default bucket
+    (5e7: every later gather of this GPT) the most, and a live limit of one
+    element prefetches nothing.  The losses do not change."""
+    path, inputs = exported["gpt"]
+    peaks, losses = {}, {}
+    for name, keys in [("none", {"stage3_prefetch_bucket_size": 0}),
+                       ("one", {"stage3_prefetch_bucket_size": 1}),
+                       ("default", {}),
+                       ("live", {"stage3_max_live_parameters": 1})]:
+        out = tmp_path / name
+        zero = {"stage": 3, "stage3_param_persistence_threshold": 0,
+                "stage3_max_reuse_distance": 0, **keys}
+        config_path = tmp_path / f"{name}.json"
+        config_path.write_text(json.dumps({
+            "train_micro_batch_size_per_gpu": 2,
+            "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+            "zero_optimization": zero}))
+        result = sharc("compile", path, "--config", config_path,
+                       "--world-size", 2, "-o", out, "--report")
+        assert result.returncode == 0, result.stderr
+        peaks[name] = int(GATHERED_PEAK.search(result.stdout).group(1))
+        run = mpirun(2, out / "train", *inputs, "--steps", 3)
+        assert run.returncode == 0, run.stderr
+        losses[name] = [loss for _, loss, _, _ in steps_of(run)]
+    assert peaks["none"] < peaks["one"] < peaks["default"], peaks
+    assert peaks["live"] == peaks["none"], peaks
+    assert all(value == losses["none"] for value in losses.values()), losses
+    result = sharc("compile", path, "--optimizer", "sgd", "--lr", "0.1",
+                   "--world-size", 2, "--zero-stage", 3,
+                   "--prefetch-bucket-size", -1, "-o", tmp_path / "bad")
+    assert result.returncode != 0
+    assert ("option 'prefetch-bucket-size' must be between 0 and "
+            "1099511627776, got -1") in result.stderr, result.stderr
+    assert not (tmp_path / "bad").exists()
 
 
 @pytest.mark.parametrize("stage,message", [
@@ -415,7 +479,8 @@ def test_measured_memory_falls_by_the_planned_amount(sharc, tmp_path):
     peaks = {}
     for stage in (0, 1, 2, 3):
         out = tmp_path / f"out-{stage}"
-        reuse = ["--max-reuse-distance", 0] if stage == 3 else []
+        reuse = (["--max-reuse-distance", 0, "--prefetch-bucket-size", 1]
+                 if stage == 3 else [])
         result = sharc("compile", path, "--optimizer", "adamw", "--lr", "0.001",
                        "--world-size", 2, "--zero-stage", stage,
                        "--reduce-bucket-size", 5000000,

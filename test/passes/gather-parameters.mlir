@@ -95,3 +95,39 @@ func.func @train_step(%a: tensor<2xf32> {sharc.input = "a"})
 // CHECK-NEXT: sharc.reshape
 // CHECK-NEXT: sharc.all_gather %{{.*}} {ranks = 2 : i64} :
 // CHECK-NEXT: sharc.exp
+
+// -----
+
+// Gradient accumulation at stage 3: the micro-batch loop's body gets its own
+// gather of w, at its first reader there, so each micro-batch gathers w and
+// nothing gathered lives across micro-batches; the gather before the loop
+// is gone.  (Within the body the reuse distance applies as anywhere.)
+
+func.func @train_step(
+    %w: tensor<4xf32> {sharc.param = #sharc.param<"w", "w">, sharc.slice = #sharc.slice<tensor<2x4xf32>, ranks = 2>},
+    %x: tensor<4x2xf32> {sharc.input = "x"})
+    -> (tensor<2x4xf32> {sharc.output = "y"}) attributes {sharc.zero_stage = 3 : i64} {
+  %0 = sharc.reshape %w : tensor<4xf32> to tensor<1x4xf32>
+  %1 = sharc.all_gather %0 {ranks = 2 : i64} : (tensor<1x4xf32>) -> tensor<2x4xf32>
+  %z = sharc.constant dense<0.0> : tensor<2x4xf32>
+  %r = sharc.micro_batch_loop count 2 inputs(%x : tensor<4x2xf32>) inits(%z : tensor<2x4xf32>) -> tensor<2x4xf32> {
+  ^bb0(%m: tensor<2x2xf32>, %acc: tensor<2x4xf32>):
+    %e = sharc.exp %m : tensor<2x2xf32>
+    %p = sharc.matmul %e, %1 : (tensor<2x2xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+    %u = sharc.add %acc, %p : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+    sharc.yield %u : tensor<2x4xf32>
+  }
+  return %r : tensor<2x4xf32>
+}
+
+// CHECK-LABEL: func.func @train_step(
+// CHECK-SAME: %[[W:[^:]*]]: tensor<4xf32>
+// CHECK-NOT: sharc.all_gather
+// CHECK: sharc.micro_batch_loop count 2
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT: %[[E:.*]] = sharc.exp
+// CHECK-NEXT: %[[R:.*]] = sharc.reshape %[[W]] : tensor<4xf32> to tensor<1x4xf32>
+// CHECK-NEXT: %[[G:.*]] = sharc.all_gather %[[R]] {ranks = 2 : i64, sharc.parameter_gather}
+// CHECK-NEXT: sharc.matmul %[[E]], %[[G]]
+// CHECK: sharc.yield
+// CHECK-NOT: sharc.all_gather

@@ -461,7 +461,9 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   buildTrainPipeline(pm, *options);
   bool overlap = flags->overlapComm.getNumOccurrences() ? flags->overlapComm
                                                         : options->overlapComm;
-  buildCompilePipeline(pm, flags->fuse, overlap, options->maxReuseDistance);
+  buildCompilePipeline(pm, flags->fuse, overlap,
+                       {options->maxReuseDistance, options->prefetchBucketSize,
+                        options->maxLiveParameters});
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
