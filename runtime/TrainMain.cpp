@@ -18,6 +18,7 @@
 #include "runtime/Gemm.h"
 #include "runtime/Npy.h"
 #include "runtime/Program.h"
+#include "runtime/StateDir.h"
 #include "runtime/System.h"
 #include "runtime/ThreadPool.h"
 
@@ -31,6 +32,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -210,8 +212,10 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
       (info.worldSize == 1 ? " rank" : " ranks") +
       ") for S steps (default 1), printing every K-th step\n"
       "(default 1).  Parameters and optimizer state come from DIR/NAME.npy\n"
-      "(--weights, default: the `weights` folder next to this binary);\n"
-      "--save-state writes them after the last step.  A collective or barrier\n"
+      "(--weights, default: the `weights` folder next to this binary), or\n"
+      "from a state saved at any stage and world size; --save-state writes\n"
+      "them after the last step (under ZeRO each rank its own slices; `sharc\n"
+      "consolidate` makes them whole).  A collective or barrier\n"
       "that waits longer than --collective-timeout seconds (default 600) for\n"
       "the other ranks ends the job with an error naming them.\n"
       "\n"
@@ -431,19 +435,30 @@ std::vector<int64_t> fileShape(const BufferSpec &spec) {
   return std::vector<int64_t>(spec.fileShape, spec.fileShape + spec.fileRank);
 }
 
-/// Reads `dir/FILE` for a parameter or state buffer, checks its type and
-/// shape, and copies it to `device`: for a ZeRO slice, elements
-/// [rank s, rank s + s) of the whole tensor in the file (zeros past its
-/// end).
-void loadBuffer(const std::string &dir, const BufferSpec &spec, int rank,
-                void *device) {
-  std::string path = (std::filesystem::path(dir) / spec.file).string();
+/// Reads the parameter or state buffer `spec` from the state (or weights)
+/// in `dir`, whose index is `index` (StateDir.h), checks its type and shape,
+/// and copies it to `device`: for a ZeRO slice on rank `rank` of `ranks`,
+/// the slice file of this rank when the state was saved at this world size
+/// and partitioned alike, else elements [rank s, rank s + s) of the whole
+/// tensor (zeros past its end).
+void loadBuffer(const std::string &dir, const StateIndex &index,
+                const BufferSpec &spec, int rank, int ranks, void *device) {
   NpyArray array;
   std::string error;
-  if (!readNpy(path, array, error))
-    fatal(std::string(roleName(spec.role)) + " '" + spec.name + "': " + error);
   std::vector<int64_t> expected = fileShape(spec);
   NpyType expectedType = fileType(spec.type);
+  auto sliced = index.sliced.find(spec.file);
+  if (spec.sliced && sliced != index.sliced.end() && index.ranks == ranks &&
+      sliced->second.type == expectedType && sliced->second.shape == expected) {
+    if (!readStateSlice(dir, index, spec.file, rank, array, error))
+      fatal(std::string(roleName(spec.role)) + " '" + spec.name +
+            "': " + error);
+    copyToDevice(device, array.data.data(), spec.bytes);
+    return;
+  }
+  if (!readStateTensor(dir, index, spec.file, array, error))
+    fatal(std::string(roleName(spec.role)) + " '" + spec.name + "': " + error);
+  std::string path = (std::filesystem::path(dir) / spec.file).string();
   if (array.type != expectedType || array.shape != expected)
     fatal(path + ": " + roleName(spec.role) + " '" + spec.name +
           "' expects a " + npyTypeName(expectedType) + " array of shape " +
@@ -470,15 +485,21 @@ void loadBuffer(const std::string &dir, const BufferSpec &spec, int rank,
   copyToDevice(device, array.data.data(), spec.bytes);
 }
 
-/// Writes the parameter or state buffer `spec`, whose bytes are `host`
-/// (for a ZeRO slice: every rank's slice, gathered), as `dir/FILE` into
-/// `files`, the state being saved.
-void saveBuffer(AtomicFileSet &files, const std::string &dir,
-                const BufferSpec &spec, std::vector<char> host) {
+/// Adds `path` to `files` with `array` in it, the state being saved; on
+/// failure returns false with `error`.
+bool saveArray(AtomicFileSet &files, const std::string &path,
+               const NpyArray &array, std::string &error) {
+  return writeNpy(files, path, array, error);
+}
+
+/// The file of the whole (not partitioned) buffer `spec`, whose bytes are
+/// `host`, as `dir/FILE` in `files` (bf16 as f32: NumPy has no bfloat16).
+bool saveWhole(AtomicFileSet &files, const std::string &dir,
+               const BufferSpec &spec, std::vector<char> host,
+               std::string &error) {
   NpyArray array;
   array.type = fileType(spec.type);
   array.shape = fileShape(spec);
-  host.resize(size_t(shapeElements(array.shape)) * dtypeBytes(spec.type));
   if (spec.type == DType::bf16) {
     array.data.resize(spec.numElements * sizeof(float));
     const auto *bits = reinterpret_cast<const uint16_t *>(host.data());
@@ -488,12 +509,103 @@ void saveBuffer(AtomicFileSet &files, const std::string &dir,
   } else {
     array.data = std::move(host);
   }
-  std::string path = (std::filesystem::path(dir) / spec.file).string();
+  return saveArray(files, (std::filesystem::path(dir) / spec.file).string(),
+                   array, error);
+}
+
+/// Saves the parameters and optimizer state in `dir` (StateDir.h): each rank
+/// writes its slices of the partitioned buffers into its slice folder, rank
+/// 0 the whole buffers and, last, the index.  No rank's files replace
+/// anything until every rank has written all of its own (a collective
+/// agrees on it); a rank that fails reports why, after every rank removed
+/// what it wrote.
+void saveState(Communicator &comm, const ProgramInfo &info,
+               const std::vector<void *> &buffers, const std::string &dir) {
+  comm.setContext("--save-state");
+  int rank = comm.rank(), ranks = comm.size();
+  StateIndex index;
+  index.ranks = ranks;
+  // The save's id, from rank 0: it tells this save's slice folders from an
+  // earlier one's.
+  uint64_t id = 0;
+  if (rank == 0)
+    id = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+         (uint64_t(std::random_device()()) << 32) ^ uint64_t(::getpid());
+  void *scratch = deviceAlloc(sizeof(uint64_t));
+  copyToDevice(scratch, &id, sizeof(id));
+  comm.broadcast(scratch, 1, DType::i64, 0);
+  copyToHost(&id, scratch, sizeof(id));
+  index.saveId = id;
+
+  AtomicFileSet files;
   std::string error;
-  if (!writeNpy(files, path, array, error)) {
-    files.discard();
-    fatal("--save-state: " + error);
+  bool ok = true;
+  bool anySliced = false;
+  for (int i = 0; i < info.numBuffers && ok; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    if (spec.role != BufferRole::param && spec.role != BufferRole::state)
+      continue;
+    if (!spec.sliced) {
+      index.whole.push_back(spec.file);
+      continue;
+    }
+    anySliced = true;
+    std::vector<int64_t> shape = fileShape(spec);
+    index.sliced[spec.file] = {fileType(spec.type), shape};
   }
+  std::string sliceDir = sliceDirectory(dir, rank, ranks);
+  if (anySliced)
+    ok = files.createDirectories(sliceDir, error);
+  else if (rank == 0)
+    ok = files.createDirectories(dir, error);
+  for (int i = 0; i < info.numBuffers && ok; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    if (spec.role != BufferRole::param && spec.role != BufferRole::state)
+      continue;
+    if (spec.sliced) {
+      NpyArray array;
+      array.type = fileType(spec.type);
+      array.shape = {spec.numElements};
+      array.data.resize(spec.bytes);
+      copyToHost(array.data.data(), buffers[i], spec.bytes);
+      ok = saveArray(files,
+                     (std::filesystem::path(sliceDir) / spec.file).string(),
+                     array, error);
+    } else if (rank == 0) {
+      std::vector<char> host(spec.bytes);
+      copyToHost(host.data(), buffers[i], spec.bytes);
+      ok = saveWhole(files, dir, spec, std::move(host), error);
+    }
+  }
+  if (ok && anySliced)
+    ok = writeText(files, saveIdPath(dir, rank, ranks),
+                   saveIdText(index.saveId), error);
+  if (ok && rank == 0)
+    ok = writeText(files, stateIndexPath(dir), stateIndexText(index), error);
+
+  // Every rank has written its files (or failed): the lowest failing rank,
+  // if any (the largest `ranks - rank` of a failing rank), reports after
+  // every rank removed its temporary files.
+  int32_t code = ok ? 0 : ranks - rank;
+  copyToDevice(scratch, &code, sizeof(code));
+  comm.allReduce(scratch, 1, DType::i32, ReduceOp::max);
+  copyToHost(&code, scratch, sizeof(code));
+  deviceFree(scratch);
+  int failed = ranks - code;
+  if (code > 0) {
+    files.discard();
+    comm.barrier();
+    if (rank == failed)
+      fatal("--save-state: " + error);
+    comm.barrier(); // ended by the failing rank's abort
+    fatal("--save-state: rank " + std::to_string(failed) + " failed");
+  }
+  // Rank 0 renames its files, the index last, after the others did theirs.
+  if (rank != 0 && !files.commit(error))
+    fatal("--save-state: " + error);
+  comm.barrier();
+  if (rank == 0 && !files.commit(error))
+    fatal("--save-state: " + error);
 }
 
 /// A scalar output as a double.
@@ -695,6 +807,10 @@ int run(int argc, char **argv) {
   // Persistent buffers: one allocation (rounded to whole huge pages once,
   // not once per buffer), each buffer at an aligned offset of it.
   std::vector<void *> buffers(info.numBuffers);
+  StateIndex weightsIndex;
+  if (std::string error;
+      !readStateIndex(options.weightsDir, weightsIndex, error))
+    fatal(error);
   char *pool = static_cast<char *>(deviceAlloc(poolBytes(info)));
   size_t offset = 0;
   for (int i = 0; i < info.numBuffers; ++i) {
@@ -704,7 +820,8 @@ int run(int argc, char **argv) {
     switch (spec.role) {
     case BufferRole::param:
     case BufferRole::state:
-      loadBuffer(options.weightsDir, spec, comm.rank(), buffers[i]);
+      loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
+                 comm.size(), buffers[i]);
       break;
     case BufferRole::constant:
       copyToDevice(buffers[i], spec.constantData, spec.bytes);
@@ -894,47 +1011,8 @@ int run(int argc, char **argv) {
             " bytes, past the plan's " + std::to_string(info.stagingBytes));
   }
 
-  if (!options.saveStateDir.empty()) {
-    // The saved tensors on the host: ZeRO slices gathered from every rank
-    // (every rank takes part), whole buffers copied on rank 0.
-    comm.setContext("--save-state");
-    std::vector<std::vector<char>> saved(info.numBuffers);
-    for (int i = 0; i < info.numBuffers; ++i) {
-      const BufferSpec &spec = info.buffers[i];
-      if (spec.role != BufferRole::param && spec.role != BufferRole::state)
-        continue;
-      if (!spec.sliced) {
-        if (isRoot) {
-          saved[i].resize(spec.bytes);
-          copyToHost(saved[i].data(), buffers[i], spec.bytes);
-        }
-        continue;
-      }
-      size_t all = size_t(spec.bytes) * size_t(comm.size());
-      void *gathered = deviceAlloc(all);
-      comm.allGather(buffers[i], gathered, spec.numElements, spec.type);
-      if (isRoot) {
-        saved[i].resize(all);
-        copyToHost(saved[i].data(), gathered, all);
-      }
-      deviceFree(gathered);
-    }
-    if (isRoot) {
-      // Every file is written before any replaces its previous version; a
-      // failure leaves neither them nor a directory the set created.
-      AtomicFileSet files;
-      std::string message;
-      if (!files.createDirectories(options.saveStateDir, message))
-        fatal("--save-state: " + message);
-      for (int i = 0; i < info.numBuffers; ++i) {
-        const BufferSpec &spec = info.buffers[i];
-        if (spec.role == BufferRole::param || spec.role == BufferRole::state)
-          saveBuffer(files, options.saveStateDir, spec, std::move(saved[i]));
-      }
-      if (!files.commit(message))
-        fatal("--save-state: " + message);
-    }
-  }
+  if (!options.saveStateDir.empty())
+    saveState(comm, info, buffers, options.saveStateDir);
 
   // No rank finalizes MPI (which waits for every rank, without a timeout)
   // before all have finished, --save-state included.

@@ -289,7 +289,7 @@ def test_dump_state_names_every_tensor(sharc, mlp):
                    "--freeze", "fc3", *inputs, "--dump-state", out)
     assert result.returncode == 0, result.stderr
     names = [n for n, _ in models.make_case("mlp").module.named_parameters()]
-    expected = {f"{n}.npy" for n in names} | {"step.npy"}
+    expected = {f"{n}.npy" for n in names} | {"step.npy", "sharc-state.txt"}
     expected |= {f"{n}.momentum_buffer.npy" for n in names if "fc3" not in n}
     assert {p.name for p in out.iterdir()} == expected
     assert np.load(out / "step.npy").dtype == np.int64

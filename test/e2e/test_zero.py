@@ -6,9 +6,10 @@ completes it; stage 3 also keeps only each rank's slice of the parameters,
 all-gathered before forward and backward read them.  None may change the
 training: on the evaluator simulating N ranks and on the CPU binaries under
 `mpirun -np N`, stages 1, 2 and 3 print stage 0's step lines digit for digit
-(fp32, bf16, fp16 with skipped steps), and
---save-state / --dump-state write the same files bit for bit (the state
-files hold whole tensors at every stage).  With gradient clipping every
+(fp32, bf16, fp16 with skipped steps), and the states they save hold the
+same tensors bit for bit: each rank saves its slices of what ZeRO
+partitions, and `sharc consolidate` reassembles them into the whole tensors
+that stage 0 and the evaluator save (runtime/StateDir.h).  With gradient clipping every
 stage sums the global norm alike: over each rank's slice of each gradient,
 then over the ranks in rank order (stage 0 too, on the rows of its
 all-reduced gradients), so clipped runs print the same digits at every stage
@@ -166,7 +167,7 @@ def state_files(directory):
     [A-Za-z0-9] made '_' (the binary names its files by the sanitized
     parameter names, the evaluator by the ONNX names)."""
     return {re.sub(r"[^A-Za-z0-9]", "_", p.stem): np.load(p)
-            for p in sorted(pathlib.Path(directory).iterdir())}
+            for p in sorted(pathlib.Path(directory).glob("*.npy"))}
 
 
 def assert_same_files(a, b):
@@ -210,18 +211,31 @@ def test_binary_stages(sharc, exported, tmp_path, ranks):
                           *extra.get(stage, []),
                           "--dump-state", tmp_path / f"state-eval-{stage}")
         assert steps_of(runs[stage]) == steps_of(evaluator)
-        assert_same_files(tmp_path / f"state-{stage}", tmp_path / "state-0")
-        assert_same_files(tmp_path / f"state-{stage}",
-                          tmp_path / f"state-eval-{stage}")
+        # Each rank saved its own slices; consolidated, they are stage 0's
+        # and the evaluator's whole tensors.
+        state = tmp_path / f"state-{stage}"
+        for rank in range(ranks):
+            assert list((state / f"rank-{rank}-of-{ranks}").glob("*.npy"))
+        consolidated = tmp_path / f"consolidated-{stage}"
+        result = sharc("consolidate", state, "-o", consolidated)
+        assert result.returncode == 0, result.stderr
+        assert_same_files(consolidated, tmp_path / "state-0")
+        assert_same_files(consolidated, tmp_path / f"state-eval-{stage}")
+    # Stage 3 partitions every parameter: only the step counter is whole.
+    assert [p.name for p in (tmp_path / "state-3").glob("*.npy")] == \
+        ["step.npy"]
 
-    # Resuming from the saved (whole) state continues the run: 6 + 3 steps
-    # are the first 9 of one run; a stage-1 state resumes at stages 2 and 3.
-    for stage in (2, 3):
+    # Resuming from the saved state continues the run: 6 + 3 steps are the
+    # first 9 of one run; a stage-1 state (its slices read by each rank)
+    # resumes at stages 2 and 3, a stage-3 state at stage 0 (reassembled),
+    # and the consolidated state resumes as the partitioned one does.
+    for stage, state in [(2, "state-1"), (3, "state-1"), (0, "state-3"),
+                         (3, "consolidated-3")]:
         out = outs[stage][0]
         resumed = mpirun(ranks, out / "train", *inputs, "--steps", 3,
-                         "--weights", tmp_path / "state-1")
+                         "--weights", tmp_path / state)
         whole = mpirun(ranks, out / "train", *inputs, "--steps", 9)
-        assert steps_of(resumed) == steps_of(whole)[6:]
+        assert steps_of(resumed) == steps_of(whole)[6:], (stage, state)
     out = outs[2][0]
 
     # Per rank: AdamW's two moments of ceil(n / N) elements per parameter,
@@ -365,6 +379,94 @@ def test_stages_with_gradient_accumulation(sharc, exported, tmp_path, stage):
     result = sharc("eval", mlp, "--train", "--steps", 2, "--config",
                    config_path, "--world-size", 2, *mlp_inputs)
     assert result.returncode == 0, result.stderr
+
+
+def test_partitioned_state_at_another_world_size_and_refusals(
+        sharc, exported, tmp_path):
+    """A state saved at stage 3 on 4 ranks (each rank its slices) resumes
+    on 2: each rank reassembles its slice from the 4 slice files, as it
+    would from the consolidated state.  A torn save (a slice folder of
+    another save), a missing slice and a damaged index are refused with
+    the file named, and no rank starts training."""
+    path, inputs = exported["gpt"]
+    state = tmp_path / "state"
+    four = tmp_path / "four"
+    result = sharc("compile", path, *RECIPE, "--world-size", 4, *STAGE3,
+                   "-o", four)
+    assert result.returncode == 0, result.stderr
+    steps_of(mpirun(4, four / "train", *inputs, "--steps", 4,
+                    "--save-state", state))
+    consolidated = tmp_path / "consolidated"
+    assert sharc("consolidate", state, "-o", consolidated).returncode == 0
+    two = tmp_path / "two"
+    result = sharc("compile", path, *RECIPE, "--world-size", 2, *STAGE3,
+                   "-o", two)
+    assert result.returncode == 0, result.stderr
+    resumed = mpirun(2, two / "train", *inputs, "--steps", 3,
+                     "--weights", state)
+    assert steps_of(resumed) == steps_of(
+        mpirun(2, two / "train", *inputs, "--steps", 3,
+               "--weights", consolidated))
+
+    def refused(damage, message):
+        broken = tmp_path / f"broken-{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(state, broken)
+        target = damage(broken)
+        result = mpirun(2, two / "train", *inputs, "--steps", 1,
+                        "--weights", broken)
+        assert result.returncode != 0
+        assert message in result.stderr, result.stderr
+        assert str(target) in result.stderr, result.stderr
+        assert not STEP_LINE.search(result.stdout)
+
+    def torn(broken):
+        target = broken / "rank-2-of-4" / "sharc-save-id.txt"
+        target.write_text("0000000000000000\n")
+        return target
+
+    def missing(broken):
+        target = next((broken / "rank-1-of-4").glob("*.npy"))
+        target.unlink()
+        return target
+
+    def damaged(broken):
+        target = broken / "sharc-state.txt"
+        target.write_text(target.read_text().replace("ranks 4", "ranks four"))
+        return target
+
+    refused(torn, "belongs to another save")
+    refused(missing, "No such file or directory")
+    refused(damaged, "ranks must be an integer")
+    result = sharc("consolidate", state, "-o", state)
+    assert result.returncode != 0
+    assert "the output directory is the state's own" in result.stderr
+
+
+def test_partitioned_save_that_fails_leaves_nothing(exported, sharc, tmp_path):
+    """A save that fails on a rank (a disk that fills up, simulated per
+    process by SHARC_TEST_WRITE_LIMIT) ends every rank with an error and
+    replaces nothing: a previous state in the folder is left as it was, and
+    no temporary file stays."""
+    path, inputs = exported["gpt"]
+    out = tmp_path / "out"
+    result = sharc("compile", path, *RECIPE, "--world-size", 2, *STAGE3,
+                   "-o", out)
+    assert result.returncode == 0, result.stderr
+    state = tmp_path / "state"
+    steps_of(mpirun(2, out / "train", *inputs, "--steps", 2,
+                    "--save-state", state))
+    before = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
+    launcher = shutil.which("mpirun")
+    result = subprocess.run(
+        [launcher, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+         "-x", "SHARC_TEST_WRITE_LIMIT=20000", str(out / "train"),
+         *map(str, inputs), "--steps", "1", "--save-state", str(state)],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    assert "--save-state" in result.stderr, result.stderr
+    assert "No space left on device" in result.stderr, result.stderr
+    after = {p: p.read_bytes() for p in state.rglob("*") if p.is_file()}
+    assert after == before
 
 
 @pytest.mark.parametrize("zero,message", [

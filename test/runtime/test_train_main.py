@@ -146,7 +146,7 @@ def test_save_state_and_resume(data, ranks):
     result = mpirun(ranks, binary(ranks), *inputs(directory), "--steps", 3,
                     "--weights", directory / "weights", "--save-state", saved)
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in saved.iterdir()) == ["step.npy", "w.npy"]
+    assert sorted(p.name for p in saved.iterdir()) == ["sharc-state.txt", "step.npy", "w.npy"]
     w_saved = np.load(saved / "w.npy")
     step_saved = np.load(saved / "step.npy")
     assert w_saved.dtype == np.float32 and w_saved.shape == (4,)

@@ -16,17 +16,20 @@
 #include "runtime/AtomicFile.h"
 #include "runtime/Errors.h"
 #include "runtime/Npy.h"
+#include "runtime/StateDir.h"
 #include "tools/sharc/Diagnostics.h"
 #include "tools/sharc/Options.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
+#include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 using namespace mlir;
@@ -257,6 +260,19 @@ LogicalResult dumpState(func::FuncOp step,
   for (auto [i, file] : llvm::zip(written, fileNames))
     if (failed(writeTensor(files, dir, file, whole(i))))
       return failure();
+  // The index (runtime/StateDir.h): whole tensors only, so that a state
+  // saved in this folder before, partitioned, is not read instead.
+  rt::StateIndex index;
+  index.saveId = llvm::hash_combine(
+      dir, fileNames.size(),
+      std::chrono::steady_clock::now().time_since_epoch().count());
+  index.whole = fileNames;
+  std::string error;
+  if (!rt::writeText(files, rt::stateIndexPath(dir.str()),
+                     rt::stateIndexText(index), error)) {
+    fail(error);
+    return failure();
+  }
   return commitFiles(files);
 }
 

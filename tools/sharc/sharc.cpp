@@ -5,10 +5,12 @@
 //   sharc eval MODEL.onnx --train --steps N --input NAME=FILE.npy ...
 //              [--config ds_config.json] [training flags] [--dump-state DIR]
 //   sharc compile MODEL.onnx --target cpu|cuda [training flags] -o OUTDIR
+//   sharc consolidate STATE_DIR -o OUT_DIR
 //
-// The command line and its dispatch, and the commands `import` and plain
-// `eval`.  Model loading (Model.h) and the training flags (Options.h) are
-// shared with `eval --train` (Train.h) and `compile` (Compile.h).
+// The command line and its dispatch, and the commands `import`, plain
+// `eval` and `consolidate`.  Model loading (Model.h) and the training flags
+// (Options.h) are shared with `eval --train` (Train.h) and `compile`
+// (Compile.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +18,7 @@
 #include "ir/SharcOps.h"
 #include "runtime/AtomicFile.h"
 #include "runtime/Npy.h"
+#include "runtime/StateDir.h"
 #include "tools/sharc/Compile.h"
 #include "tools/sharc/Diagnostics.h"
 #include "tools/sharc/Model.h"
@@ -29,6 +32,7 @@
 #include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -56,6 +60,15 @@ static cl::SubCommand
     compileCommand("compile",
                    "Compile a model's training step to a training binary");
 
+static cl::SubCommand consolidateCommand(
+    "consolidate",
+    "Write the whole tensors of a saved state whose ZeRO partitions each "
+    "rank saved (what DeepSpeed's zero_to_fp32 does)");
+
+static cl::opt<std::string> statePath(cl::Positional, cl::Required,
+                                      cl::desc("<state directory>"),
+                                      cl::sub(consolidateCommand));
+
 static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx | input.mlir>"),
                                       cl::sub(importCommand),
@@ -75,7 +88,8 @@ static cl::opt<std::string>
                cl::desc("import: output file (default: standard output); "
                         "compile: output directory"),
                cl::value_desc("path"), cl::init("-"), cl::sub(importCommand),
-               cl::sub(compileCommand), cl::cat(sharcCategory));
+               cl::sub(compileCommand), cl::sub(consolidateCommand),
+               cl::cat(sharcCategory));
 
 static cl::list<std::string>
     inputFiles("input",
@@ -254,6 +268,59 @@ static int runEval(MLIRContext &context) {
   return 0;
 }
 
+/// `sharc consolidate STATE -o OUT`: every tensor of the saved state in
+/// STATE (runtime/StateDir.h) written whole into OUT, the partitioned ones
+/// reassembled from their ranks' slices, with an index of whole tensors: a
+/// state any stage and world size resumes from, whose parameter files are
+/// the fp32 weights.  OUT's files are replaced together or not at all.
+static int runConsolidate() {
+  if (outputPath == "-" || outputPath.empty())
+    return fail("consolidate: give the output directory with -o");
+  rt::StateIndex index;
+  std::string error;
+  if (!rt::readStateIndex(statePath, index, error))
+    return fail(error);
+  if (!index.present)
+    return fail(statePath + ": no " + rt::stateIndexPath(statePath) +
+                ": not a state saved by sharc (a folder of whole tensors "
+                "needs no consolidation)");
+  if (llvm::sys::fs::equivalent(statePath, outputPath))
+    return fail("consolidate: the output directory is the state's own (" +
+                outputPath + ")");
+  std::vector<std::string> files = index.whole;
+  for (const auto &entry : index.sliced)
+    files.push_back(entry.first);
+  rt::AtomicFileSet out;
+  if (!out.createDirectories(outputPath, error))
+    return fail(error);
+  uint64_t bytes = 0;
+  for (const std::string &file : files) {
+    rt::NpyArray array;
+    if (!rt::readStateTensor(statePath, index, file, array, error))
+      return fail(error);
+    bytes += array.data.size();
+    llvm::SmallString<256> path(outputPath);
+    llvm::sys::path::append(path, file);
+    if (!rt::writeNpy(out, path.str().str(), array, error))
+      return fail(error);
+  }
+  rt::StateIndex whole;
+  whole.saveId = index.saveId;
+  whole.whole = files;
+  if (!rt::writeText(out, rt::stateIndexPath(outputPath),
+                     rt::stateIndexText(whole), error) ||
+      !out.commit(error))
+    return fail(error);
+  llvm::outs() << "sharc: wrote " << outputPath << ": " << files.size()
+               << " tensors, " << bytes << " bytes";
+  if (!index.sliced.empty())
+    llvm::outs() << " (" << index.sliced.size()
+                 << " reassembled from the slices of " << index.ranks
+                 << " ranks)";
+  llvm::outs() << "\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   registerTrainingFlags(evalCommand, compileCommand, sharcCategory);
@@ -271,7 +338,8 @@ int main(int argc, char **argv) {
       "  sharc eval MODEL.onnx --train --steps N --input NAME=FILE.npy ... "
       "[--config F] [training flags] [--dump-state DIR]\n"
       "  sharc compile MODEL.onnx --target cpu|cuda [--config F] [training "
-      "flags] -o OUTDIR [--report]\n");
+      "flags] -o OUTDIR [--report]\n"
+      "  sharc consolidate STATE_DIR -o OUT_DIR\n");
 
   DialectRegistry registry;
   registry.insert<SharcDialect, func::FuncDialect>();
@@ -282,6 +350,8 @@ int main(int argc, char **argv) {
   context.printOpOnDiagnostic(false);
   CliDiagnosticHandler diagnostics(&context);
 
+  if (consolidateCommand)
+    return runConsolidate();
   if (importCommand)
     return runImport(context);
   if (evalCommand)
