@@ -87,6 +87,9 @@ struct LossScaleOptions {
 /// The element type a training step computes in.
 enum class Precision { fp32, fp16, bf16 };
 
+/// Where ZeRO offloads state (DeepSpeed's OffloadDeviceEnum).
+enum class OffloadDevice { none, cpu, nvme };
+
 /// Mixed precision: DeepSpeed's `fp16` and `bf16` blocks (docs/config.md).
 struct PrecisionOptions {
   Precision precision = Precision::fp32;
@@ -149,6 +152,11 @@ struct TrainingOptions {
   /// partitioned optimizer state, 2 for partitioned gradients too, 3 for
   /// partitioned parameters too (docs/zero.md).
   int64_t zeroStage = 0;
+  /// ZeRO-Offload: where the optimizer state and fp32 master weights live
+  /// (zero_optimization.offload_optimizer.device; docs/offload.md).
+  OffloadDevice offloadOptimizer = OffloadDevice::none;
+  /// ZeRO-3 parameter offload (zero_optimization.offload_param.device).
+  OffloadDevice offloadParam = OffloadDevice::none;
   /// The highest ZeRO stage implemented.
   static constexpr int64_t kMaxZeroStage = 3;
   /// ZeRO stage 3: parameters of at most this many elements are not

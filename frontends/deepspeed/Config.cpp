@@ -378,8 +378,6 @@ struct LaterKey {
 // efficiency, ...).
 const LaterKey laterKeys[] = {
     {"amp", "Apex AMP mixed precision", OffWhen::enabledFalse},
-    {"zero_allow_untested_optimizer", "ZeRO with a client optimizer",
-     OffWhen::isFalse},
     {"zero_force_ds_cpu_optimizer", "ZeRO-Offload's CPU optimizer",
      OffWhen::never},
     {"steps_per_print", "periodic progress reports", OffWhen::never},
@@ -484,16 +482,30 @@ const StringLiteral zeroPartitioningKeys[] = {
 struct DeprecatedKey {
   StringLiteral key;
   StringLiteral replacement;
+  /// The key of zero_optimization it sets ("" for none).
+  StringLiteral successor;
 };
 const DeprecatedKey deprecatedZeroKeys[] = {
     {"cpu_offload",
-     "zero_optimization.offload_optimizer: {\"device\": \"cpu\"}"},
+     "zero_optimization.offload_optimizer: {\"device\": \"cpu\"} when true",
+     "offload_optimizer"},
     {"cpu_offload_param",
-     "zero_optimization.offload_param: {\"device\": \"cpu\"}"},
+     "zero_optimization.offload_param: {\"device\": \"cpu\"} when true",
+     "offload_param"},
     {"cpu_offload_use_pin_memory",
      "\"pin_memory\" inside zero_optimization.offload_optimizer / "
-     "offload_param"},
+     "offload_param (it has no effect of its own)",
+     ""},
 };
+
+/// Keys of DeepSpeed 0.19.8's offload blocks (runtime/zero/offload_config.py).
+const StringLiteral offloadOptimizerKeys[] = {
+    "device",        "nvme_path",         "buffer_count", "pin_memory",
+    "pipeline_read", "pipeline_write",    "fast_init",    "ratio",
+    "super_offload", "cpuadam_cores_perc"};
+const StringLiteral offloadParamKeys[] = {"device",       "nvme_path",
+                                          "buffer_count", "buffer_size",
+                                          "max_in_cpu",   "pin_memory"};
 
 //===----------------------------------------------------------------------===//
 // Optimizers and schedules
@@ -571,6 +583,15 @@ private:
                    .str();
     return createStringError(inconvertibleErrorCode(),
                              where + ": " + path + ": " + message);
+  }
+
+  /// Records a warning "FILE:LINE:COL: PATH: message".
+  void warn(StringRef path, const Twine &message) {
+    std::string where = fileName.str();
+    if (std::optional<SourceEntry> entry = source.find(path))
+      where += formatv(":{0}:{1}", entry->position.line, entry->position.column)
+                   .str();
+    config.warnings.push_back(where + ": " + path.str() + ": " + message.str());
   }
 
   /// The value of `path` as written in the file.
@@ -658,6 +679,7 @@ private:
   Error readBf16(StringRef key, const json::Value &value);
   Error checkPrecision();
   Error readZero(const json::Value &value);
+  Error readOffload(StringRef key, const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
   Error readSgdParams(StringRef path, const json::Object &params);
@@ -729,12 +751,18 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     return readFp16(value);
   if (key == "bf16" || key == "bfloat16")
     return readBf16(key, value);
+  // DeepSpeed lets a client optimizer (one it did not build from the
+  // config) run under ZeRO only with this set; sharc always builds the
+  // optimizer from the config or the flags, so either value means the same.
+  if (key == "zero_allow_untested_optimizer") {
+    Expected<bool> parsed = boolean(key, value);
+    return parsed ? Error::success() : parsed.takeError();
+  }
   for (const DeprecatedKey &deprecated : deprecatedZeroKeys)
     if (key == deprecated.key)
-      return fail(key, "deprecated zero_optimization key; DeepSpeed "
-                       "replaced it with " +
-                           deprecated.replacement +
-                           " (ZeRO offload is not supported yet)");
+      return fail(key, "a deprecated key of zero_optimization, not of the "
+                       "top level; DeepSpeed replaced it with " +
+                           deprecated.replacement);
   for (const LaterKey &later : laterKeys) {
     if (key != later.key)
       continue;
@@ -893,16 +921,97 @@ Error ConfigReader::checkPrecision() {
   return Error::success();
 }
 
+/// zero_optimization.offload_optimizer / offload_param: null or an object
+/// of DeepSpeed's keys (each checked, an unknown one named with a guess);
+/// `device` none, cpu or nvme (NVMe offload is not supported yet).  Where
+/// the state goes is recorded; whether the stage and the target allow it is
+/// checked once the stage is known (checkOffload).
+Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
+  std::string path = childPath("zero_optimization", key);
+  if (value.kind() == json::Value::Null)
+    return Error::success();
+  Expected<const json::Object *> block = object(path, value);
+  if (!block)
+    return block.takeError();
+  bool optimizer = key == "offload_optimizer";
+  SmallVector<StringRef> known =
+      optimizer ? refs(offloadOptimizerKeys) : refs(offloadParamKeys);
+  OffloadDevice device = OffloadDevice::none;
+  for (StringRef name : sortedKeys(**block)) {
+    std::string itemPath = childPath(path, name);
+    const json::Value &item = *(*block)->get(name);
+    if (!llvm::is_contained(known, name))
+      return unknownKey(itemPath, name, known, /*listKnown=*/true);
+    if (name == "device") {
+      Expected<StringRef> text = string(itemPath, item);
+      if (!text)
+        return text.takeError();
+      if (*text == "cpu")
+        device = OffloadDevice::cpu;
+      else if (*text == "nvme")
+        return fail(itemPath, "\"nvme\" is not supported yet (NVMe offload)");
+      else if (*text != "none")
+        return fail(itemPath, "expected \"none\", \"cpu\" or \"nvme\", got " +
+                                  render(itemPath, item));
+    } else if (name == "nvme_path") {
+      if (item.kind() != json::Value::Null)
+        if (Expected<StringRef> text = string(itemPath, item); !text)
+          return text.takeError();
+    } else if (name == "ratio" || name == "cpuadam_cores_perc") {
+      Expected<double> parsed = number(itemPath, item, Range{0.0, 1.0});
+      if (!parsed)
+        return parsed.takeError();
+      if (name == "ratio" && *parsed != 1.0)
+        return fail(itemPath, "offloading part of the optimizer state "
+                              "(ratio below 1) is not supported yet");
+    } else if (name == "buffer_count" || name == "buffer_size" ||
+               name == "max_in_cpu") {
+      if (Expected<int64_t> parsed =
+              integer(itemPath, item, Range{0.0, 1099511627776.0});
+          !parsed)
+        return parsed.takeError();
+    } else {
+      // pin_memory, pipeline_read, pipeline_write, fast_init, super_offload.
+      Expected<bool> parsed = boolean(itemPath, item);
+      if (!parsed)
+        return parsed.takeError();
+      if (name == "super_offload" && *parsed)
+        return fail(itemPath, "not supported yet (SuperOffload)");
+    }
+  }
+  (optimizer ? options.offloadOptimizer : options.offloadParam) = device;
+  return Error::success();
+}
+
 Error ConfigReader::readZero(const json::Value &value) {
   Expected<const json::Object *> zero = object("zero_optimization", value);
   if (!zero)
     return zero.takeError();
+  // DeepSpeed 0.19.8 maps its deprecated offload keys with a warning, and so
+  // does sharc; a deprecated key with its successor is DeepSpeed's error.
   for (const DeprecatedKey &deprecated : deprecatedZeroKeys) {
     std::string path = childPath("zero_optimization", deprecated.key);
-    if ((*zero)->get(deprecated.key))
-      return fail(path, "deprecated; DeepSpeed replaced it with " +
-                            deprecated.replacement +
-                            " (ZeRO offload is not supported yet)");
+    const json::Value *item = (*zero)->get(deprecated.key);
+    if (!item)
+      continue;
+    bool on = false;
+    if (item->kind() != json::Value::Null) {
+      Expected<bool> parsed = boolean(path, *item);
+      if (!parsed)
+        return parsed.takeError();
+      on = *parsed;
+    }
+    StringRef successor = deprecated.successor;
+    if (!successor.empty() && (*zero)->get(successor))
+      return fail(path, "cannot be given with its replacement, "
+                        "zero_optimization." +
+                            successor + " (as in DeepSpeed)");
+    warn(path, "deprecated; DeepSpeed 0.19.8 reads it as " +
+                   Twine(deprecated.replacement) + ", and so does sharc");
+    if (on && successor == "offload_optimizer")
+      options.offloadOptimizer = OffloadDevice::cpu;
+    if (on && successor == "offload_param")
+      options.offloadParam = OffloadDevice::cpu;
   }
   // Every other key must be one of DeepSpeed's (0.19.8 rejects unknown keys
   // too), and a feature sharc lacks must be off.
@@ -910,16 +1019,16 @@ Error ConfigReader::readZero(const json::Value &value) {
     std::string path = childPath("zero_optimization", key);
     const json::Value &item = *(*zero)->get(key);
     if (llvm::is_contained(zeroReadKeys, key) ||
-        llvm::is_contained(zeroPartitioningKeys, key))
+        llvm::is_contained(zeroPartitioningKeys, key) ||
+        llvm::any_of(deprecatedZeroKeys, [&](const DeprecatedKey &deprecated) {
+          return deprecated.key == key;
+        }))
       continue;
     bool off;
     if (key == "offload_param" || key == "offload_optimizer") {
-      // Off: null, or {"device": "none"} (DeepSpeed's OffloadDeviceEnum).
-      const json::Object *block = item.getAsObject();
-      const json::Value *device = block ? block->get("device") : nullptr;
-      off =
-          item.kind() == json::Value::Null ||
-          (device && device->getAsString() == std::optional<StringRef>("none"));
+      if (Error error = readOffload(key, item))
+        return error;
+      continue;
     } else if (key == "zenflow") {
       off = item.kind() == json::Value::Null;
     } else if (key == "zero_hpz_partition_size") {

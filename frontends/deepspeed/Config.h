@@ -20,6 +20,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace sharc {
 
@@ -37,6 +39,9 @@ struct DeepSpeedConfig {
   /// `gradAccum` is left alone: it is settled by resolveBatchSizes.
   TrainingOptions training;
   BatchSizeConfig batch;
+  /// What the config says that still works but should change, as
+  /// "FILE:LINE:COL: PATH: message" (deprecated keys DeepSpeed maps).
+  std::vector<std::string> warnings;
 };
 
 /// The clipping threshold of a config without `gradient_clipping`: DeepSpeed

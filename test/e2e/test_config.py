@@ -7,6 +7,7 @@ override the config.
 """
 
 import json
+import pathlib
 import re
 import subprocess
 import sys
@@ -208,22 +209,62 @@ CONFIG_ERRORS = {
         ["zero_optimization.reduce_bucket_sizee: unknown key; did you mean "
          "'reduce_bucket_size'?"],
     ),
-    "zero-offload-optimizer": (
+    # ZeRO-Offload (zero_optimization.offload_optimizer / offload_param):
+    # every key of DeepSpeed's blocks is checked; the CPU is accepted (on the
+    # CPU target it changes nothing), NVMe is not supported yet.
+    "zero-offload-optimizer-at-stage-0": (
         {"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}},
-        ["zero_optimization.offload_optimizer: not supported yet (ZeRO offload)"],
+        ["zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3",
+         "this run is at stage 0"],
+    ),
+    "zero-offload-param-below-stage-3": (
+        {"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
+        ["zero_optimization.offload_param needs ZeRO stage 3",
+         "this run is at stage 2"],
+    ),
+    "zero-offload-params-misspelt": (
+        {"zero_optimization": {"stage": 2,
+                               "offload_params": {"device": "cpu", "pin_memory": True}}},
+        ["zero_optimization.offload_params: unknown key; did you mean 'offload_param'?"],
+    ),
+    "zero-offload-inner-key-misspelt": (
+        {"zero_optimization": {"stage": 2,
+                               "offload_optimizer": {"device": "cpu", "pin_memroy": True}}},
+        ["zero_optimization.offload_optimizer.pin_memroy: unknown key; did you mean "
+         "'pin_memory'?"],
+    ),
+    "zero-offload-nvme": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+                                                                 "nvme_path": "/local_nvme"}}},
+        ['zero_optimization.offload_optimizer.device: "nvme" is not supported yet'],
+    ),
+    "zero-offload-device-unknown": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "gpu"}}},
+        ['zero_optimization.offload_optimizer.device: expected "none", "cpu" or "nvme"'],
+    ),
+    "zero-offload-pin-memory-not-boolean": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {"pin_memory": "yes"}}},
+        ["zero_optimization.offload_optimizer.pin_memory: expected a boolean"],
+    ),
+    "zero-offload-partial-ratio": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                                                                 "ratio": 0.5}}},
+        ["zero_optimization.offload_optimizer.ratio: offloading part of the "
+         "optimizer state (ratio below 1) is not supported yet"],
     ),
     "zero-quantized-gradients": (
         {"zero_optimization": {"zero_quantized_gradients": True}},
         ["zero_optimization.zero_quantized_gradients: not supported yet (ZeRO++)"],
     ),
-    "cpu-offload-explained": (
-        {"zero_optimization": {"stage": 2, "cpu_offload": True}},
-        ["zero_optimization.cpu_offload: deprecated",
-         'zero_optimization.offload_optimizer: {"device": "cpu"}'],
+    "cpu-offload-with-its-replacement": (
+        {"zero_optimization": {"stage": 2, "cpu_offload": True,
+                               "offload_optimizer": {"device": "cpu"}}},
+        ["zero_optimization.cpu_offload: cannot be given with its replacement, "
+         "zero_optimization.offload_optimizer"],
     ),
     "top-level-cpu-offload-explained": (
         {"cpu_offload": True},
-        ["cpu_offload: deprecated zero_optimization key",
+        ["cpu_offload: a deprecated key of zero_optimization, not of the top level",
          "zero_optimization.offload_optimizer"],
     ),
     "duplicate-key": (
@@ -480,9 +521,49 @@ def test_zero_keys_are_deepspeeds(sharc, mlp):
     for block in (config, aliases):
         result = train(sharc, mlp, config={"zero_optimization": block}, steps=1)
         assert result.returncode == 0, result.stderr
+    # DeepSpeed 0.19.8 maps the deprecated offload keys with a warning, and
+    # so does sharc (stage 3, where parameters may be offloaded too).
     for key in deprecated:
-        assert_error(train(sharc, mlp, config={"zero_optimization": {key: True}}),
-                     f"zero_optimization.{key}: deprecated")
+        result = train(sharc, mlp, config={"zero_optimization": {"stage": 3,
+                                                                 key: True}})
+        assert result.returncode == 0, result.stderr
+        assert f"sharc: warning: " in result.stderr, result.stderr
+        assert f"zero_optimization.{key}: deprecated; DeepSpeed 0.19.8 reads it as" \
+            in result.stderr, result.stderr
+
+
+def test_offload_to_the_cpu_changes_nothing_on_the_cpu_target(sharc, mlp, tmp_path):
+    """offload_optimizer (and its deprecated cpu_offload) on the CPU target:
+    accepted, said so in the report, and the same losses as without it, on
+    the evaluator and the binary (the host memory is the device's)."""
+    path, inputs, _ = mlp
+    config = tmp_path / "ds_config.json"
+    losses = {}
+    for name, zero in [("none", {"stage": 2}),
+                       ("cpu", {"stage": 2, "offload_optimizer": {"device": "cpu",
+                                                                  "pin_memory": True}})]:
+        config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 8,
+                                      "optimizer": {"type": "AdamW",
+                                                    "params": {"lr": 0.01}},
+                                      "zero_optimization": zero}))
+        evaluator = sharc("eval", path, "--train", "--steps", 3, *inputs,
+                          "--config", config)
+        assert evaluator.returncode == 0, evaluator.stderr
+        out = tmp_path / name
+        result = sharc("compile", path, "--config", config, "-o", out, "--report")
+        assert result.returncode == 0, result.stderr
+        assert ("report: ZeRO-Offload to the CPU" in result.stdout) == (name == "cpu")
+        run = subprocess.run([str(out / "train"), *map(str, inputs), "--steps", "3"],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        lines = lambda text: re.findall(r"^step \d+ loss \S+", text, re.MULTILINE)
+        assert lines(run.stdout) == lines(evaluator.stdout)
+        losses[name] = lines(run.stdout)
+    assert losses["cpu"] == losses["none"]
+    result = sharc("compile", path, "--config", config, "--target", "cuda",
+                   "--emit-only", "-o", tmp_path / "cuda")
+    assert_error(result, "zero_optimization.offload_optimizer: offload to the CPU is "
+                 "not supported yet on the CUDA target")
 
 
 EQUIVALENT = {
@@ -566,3 +647,52 @@ def test_dump_grads_needs_one_rank(sharc, mlp, tmp_path):
                  "--dump-grads needs one rank (--world-size 1)")
     assert not grads.exists()
     assert train(sharc, mlp, "--world-size", "2").returncode == 0
+
+
+def test_the_seeds_config(sharc, tmp_path):
+    """The seed's ds_config.json (fp16 with dynamic loss scaling, ZeRO stage
+    2 with the deprecated cpu_offload and a misspelt offload_params block,
+    zero_allow_untested_optimizer, AdamW and WarmupLR), at the bundled GPT's
+    batch: the misspelt block is refused with the guess; without it the
+    deprecated key is mapped with a warning, and the CPU binaries train on
+    2 ranks printing the evaluator's step lines."""
+    bundled = pathlib.Path(__file__).resolve().parents[1] / "models"
+    model = bundled / "tiny-gpt.onnx"
+    data = ["--input", f"tokens={bundled / 'tiny-gpt-tokens.npy'}",
+            "--input", f"targets={bundled / 'tiny-gpt-targets.npy'}"]
+    seed = {
+        "train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16},
+        "zero_optimization": {"stage": 2, "cpu_offload": True,
+                              "offload_params": {"device": "cpu", "pin_memory": True}},
+        "zero_allow_untested_optimizer": True,
+        "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "betas": [0.9, 0.999],
+                                                  "eps": 1e-8}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
+                                                     "warmup_max_lr": 2e-5,
+                                                     "warmup_num_steps": 1000}},
+    }
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(seed, indent=2))
+    result = sharc("compile", model, "--config", config, "--world-size", 2,
+                   "-o", tmp_path / "out")
+    assert_error(result, "zero_optimization.offload_params: unknown key; did you "
+                 "mean 'offload_param'?")
+    del seed["zero_optimization"]["offload_params"]
+    config.write_text(json.dumps(seed, indent=2))
+    result = sharc("compile", model, "--config", config, "--world-size", 2,
+                   "-o", tmp_path / "out", "--report")
+    assert result.returncode == 0, result.stderr
+    assert "zero_optimization.cpu_offload: deprecated" in result.stderr
+    assert "report: ZeRO-Offload to the CPU (optimizer state)" in result.stdout
+    run = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                          str(tmp_path / "out" / "train"), *data, "--steps", "4"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    evaluator = sharc("eval", model, "--train", "--config", config, "--world-size", 2,
+                      "--steps", 4, *data)
+    assert evaluator.returncode == 0, evaluator.stderr
+    lines = lambda text: re.findall(r"^step .* scale \S+", text, re.MULTILINE)
+    assert len(lines(run.stdout)) == 4
+    assert [l.split(" ms ")[0] for l in lines(run.stdout)] == lines(evaluator.stdout)

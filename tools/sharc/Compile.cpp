@@ -446,6 +446,16 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   FailureOr<TrainingOptions> options = resolveTrainingOptions(model.entry);
   if (failed(options))
     return 1;
+  bool offload = options->offloadOptimizer != OffloadDevice::none ||
+                 options->offloadParam != OffloadDevice::none;
+  if (cuda && offload)
+    return fail(Twine("zero_optimization.") +
+                (options->offloadOptimizer != OffloadDevice::none
+                     ? "offload_optimizer"
+                     : "offload_param") +
+                ": offload to the CPU is not supported yet on the CUDA "
+                "target (on the CPU target it is accepted and changes "
+                "nothing)");
 
   DefaultTimingManager timingManager;
   applyDefaultTimingManagerCLOptions(timingManager);
@@ -589,6 +599,20 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   folder.keep();
   if (flags->report)
     printReport(report, emit, llvm::outs());
+  if (offload)
+    llvm::outs() << "report: ZeRO-Offload to the CPU ("
+                 << (options->offloadOptimizer != OffloadDevice::none
+                         ? "optimizer state"
+                         : "")
+                 << (options->offloadOptimizer != OffloadDevice::none &&
+                             options->offloadParam != OffloadDevice::none
+                         ? " and "
+                         : "")
+                 << (options->offloadParam != OffloadDevice::none ? "parameters"
+                                                                  : "")
+                 << "): on the CPU target the device memory is the host's, "
+                    "so nothing moves and the bytes above stay where they "
+                    "are\n";
   llvm::errs() << "sharc: wrote " << outDir
                << (flags->emitOnly ? " (sources only)" : "/train") << "\n";
   return 0;

@@ -19,6 +19,10 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
+void warn(const llvm::Twine &message) {
+  llvm::errs() << "sharc: warning: " << message << "\n";
+}
+
 std::string formatLocation(Location loc) {
   std::string file, node;
   unsigned line = 0, column = 0;

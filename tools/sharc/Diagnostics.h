@@ -21,6 +21,9 @@ namespace sharc {
 /// Prints "sharc: error: MESSAGE" and returns the exit status 1.
 int fail(const llvm::Twine &message);
 
+/// Prints "sharc: warning: MESSAGE" on standard error.
+void warn(const llvm::Twine &message);
+
 /// Renders `loc` as "file:line:col", "file" (line 0) or
 /// "file: node 'name'", whichever the location holds.
 std::string formatLocation(mlir::Location loc);

@@ -418,10 +418,30 @@ FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward) {
     }
     options = config->training;
     batch = config->batch;
+    for (const std::string &warning : config->warnings)
+      warn(warning);
   }
   options.function = forward.getSymName().str();
   if (failed(applyFlags(options)))
     return failure();
+  // ZeRO-Offload moves what ZeRO partitions: the optimizer state from stage
+  // 1 on, the parameters at stage 3 only (as in DeepSpeed).
+  std::string configPrefix = given(flags->config) ? flags->config + ": " : "";
+  if (options.offloadParam != OffloadDevice::none && options.zeroStage < 3) {
+    fail(configPrefix +
+         "zero_optimization.offload_param needs ZeRO stage 3 (DeepSpeed "
+         "offloads parameters at stage 3 only); this run is at stage " +
+         std::to_string(options.zeroStage));
+    return failure();
+  }
+  if (options.offloadOptimizer != OffloadDevice::none &&
+      options.zeroStage < 1) {
+    fail(configPrefix +
+         "zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3 "
+         "(ZeRO-Offload moves the partitioned optimizer state); this run is "
+         "at stage 0");
+    return failure();
+  }
   if (given(flags->gradAccum))
     batch.gradAccumSteps = flags->gradAccum;
   if (batch.gradAccumSteps && *batch.gradAccumSteps < 1) {
