@@ -526,9 +526,6 @@ const StringLiteral sgdParams[] = {
     "lr",       "momentum", "dampening",      "weight_decay", "nesterov",
     "maximize", "foreach",  "differentiable", "fused"};
 
-const StringLiteral schedulerTypes[] = {
-    "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"};
-
 const StringLiteral warmupParams[] = {"warmup_min_lr", "warmup_max_lr",
                                       "warmup_num_steps", "warmup_type",
                                       "last_batch_iteration"};
@@ -555,6 +552,67 @@ const StringLiteral lrRangeTestParams[] = {
     "lr_range_test_min_lr", "lr_range_test_step_rate",
     "lr_range_test_step_size", "lr_range_test_staircase",
     "last_batch_iteration"};
+
+/// DeepSpeed's schedules: scheduler.type, the kind, its parameters.
+struct ScheduleType {
+  StringLiteral name;
+  SchedulerKind kind;
+  ArrayRef<StringLiteral> params;
+};
+const ScheduleType scheduleTypes[] = {
+    {"WarmupLR", SchedulerKind::warmupLR, warmupParams},
+    {"WarmupDecayLR", SchedulerKind::warmupDecayLR, warmupDecayParams},
+    {"WarmupCosineLR", SchedulerKind::warmupCosineLR, warmupCosineParams},
+    {"OneCycle", SchedulerKind::oneCycle, oneCycleParams},
+    {"LRRangeTest", SchedulerKind::lrRangeTest, lrRangeTestParams},
+};
+
+/// The schedules' floating-point parameters: key, field, allowed values.
+struct RealScheduleParam {
+  StringLiteral name;
+  double SchedulerOptions::*field;
+  const Range *range;
+};
+const RealScheduleParam realScheduleParams[] = {
+    {"warmup_min_lr", &SchedulerOptions::warmupMinLr, &nonNegative},
+    {"warmup_max_lr", &SchedulerOptions::warmupMaxLr, &nonNegative},
+    {"warmup_min_ratio", &SchedulerOptions::warmupMinRatio, &unitInterval},
+    {"cos_min_ratio", &SchedulerOptions::cosMinRatio, &unitInterval},
+    {"cycle_min_lr", &SchedulerOptions::cycleMinLr, &nonNegative},
+    {"cycle_max_lr", &SchedulerOptions::cycleMaxLr, &nonNegative},
+    {"decay_lr_rate", &SchedulerOptions::decayLrRate, &nonNegative},
+    {"lr_range_test_min_lr", &SchedulerOptions::lrRangeTestMinLr, &nonNegative},
+    {"lr_range_test_step_rate", &SchedulerOptions::lrRangeTestStepRate,
+     &nonNegative},
+    {"cycle_min_mom", &SchedulerOptions::cycleMinMom, &beta},
+    {"cycle_max_mom", &SchedulerOptions::cycleMaxMom, &beta},
+    {"decay_mom_rate", &SchedulerOptions::decayMomRate, &nonNegative},
+};
+
+/// The schedules' integer parameters; those marked nullable accept null for
+/// "same as the first half of the cycle" (DeepSpeed's None, stored as -1).
+struct IntegerScheduleParam {
+  StringLiteral name;
+  int64_t SchedulerOptions::*field;
+  const Range *range;
+  bool nullable;
+};
+const IntegerScheduleParam integerScheduleParams[] = {
+    {"warmup_num_steps", &SchedulerOptions::warmupNumSteps, &nonNegative,
+     false},
+    {"total_num_steps", &SchedulerOptions::totalNumSteps, &atLeastOne, false},
+    {"cycle_first_step_size", &SchedulerOptions::cycleFirstStepSize,
+     &atLeastOne, false},
+    {"cycle_second_step_size", &SchedulerOptions::cycleSecondStepSize,
+     &atLeastOne, true},
+    {"cycle_first_stair_count", &SchedulerOptions::cycleFirstStairCount,
+     &nonNegative, false},
+    {"cycle_second_stair_count", &SchedulerOptions::cycleSecondStairCount,
+     &nonNegative, true},
+    {"decay_step_size", &SchedulerOptions::decayStepSize, &nonNegative, false},
+    {"lr_range_test_step_size", &SchedulerOptions::lrRangeTestStepSize,
+     &atLeastOne, false},
+};
 
 template <size_t N>
 SmallVector<StringRef> refs(const StringLiteral (&list)[N]) {
@@ -1305,38 +1363,29 @@ Error ConfigReader::readScheduler(const json::Value &value) {
       return unknownKey(childPath("scheduler", key), key, schedulerKeys,
                         /*listKnown=*/true);
 
+  SmallVector<StringRef> names;
+  for (const ScheduleType &t : scheduleTypes)
+    names.push_back(t.name);
   const json::Value *typeValue = (*scheduler)->get("type");
   if (!typeValue)
-    return fail("scheduler", "missing 'type' (one of " +
-                                 llvm::join(refs(schedulerTypes), ", ") + ")");
+    return fail("scheduler",
+                "missing 'type' (one of " + llvm::join(names, ", ") + ")");
   Expected<StringRef> type = string("scheduler.type", *typeValue);
   if (!type)
     return type.takeError();
   SchedulerOptions &schedule = options.scheduler;
   SmallVector<StringRef> known;
-  if (*type == "WarmupLR") {
-    schedule.kind = SchedulerKind::warmupLR;
-    known = refs(warmupParams);
-  } else if (*type == "WarmupDecayLR") {
-    schedule.kind = SchedulerKind::warmupDecayLR;
-    known = refs(warmupDecayParams);
-  } else if (*type == "WarmupCosineLR") {
-    schedule.kind = SchedulerKind::warmupCosineLR;
-    known = refs(warmupCosineParams);
-  } else if (*type == "OneCycle") {
-    schedule.kind = SchedulerKind::oneCycle;
-    known = refs(oneCycleParams);
-  } else if (*type == "LRRangeTest") {
-    schedule.kind = SchedulerKind::lrRangeTest;
-    known = refs(lrRangeTestParams);
-  } else {
+  const ScheduleType *chosen = llvm::find_if(
+      scheduleTypes, [&](const ScheduleType &t) { return t.name == *type; });
+  if (chosen == std::end(scheduleTypes)) {
     std::string message = "unknown scheduler '" + type->str() + "'";
-    if (std::optional<StringRef> guess = closest(*type, refs(schedulerTypes)))
+    if (std::optional<StringRef> guess = closest(*type, names))
       message += "; did you mean '" + guess->str() + "'?";
-    return fail("scheduler.type", message + " (supported: " +
-                                      llvm::join(refs(schedulerTypes), ", ") +
-                                      ")");
+    return fail("scheduler.type",
+                message + " (supported: " + llvm::join(names, ", ") + ")");
   }
+  schedule.kind = chosen->kind;
+  known.assign(chosen->params.begin(), chosen->params.end());
 
   const json::Object empty;
   const json::Object *params = &empty;
@@ -1378,65 +1427,26 @@ Error ConfigReader::readScheduler(const json::Value &value) {
 Error ConfigReader::readScheduleParam(StringRef path, StringRef key,
                                       const json::Value &value) {
   SchedulerOptions &schedule = options.scheduler;
-  // Floating-point parameters.
-  std::pair<StringRef, std::pair<double *, const Range *>> reals[] = {
-      {"warmup_min_lr", {&schedule.warmupMinLr, &nonNegative}},
-      {"warmup_max_lr", {&schedule.warmupMaxLr, &nonNegative}},
-      {"warmup_min_ratio", {&schedule.warmupMinRatio, &unitInterval}},
-      {"cos_min_ratio", {&schedule.cosMinRatio, &unitInterval}},
-      {"cycle_min_lr", {&schedule.cycleMinLr, &nonNegative}},
-      {"cycle_max_lr", {&schedule.cycleMaxLr, &nonNegative}},
-      {"decay_lr_rate", {&schedule.decayLrRate, &nonNegative}},
-      {"lr_range_test_min_lr", {&schedule.lrRangeTestMinLr, &nonNegative}},
-      {"lr_range_test_step_rate",
-       {&schedule.lrRangeTestStepRate, &nonNegative}},
-      {"cycle_min_mom", {&schedule.cycleMinMom, &beta}},
-      {"cycle_max_mom", {&schedule.cycleMaxMom, &beta}},
-      {"decay_mom_rate", {&schedule.decayMomRate, &nonNegative}},
-  };
-  for (auto &[name, target] : reals) {
-    if (key != name)
+  for (const RealScheduleParam &param : realScheduleParams) {
+    if (key != param.name)
       continue;
-    Expected<double> parsed = number(path, value, *target.second);
+    Expected<double> parsed = number(path, value, *param.range);
     if (!parsed)
       return parsed.takeError();
-    *target.first = *parsed;
+    schedule.*param.field = *parsed;
     return Error::success();
   }
-  // Integer parameters; those marked nullable accept null for "same as the
-  // first half of the cycle" (DeepSpeed's None).
-  struct IntegerParam {
-    StringRef name;
-    int64_t *target;
-    const Range *range;
-    bool nullable;
-  };
-  IntegerParam integers[] = {
-      {"warmup_num_steps", &schedule.warmupNumSteps, &nonNegative, false},
-      {"total_num_steps", &schedule.totalNumSteps, &atLeastOne, false},
-      {"cycle_first_step_size", &schedule.cycleFirstStepSize, &atLeastOne,
-       false},
-      {"cycle_second_step_size", &schedule.cycleSecondStepSize, &atLeastOne,
-       true},
-      {"cycle_first_stair_count", &schedule.cycleFirstStairCount, &nonNegative,
-       false},
-      {"cycle_second_stair_count", &schedule.cycleSecondStairCount,
-       &nonNegative, true},
-      {"decay_step_size", &schedule.decayStepSize, &nonNegative, false},
-      {"lr_range_test_step_size", &schedule.lrRangeTestStepSize, &atLeastOne,
-       false},
-  };
-  for (IntegerParam &param : integers) {
+  for (const IntegerScheduleParam &param : integerScheduleParams) {
     if (key != param.name)
       continue;
     if (param.nullable && value.kind() == json::Value::Null) {
-      *param.target = -1;
+      schedule.*param.field = -1;
       return Error::success();
     }
     Expected<int64_t> parsed = integer(path, value, *param.range);
     if (!parsed)
       return parsed.takeError();
-    *param.target = *parsed;
+    schedule.*param.field = *parsed;
     return Error::success();
   }
   if (key == "warmup_type") {
@@ -1674,6 +1684,161 @@ Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
         "cannot be derived",
         train, micro, microBatchSource, world));
   return BatchSizes{train, micro, train / *rows};
+}
+
+Expected<BatchSizes> deriveBatchSizes(const BatchSizeConfig &given,
+                                      int64_t worldSize) {
+  auto failWith = [](const Twine &message) {
+    return createStringError(inconvertibleErrorCode(), message);
+  };
+  std::optional<int64_t> train = given.trainBatchSize,
+                         micro = given.microBatchPerGpu,
+                         gas = given.gradAccumSteps;
+  std::string world = formatv("world size {0}", worldSize);
+  // A quotient that must be exact.
+  auto divide = [&](int64_t total, int64_t by,
+                    StringRef what) -> Expected<int64_t> {
+    if (by <= 0 || total % by != 0 || total / by < 1)
+      return failWith(formatv("inconsistent batch sizes: train_batch_size {0} "
+                              "is not divisible by {1} ({2}), so {3} cannot "
+                              "be derived",
+                              total, by, world, what));
+    return total / by;
+  };
+  if (train && !micro) {
+    int64_t steps = gas.value_or(1);
+    Expected<int64_t> derived =
+        divide(*train, steps * worldSize, "train_micro_batch_size_per_gpu");
+    if (!derived)
+      return derived.takeError();
+    micro = *derived;
+    gas = steps;
+  } else if (train && !gas) {
+    Expected<int64_t> derived =
+        divide(*train, *micro * worldSize, "gradient_accumulation_steps");
+    if (!derived)
+      return derived.takeError();
+    gas = *derived;
+  } else if (!train && micro) {
+    gas = gas.value_or(1);
+    int64_t product;
+    if (MulOverflow(*micro, *gas, product) ||
+        MulOverflow(product, worldSize, product))
+      return failWith("train_micro_batch_size_per_gpu * "
+                      "gradient_accumulation_steps * the world size is more "
+                      "rows per step than a 64-bit integer holds");
+    train = product;
+  } else if (!train) {
+    return failWith("either train_batch_size or "
+                    "train_micro_batch_size_per_gpu needs to be given (as "
+                    "DeepSpeed requires)");
+  }
+  int64_t product;
+  if (MulOverflow(*micro, *gas, product) ||
+      MulOverflow(product, worldSize, product) || product != *train)
+    return failWith(formatv("inconsistent batch sizes: train_batch_size {0} "
+                            "!= train_micro_batch_size_per_gpu {1} * "
+                            "gradient_accumulation_steps {2} * {3}",
+                            *train, *micro, *gas, world));
+  return BatchSizes{*train, *micro, *gas};
+}
+
+json::Value resolvedConfig(const DeepSpeedConfig &config,
+                           const BatchSizes &sizes, int64_t worldSize) {
+  const TrainingOptions &o = config.training;
+  json::Object root;
+  root["world_size"] = worldSize;
+  root["train_batch_size"] = sizes.trainBatchSize;
+  root["train_micro_batch_size_per_gpu"] = sizes.microBatchPerGpu;
+  root["gradient_accumulation_steps"] = sizes.gradAccumSteps;
+  root["gradient_clipping"] = o.clip;
+
+  const PrecisionOptions &mixed = o.mixedPrecision;
+  const LossScaleOptions &scaler = mixed.lossScale;
+  root["fp16"] =
+      json::Object{{"enabled", mixed.precision == Precision::fp16},
+                   {"loss_scale", mixed.staticLossScale},
+                   {"initial_scale_power",
+                    int64_t(std::lround(std::log2(scaler.initialScale)))},
+                   {"loss_scale_window", scaler.window},
+                   {"hysteresis", scaler.hysteresis},
+                   {"consecutive_hysteresis", scaler.consecutiveHysteresis},
+                   {"min_loss_scale", scaler.minScale}};
+  root["bf16"] = json::Object{{"enabled", mixed.precision == Precision::bf16},
+                              {"check_grad_overflow", mixed.bf16CheckOverflow}};
+
+  json::Object params{{"lr", o.lr}, {"weight_decay", o.weightDecay}};
+  if (o.optimizer == OptimizerKind::sgd) {
+    params["momentum"] = o.momentum;
+    params["nesterov"] = o.nesterov;
+  } else {
+    params["betas"] = json::Array{o.beta1, o.beta2};
+    params["eps"] = o.eps;
+    params["bias_correction"] = o.biasCorrection;
+    params["adam_w_mode"] = o.adamWMode;
+  }
+  root["optimizer"] =
+      json::Object{{"type", o.optimizer == OptimizerKind::sgd    ? "SGD"
+                            : o.optimizer == OptimizerKind::adam ? "Adam"
+                                                                 : "AdamW"},
+                   {"params", std::move(params)}};
+
+  const SchedulerOptions &schedule = o.scheduler;
+  const ScheduleType *chosen =
+      llvm::find_if(scheduleTypes, [&](const ScheduleType &t) {
+        return t.kind == schedule.kind;
+      });
+  ArrayRef<StringLiteral> keys;
+  StringRef type;
+  if (chosen != std::end(scheduleTypes))
+    keys = chosen->params, type = chosen->name;
+  if (type.empty()) {
+    root["scheduler"] = nullptr;
+  } else {
+    json::Object values;
+    for (StringRef key : keys) {
+      for (const RealScheduleParam &param : realScheduleParams)
+        if (key == param.name)
+          values[key] = schedule.*param.field;
+      for (const IntegerScheduleParam &param : integerScheduleParams)
+        if (key == param.name)
+          values[key] = param.nullable && schedule.*param.field < 0
+                            ? json::Value(nullptr)
+                            : json::Value(schedule.*param.field);
+      if (key == "warmup_type")
+        values[key] = schedule.warmupLinear ? "linear" : "log";
+      if (key == "lr_range_test_staircase")
+        values[key] = schedule.lrRangeTestStaircase;
+      if (key == "cycle_momentum")
+        values[key] = schedule.cycleMomentum;
+      if (key == "last_batch_iteration")
+        values[key] = -1;
+    }
+    root["scheduler"] =
+        json::Object{{"type", type}, {"params", std::move(values)}};
+  }
+
+  auto device = [](OffloadDevice where) {
+    return json::Object{{"device", where == OffloadDevice::cpu    ? "cpu"
+                                   : where == OffloadDevice::nvme ? "nvme"
+                                                                  : "none"}};
+  };
+  json::Object zero{{"stage", o.zeroStage},
+                    {"reduce_bucket_size", o.reduceBucketSize},
+                    {"allgather_bucket_size", o.allgatherBucketSize},
+                    {"overlap_comm", o.overlapComm},
+                    {"reduce_scatter", true},
+                    {"allgather_partitions", true},
+                    {"offload_optimizer", device(o.offloadOptimizer)},
+                    {"offload_param", device(o.offloadParam)}};
+  if (o.zeroStage >= 3) {
+    zero["stage3_param_persistence_threshold"] = o.paramPersistenceThreshold;
+    zero["stage3_max_reuse_distance"] = o.maxReuseDistance;
+    zero["stage3_prefetch_bucket_size"] = o.prefetchBucketSize;
+    zero["stage3_max_live_parameters"] = o.maxLiveParameters;
+  }
+  root["zero_optimization"] = std::move(zero);
+  return root;
 }
 
 } // namespace sharc

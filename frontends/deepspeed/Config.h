@@ -17,6 +17,7 @@
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
 
 #include <cstdint>
 #include <optional>
@@ -87,6 +88,22 @@ llvm::Expected<BatchSizes> resolveBatchSizes(const BatchSizeConfig &given,
                                              int64_t worldSize,
                                              int64_t modelMicroBatch,
                                              llvm::StringRef microBatchSource);
+
+/// The three batch sizes by DeepSpeed 0.19.8's rules from the config alone
+/// (runtime/config.py, _set_batch_related_parameters), for `worldSize` ranks:
+/// the missing ones derived from those given (gradient_accumulation_steps
+/// defaults to 1), then train = micro × GAS × worldSize checked.  `sharc
+/// config` uses it; training fixes the micro-batch by the model
+/// (resolveBatchSizes).
+llvm::Expected<BatchSizes> deriveBatchSizes(const BatchSizeConfig &given,
+                                            int64_t worldSize);
+
+/// `config` resolved, in DeepSpeed's keys: every setting sharc reads, the
+/// defaults filled in, the batch sizes `sizes` for `worldSize` ranks, the
+/// deprecated keys mapped (what `sharc config` prints, as DeepSpeed prints
+/// its configuration at start-up).
+llvm::json::Value resolvedConfig(const DeepSpeedConfig &config,
+                                 const BatchSizes &sizes, int64_t worldSize);
 
 } // namespace sharc
 

@@ -6,6 +6,7 @@ valid config trains exactly like the same settings given as flags, and flags
 override the config.
 """
 
+import copy
 import json
 import pathlib
 import re
@@ -649,6 +650,24 @@ def test_dump_grads_needs_one_rank(sharc, mlp, tmp_path):
     assert train(sharc, mlp, "--world-size", "2").returncode == 0
 
 
+# The seed's ds_config.json (issue 13): fp16 with dynamic loss scaling, ZeRO
+# stage 2 with the deprecated cpu_offload and a misspelt offload_params block,
+# AdamW and WarmupLR.
+SEED_CONFIG = {
+    "train_batch_size": 128,
+    "gradient_accumulation_steps": 2,
+    "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16},
+    "zero_optimization": {"stage": 2, "cpu_offload": True,
+                          "offload_params": {"device": "cpu", "pin_memory": True}},
+    "zero_allow_untested_optimizer": True,
+    "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "betas": [0.9, 0.999],
+                                              "eps": 1e-8}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
+                                                 "warmup_max_lr": 2e-5,
+                                                 "warmup_num_steps": 1000}},
+}
+
+
 def test_the_seeds_config(sharc, tmp_path):
     """The seed's ds_config.json (fp16 with dynamic loss scaling, ZeRO stage
     2 with the deprecated cpu_offload and a misspelt offload_params block,
@@ -660,19 +679,8 @@ def test_the_seeds_config(sharc, tmp_path):
     model = bundled / "tiny-gpt.onnx"
     data = ["--input", f"tokens={bundled / 'tiny-gpt-tokens.npy'}",
             "--input", f"targets={bundled / 'tiny-gpt-targets.npy'}"]
-    seed = {
-        "train_batch_size": 8,
-        "gradient_accumulation_steps": 2,
-        "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16},
-        "zero_optimization": {"stage": 2, "cpu_offload": True,
-                              "offload_params": {"device": "cpu", "pin_memory": True}},
-        "zero_allow_untested_optimizer": True,
-        "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "betas": [0.9, 0.999],
-                                                  "eps": 1e-8}},
-        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
-                                                     "warmup_max_lr": 2e-5,
-                                                     "warmup_num_steps": 1000}},
-    }
+    seed = copy.deepcopy(SEED_CONFIG)
+    seed["train_batch_size"] = 8  # the bundled GPT's micro-batch 2, 2 ranks, GAS 2
     config = tmp_path / "ds_config.json"
     config.write_text(json.dumps(seed, indent=2))
     result = sharc("compile", model, "--config", config, "--world-size", 2,
@@ -696,3 +704,88 @@ def test_the_seeds_config(sharc, tmp_path):
     lines = lambda text: re.findall(r"^step .* scale \S+", text, re.MULTILINE)
     assert len(lines(run.stdout)) == 4
     assert [l.split(" ms ")[0] for l in lines(run.stdout)] == lines(evaluator.stdout)
+
+
+RESOLVE_CASES = {
+    # Without its misspelt block (which both refuse).
+    "the-seeds": ({**SEED_CONFIG, "zero_optimization": {"stage": 2, "cpu_offload": True}},
+                  [8, 16]),
+    "micro-only": ({"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0.5,
+                    "bf16": {"enabled": True},
+                    "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}}},
+                   [1, 3]),
+    "train-and-micro": ({"train_batch_size": 48, "train_micro_batch_size_per_gpu": 3,
+                         "fp16": {"enabled": True, "loss_scale_window": 50,
+                                  "hysteresis": 1, "min_loss_scale": 2},
+                         "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                                               "stage3_prefetch_bucket_size": 1000},
+                         "scheduler": {"type": "OneCycle", "params": {
+                             "cycle_min_lr": 0.01, "cycle_max_lr": 0.1}}},
+                        [2, 4]),
+}
+
+
+@pytest.mark.parametrize("case", RESOLVE_CASES)
+def test_config_command_resolves_as_deepspeed(sharc, tmp_path, case, monkeypatch):
+    """`sharc config FILE --world-size N` against DeepSpeed 0.19.8's own
+    DeepSpeedConfig of the same file at the same world size (the oracle, on
+    the CPU): the derived batch sizes, clipping, precision and loss-scaler
+    settings, optimizer, schedule, ZeRO stage and offload devices agree;
+    a world size the batch does not divide fails on both sides."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    config_module = pytest.importorskip(
+        "deepspeed.runtime.config",
+        reason="DeepSpeed is not installed (tools/install-deps.sh --test installs it)")
+    import deepspeed.comm as dist
+    config, world_sizes = RESOLVE_CASES[case]
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(config))
+    for world in world_sizes:
+        monkeypatch.setattr(dist, "get_rank", lambda *a, **k: 0)
+        monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: world)
+        ours = sharc("config", path, "--world-size", world)
+        assert ours.returncode == 0, ours.stderr
+        mine = json.loads(ours.stdout)
+        theirs = config_module.DeepSpeedConfig(json.loads(path.read_text()))
+        assert mine["world_size"] == world
+        assert (mine["train_batch_size"], mine["train_micro_batch_size_per_gpu"],
+                mine["gradient_accumulation_steps"]) == (
+            theirs.train_batch_size, theirs.train_micro_batch_size_per_gpu,
+            theirs.gradient_accumulation_steps)
+        assert mine["gradient_clipping"] == theirs.gradient_clipping
+        fp16 = theirs.float16_config
+        assert mine["fp16"]["enabled"] == fp16.enabled
+        for key in ("loss_scale", "initial_scale_power", "loss_scale_window",
+                    "hysteresis", "consecutive_hysteresis", "min_loss_scale"):
+            assert mine["fp16"][key] == getattr(fp16, key), key
+        assert mine["bf16"]["enabled"] == theirs.bfloat16_config.enabled
+        assert mine["optimizer"]["type"].lower() == (theirs.optimizer_name or "adamw").lower()
+        for key, value in (theirs.optimizer_params or {}).items():
+            expected = list(value) if isinstance(value, (list, tuple)) else value
+            assert mine["optimizer"]["params"][key] == expected, key
+        if theirs.scheduler_name:
+            assert mine["scheduler"]["type"] == theirs.scheduler_name
+            for key, value in theirs.scheduler_params.items():
+                assert mine["scheduler"]["params"][key] == value, key
+        else:
+            assert mine["scheduler"] is None
+        zero = theirs.zero_config
+        assert mine["zero_optimization"]["stage"] == theirs.zero_optimization_stage
+        for block in ("offload_optimizer", "offload_param"):
+            offload = getattr(zero, block)
+            device = str(getattr(offload.device, "value", offload.device)) \
+                if offload else "none"
+            assert mine["zero_optimization"][block]["device"] == device, block
+        if theirs.zero_optimization_stage == 3:
+            assert mine["zero_optimization"]["stage3_prefetch_bucket_size"] == \
+                zero.prefetch_bucket_size
+            assert mine["zero_optimization"]["stage3_max_live_parameters"] == \
+                zero.max_live_parameters
+    # 7 ranks divide none of these global batches: both refuse.
+    if "train_batch_size" in config:
+        result = sharc("config", path, "--world-size", 7)
+        assert result.returncode == 1 and "sharc: error: " in result.stderr
+        assert "inconsistent batch sizes" in result.stderr, result.stderr
+        monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 7)
+        with pytest.raises(AssertionError):
+            config_module.DeepSpeedConfig(json.loads(path.read_text()))

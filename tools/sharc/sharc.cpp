@@ -6,14 +6,16 @@
 //              [--config ds_config.json] [training flags] [--dump-state DIR]
 //   sharc compile MODEL.onnx --target cpu|cuda [training flags] -o OUTDIR
 //   sharc consolidate STATE_DIR -o OUT_DIR
+//   sharc config ds_config.json [--world-size N]
 //
 // The command line and its dispatch, and the commands `import`, plain
-// `eval` and `consolidate`.  Model loading (Model.h) and the training flags
-// (Options.h) are shared with `eval --train` (Train.h) and `compile`
+// `eval`, `consolidate` and `config`.  Model loading (Model.h) and the training
+// flags (Options.h) are shared with `eval --train` (Train.h) and `compile`
 // (Compile.h).
 //
 //===----------------------------------------------------------------------===//
 
+#include "frontends/deepspeed/Config.h"
 #include "ir/Evaluator.h"
 #include "ir/SharcOps.h"
 #include "runtime/AtomicFile.h"
@@ -33,11 +35,14 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 using namespace mlir;
@@ -64,6 +69,22 @@ static cl::SubCommand consolidateCommand(
     "consolidate",
     "Write the whole tensors of a saved state whose ZeRO partitions each "
     "rank saved (what DeepSpeed's zero_to_fp32 does)");
+
+static cl::SubCommand
+    configCommand("config",
+                  "Print a DeepSpeed config as sharc resolves it (defaults "
+                  "filled in, batch sizes derived, deprecated keys mapped)");
+
+static cl::opt<std::string> configPath(cl::Positional, cl::Required,
+                                       cl::desc("<ds_config.json>"),
+                                       cl::sub(configCommand));
+
+static cl::opt<int64_t>
+    configWorldSize("world-size",
+                    cl::desc("The number of ranks the batch sizes are "
+                             "derived for (default 1)"),
+                    cl::init(1), cl::sub(configCommand),
+                    cl::cat(sharcCategory));
 
 static cl::opt<std::string> statePath(cl::Positional, cl::Required,
                                       cl::desc("<state directory>"),
@@ -321,6 +342,71 @@ static int runConsolidate() {
   return 0;
 }
 
+/// `text` (JSON) with every number outside strings written in the fewest
+/// digits that read back as the same double (0.9, not llvm::json's
+/// 0.90000000000000002), as Python prints DeepSpeed's values.
+static std::string withShortestNumbers(llvm::StringRef text) {
+  std::string out;
+  bool inString = false;
+  for (size_t i = 0; i < text.size();) {
+    char c = text[i];
+    if (inString) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size())
+        out += text[++i];
+      else if (c == '"')
+        inString = false;
+      ++i;
+      continue;
+    }
+    if (c == '"') {
+      inString = true;
+      out += c;
+      ++i;
+      continue;
+    }
+    if (c == '-' || llvm::isDigit(c)) {
+      size_t end = text.find_first_not_of("0123456789+-.eE", i);
+      std::string token = text.slice(i, end).str();
+      double value = std::strtod(token.c_str(), nullptr);
+      char buffer[64];
+      auto [last, error] =
+          std::to_chars(buffer, buffer + sizeof(buffer), value);
+      out += error == std::errc() ? std::string(buffer, last) : token;
+      i = end == llvm::StringRef::npos ? text.size() : end;
+      continue;
+    }
+    out += c;
+    ++i;
+  }
+  return out;
+}
+
+/// `sharc config FILE [--world-size N]`: the config as sharc reads it, in
+/// DeepSpeed's keys, as JSON on standard output (its warnings on standard
+/// error), or the error that training with it would report.
+static int runConfig() {
+  if (configWorldSize < 1 || configWorldSize > TrainingOptions::kMaxWorldSize)
+    return fail("--world-size must be between 1 and " +
+                llvm::Twine(TrainingOptions::kMaxWorldSize) + ", got " +
+                llvm::Twine(int64_t(configWorldSize)));
+  llvm::Expected<DeepSpeedConfig> config = readDeepSpeedConfig(configPath);
+  if (!config)
+    return fail(llvm::toString(config.takeError()));
+  for (const std::string &warning : config->warnings)
+    warn(warning);
+  llvm::Expected<BatchSizes> sizes =
+      deriveBatchSizes(config->batch, configWorldSize);
+  if (!sizes)
+    return fail(configPath + ": " + llvm::toString(sizes.takeError()));
+  llvm::outs() << withShortestNumbers(
+                      llvm::formatv("{0:2}", resolvedConfig(*config, *sizes,
+                                                            configWorldSize))
+                          .str())
+               << "\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   registerTrainingFlags(evalCommand, compileCommand, sharcCategory);
@@ -339,7 +425,8 @@ int main(int argc, char **argv) {
       "[--config F] [training flags] [--dump-state DIR]\n"
       "  sharc compile MODEL.onnx --target cpu|cuda [--config F] [training "
       "flags] -o OUTDIR [--report]\n"
-      "  sharc consolidate STATE_DIR -o OUT_DIR\n");
+      "  sharc consolidate STATE_DIR -o OUT_DIR\n"
+      "  sharc config ds_config.json [--world-size N]\n");
 
   DialectRegistry registry;
   registry.insert<SharcDialect, func::FuncDialect>();
@@ -352,6 +439,8 @@ int main(int argc, char **argv) {
 
   if (consolidateCommand)
     return runConsolidate();
+  if (configCommand)
+    return runConfig();
   if (importCommand)
     return runImport(context);
   if (evalCommand)
