@@ -193,8 +193,9 @@ static void decodeTyped(const onnx::TensorProto &proto, Tensor &tensor) {
   }
 }
 
-FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
-                                     Location loc, const Twine &what) const {
+FailureOr<std::pair<DType, SmallVector<int64_t>>>
+TensorReader::header(const onnx::TensorProto &proto, Location loc,
+                     const Twine &what) const {
   std::optional<DType> dtype = dtypeFromOnnx(proto.data_type());
   if (!dtype)
     return emitError(loc) << what << " has unsupported element type "
@@ -203,18 +204,27 @@ FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
   if (proto.has_segment())
     return emitError(loc) << what << " is segmented, which is not supported";
   SmallVector<int64_t> shape(proto.dims().begin(), proto.dims().end());
-  std::optional<int64_t> count = checkedNumElements(shape);
-  if (!count)
+  if (!checkedNumElements(shape))
     return emitError(loc) << what << " has an invalid or too large shape "
                           << formatShape(shape);
-  uint64_t expectedBytes = static_cast<uint64_t>(*count) * dtypeBytes(*dtype);
+  return std::make_pair(*dtype, shape);
+}
+
+FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
+                                     Location loc, const Twine &what) const {
+  auto typeAndShape = header(proto, loc, what);
+  if (failed(typeAndShape))
+    return failure();
+  auto &[dtype, shape] = *typeAndShape;
+  int64_t count = *checkedNumElements(shape);
+  uint64_t expectedBytes = static_cast<uint64_t>(count) * dtypeBytes(dtype);
 
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     FailureOr<std::string> bytes =
         readExternal(proto, expectedBytes, loc, what);
     if (failed(bytes))
       return failure();
-    Tensor tensor(*dtype, shape);
+    Tensor tensor(dtype, shape);
     decodeRaw(*bytes, tensor);
     return tensor;
   }
@@ -223,16 +233,16 @@ FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
       return emitError(loc) << what << " has " << proto.raw_data().size()
                             << " bytes of raw data, but its shape "
                             << formatShape(shape) << " needs " << expectedBytes;
-    Tensor tensor(*dtype, shape);
+    Tensor tensor(dtype, shape);
     decodeRaw(proto.raw_data(), tensor);
     return tensor;
   }
-  int64_t given = typedFieldSize(proto, *dtype);
-  if (given != *count)
+  int64_t given = typedFieldSize(proto, dtype);
+  if (given != count)
     return emitError(loc) << what << " has " << given
                           << " values, but its shape " << formatShape(shape)
-                          << " needs " << *count;
-  Tensor tensor(*dtype, shape);
+                          << " needs " << count;
+  Tensor tensor(dtype, shape);
   decodeTyped(proto, tensor);
   return tensor;
 }
@@ -904,9 +914,17 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
   if (graph.sparse_initializer_size())
     return emitError(fileLoc) << "sparse initializers are not supported";
 
-  // Initializers, then the graph inputs that are not initializers.
+  // Initializers, then the graph inputs that are not initializers.  A float
+  // initializer is a trainable parameter (a function argument); with
+  // shapesOnly its values are not read.
+  struct Initializer {
+    DType dtype;
+    SmallVector<int64_t> shape;
+    std::optional<Tensor> value;
+    bool isFloat() const { return sharc::isFloat(dtype); }
+  };
   llvm::StringSet<> initializerNames;
-  std::vector<Tensor> initializers;
+  std::vector<Initializer> initializers;
   for (const onnx::TensorProto &init : graph.initializer()) {
     if (init.name().empty())
       return emitError(fileLoc)
@@ -914,11 +932,18 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     if (!initializerNames.insert(init.name()).second)
       return emitError(fileLoc)
              << "initializer '" << init.name() << "' is defined twice";
-    FailureOr<Tensor> tensor =
-        reader.read(init, fileLoc, "initializer '" + init.name() + "'");
-    if (failed(tensor))
+    std::string what = "initializer '" + init.name() + "'";
+    auto typeAndShape = reader.header(init, fileLoc, what);
+    if (failed(typeAndShape))
       return failure();
-    initializers.push_back(std::move(*tensor));
+    Initializer entry{typeAndShape->first, typeAndShape->second, {}};
+    if (!options.shapesOnly || !entry.isFloat()) {
+      FailureOr<Tensor> tensor = reader.read(init, fileLoc, what);
+      if (failed(tensor))
+        return failure();
+      entry.value = std::move(*tensor);
+    }
+    initializers.push_back(std::move(entry));
   }
   SmallVector<const onnx::ValueInfoProto *> inputs;
   llvm::StringSet<> inputNames;
@@ -945,11 +970,12 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     argTypes.push_back(*type);
   }
   SmallVector<int> parameterInits;
-  for (auto [index, tensor] : llvm::enumerate(initializers)) {
-    if (!tensor.isFloat())
+  for (auto [index, init] : llvm::enumerate(initializers)) {
+    if (!init.isFloat())
       continue;
     parameterInits.push_back(index);
-    argTypes.push_back(tensor.mlirTensorType(&context));
+    argTypes.push_back(
+        RankedTensorType::get(init.shape, mlirType(init.dtype, &context)));
   }
 
   OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
@@ -973,12 +999,14 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     func.setArgAttr(argIndex, SharcDialect::getParamAttrName(),
                     ParamAttr::get(&context, name, source));
     values[source] = entry->getArgument(argIndex);
-    imported.parameters.emplace_back(name, std::move(initializers[init]));
+    if (initializers[init].value)
+      imported.parameters.emplace_back(name,
+                                       std::move(*initializers[init].value));
   }
-  for (auto [index, tensor] : llvm::enumerate(initializers)) {
-    if (tensor.isFloat())
+  for (auto [index, init] : llvm::enumerate(initializers)) {
+    if (init.isFloat())
       continue;
-    DenseElementsAttr attr = tensor.toAttr(&context);
+    DenseElementsAttr attr = init.value->toAttr(&context);
     const std::string &name = graph.initializer(index).name();
     values[name] =
         ConstantOp::create(builder, namedLoc(name), attr.getType(), attr);

@@ -1,11 +1,12 @@
-//===- Importer.h - ONNX to sharc IR ------------------------------*- C++ -*-===//
+//===- Importer.h - ONNX to sharc IR ------------------------------*- C++
+//-*-===//
 //
 // Reads an ONNX model (binary protobuf, or ONNX's text format) and builds a
 // func.func of sharc ops: arguments are the graph inputs followed by one
 // argument per float initializer (marked with #sharc.param), results are the
 // graph outputs.  Graph-input arguments carry `sharc.input = "onnx name"` and
-// results `sharc.output = "onnx name"`.  Shapes are static; symbolic input dimensions get their
-// values from ImportOptions::inputShapes.
+// results `sharc.output = "onnx name"`.  Shapes are static; symbolic input
+// dimensions get their values from ImportOptions::inputShapes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +31,10 @@ struct ImportOptions {
   llvm::StringMap<llvm::SmallVector<int64_t>> inputShapes;
   /// Name of the generated function.
   std::string functionName = "main";
+  /// Planning without weights: the float initializers (the parameters) are
+  /// not read, only their element types and shapes (their external data may
+  /// be absent), and ImportedModel::parameters stays empty.
+  bool shapesOnly = false;
 };
 
 /// An imported model: the module, and the initial value of every parameter
@@ -51,10 +56,11 @@ mlir::FailureOr<ImportedModel> importOnnxFile(llvm::StringRef path,
 /// Imports a serialized ModelProto held in memory (used by the fuzzer).
 /// External data is resolved relative to `baseDir`; an empty `baseDir`
 /// forbids external data.
-mlir::FailureOr<ImportedModel>
-importOnnxBytes(llvm::StringRef bytes, llvm::StringRef sourceName,
-                llvm::StringRef baseDir, mlir::MLIRContext &context,
-                const ImportOptions &options);
+mlir::FailureOr<ImportedModel> importOnnxBytes(llvm::StringRef bytes,
+                                               llvm::StringRef sourceName,
+                                               llvm::StringRef baseDir,
+                                               mlir::MLIRContext &context,
+                                               const ImportOptions &options);
 
 } // namespace sharc
 

@@ -52,6 +52,12 @@ public:
                                mlir::Location loc,
                                const llvm::Twine &what) const;
 
+  /// The element type and shape of `proto`, checked as read() checks them,
+  /// without reading its values (ImportOptions::shapesOnly).
+  mlir::FailureOr<std::pair<DType, llvm::SmallVector<int64_t>>>
+  header(const onnx::TensorProto &proto, mlir::Location loc,
+         const llvm::Twine &what) const;
+
 private:
   /// Reads the `expectedBytes` bytes of external data of `proto`.
   mlir::FailureOr<std::string> readExternal(const onnx::TensorProto &proto,

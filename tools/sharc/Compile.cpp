@@ -76,7 +76,12 @@ struct CompileFlags {
         emitOnly("emit-only",
                  cl::desc("Write the source, weights and manifest; do not "
                           "build OUTDIR/train"),
-                 cl::sub(sub), cl::cat(category)) {}
+                 cl::sub(sub), cl::cat(category)),
+        plan("plan",
+             cl::desc("Plan without weights: read only the parameters' "
+                      "shapes (their data may be absent), print the report "
+                      "and write nothing (no -o)"),
+             cl::sub(sub), cl::cat(category)) {}
 
   cl::opt<std::string> target;
   cl::opt<std::string> cudaArch;
@@ -84,6 +89,7 @@ struct CompileFlags {
   cl::opt<bool> fuse;
   cl::opt<bool> overlapComm;
   cl::opt<bool> emitOnly;
+  cl::opt<bool> plan;
 };
 
 /// The flags, made by registerCompileFlags.
@@ -406,10 +412,17 @@ void sharc::registerCompileFlags(cl::SubCommand &compile,
   flags = std::make_unique<CompileFlags>(compile, category);
 }
 
+bool sharc::compileReadsShapesOnly() { return flags && flags->plan; }
+
 int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                       StringRef modelPath, StringRef outDir) {
-  if (outDir.empty() || outDir == "-")
-    return fail("sharc compile needs -o OUTDIR");
+  bool plan = flags->plan;
+  if (plan && !(outDir.empty() || outDir == "-"))
+    return fail("--plan writes nothing; -o does not apply");
+  if (plan && flags->emitOnly)
+    return fail("--plan writes nothing; --emit-only does not apply");
+  if (!plan && (outDir.empty() || outDir == "-"))
+    return fail("sharc compile needs -o OUTDIR (or --plan)");
   // `-o out/` names the folder `out`.
   while (outDir.size() > 1 && outDir.ends_with("/"))
     outDir = outDir.drop_back();
@@ -440,7 +453,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     return fail("--cuda-arch " + flags->cudaArch +
                 " is not supported: the CUDA runtime is built for sm_80 and "
                 "later (sm_80, sm_86, sm_89, sm_90, ...)");
-  if (failed(replaceableOutput(outDir)))
+  if (!plan && failed(replaceableOutput(outDir)))
     return 1;
 
   FailureOr<TrainingOptions> options = resolveTrainingOptions(model.entry);
@@ -491,6 +504,30 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     llvm::raw_string_ostream os(source);
     if (failed(emitProgram(step, emit, os, report)))
       return 1;
+  }
+  auto printAll = [&] {
+    printReport(report, emit, llvm::outs());
+    if (offload)
+      llvm::outs() << "report: ZeRO-Offload to the CPU ("
+                   << (options->offloadOptimizer != OffloadDevice::none
+                           ? "optimizer state"
+                           : "")
+                   << (options->offloadOptimizer != OffloadDevice::none &&
+                               options->offloadParam != OffloadDevice::none
+                           ? " and "
+                           : "")
+                   << (options->offloadParam != OffloadDevice::none
+                           ? "parameters"
+                           : "")
+                   << "): on the CPU target the device memory is the host's, "
+                      "so nothing moves and the bytes above stay where they "
+                      "are\n";
+  };
+  if (plan) {
+    printAll();
+    llvm::errs() << "sharc: planned " << modelPath
+                 << " from its shapes (nothing written)\n";
+    return 0;
   }
 
   StagingFolder folder;
@@ -598,21 +635,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                 "': " + ec.message());
   folder.keep();
   if (flags->report)
-    printReport(report, emit, llvm::outs());
-  if (offload)
-    llvm::outs() << "report: ZeRO-Offload to the CPU ("
-                 << (options->offloadOptimizer != OffloadDevice::none
-                         ? "optimizer state"
-                         : "")
-                 << (options->offloadOptimizer != OffloadDevice::none &&
-                             options->offloadParam != OffloadDevice::none
-                         ? " and "
-                         : "")
-                 << (options->offloadParam != OffloadDevice::none ? "parameters"
-                                                                  : "")
-                 << "): on the CPU target the device memory is the host's, "
-                    "so nothing moves and the bytes above stay where they "
-                    "are\n";
+    printAll();
   llvm::errs() << "sharc: wrote " << outDir
                << (flags->emitOnly ? " (sources only)" : "/train") << "\n";
   return 0;

@@ -23,6 +23,10 @@ void registerCompileFlags(llvm::cl::SubCommand &compile,
 
 /// `sharc compile`: builds, emits and links the training program of `model`
 /// into `outDir`.  Returns the exit status.
+/// True when the command line asks `sharc compile --plan`: the model is
+/// then loaded with its parameters' shapes only (ImportOptions::shapesOnly).
+bool compileReadsShapesOnly();
+
 int runCompile(mlir::MLIRContext &context, LoadedModel &model,
                llvm::StringRef modelPath, llvm::StringRef outDir);
 

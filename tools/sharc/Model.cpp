@@ -50,8 +50,10 @@ static LogicalResult parseInputShapes(ArrayRef<std::string> specs,
 }
 
 FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
-                                        ArrayRef<std::string> inputShapes) {
+                                        ArrayRef<std::string> inputShapes,
+                                        bool shapesOnly) {
   ImportOptions options;
+  options.shapesOnly = shapesOnly;
   if (failed(parseInputShapes(inputShapes, options)))
     return failure();
   LoadedModel model;

@@ -36,10 +36,13 @@ struct LoadedModel {
 /// as sharc IR, anything else is imported as ONNX with the static shapes of
 /// `inputShapes` (--input-shape NAME=D0xD1x..., ONNX only).  The entry is
 /// @main, or the module's only function.  Prints the error and fails when the
-/// model cannot be read or has no static shapes or entry.
+/// model cannot be read or has no static shapes or entry.  With
+/// `shapesOnly` (ONNX), the parameters' values are not read
+/// (ImportOptions::shapesOnly) and LoadedModel::parameters stays empty.
 mlir::FailureOr<LoadedModel> loadModel(mlir::MLIRContext &context,
                                        llvm::StringRef path,
-                                       llvm::ArrayRef<std::string> inputShapes);
+                                       llvm::ArrayRef<std::string> inputShapes,
+                                       bool shapesOnly = false);
 
 /// The user-facing name of argument `index`: its parameter name, its model
 /// input name, or "arg<index>".

@@ -130,7 +130,8 @@ static cl::opt<std::string>
 /// The model of the command line (the positional argument and
 /// --input-shape).
 static FailureOr<LoadedModel> loadGivenModel(MLIRContext &context) {
-  return sharc::loadModel(context, modelPath, inputShapes);
+  return sharc::loadModel(context, modelPath, inputShapes,
+                          compileCommand && compileReadsShapesOnly());
 }
 
 /// The user-facing name of result `index`: its model output name or
