@@ -215,12 +215,12 @@ CONFIG_ERRORS = {
     # CPU target it changes nothing), NVMe is not supported yet.
     "zero-offload-optimizer-at-stage-0": (
         {"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}},
-        ["zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3",
+        ["zero_optimization.offload_optimizer (--offload-optimizer) needs ZeRO stage 1, 2 or 3",
          "this run is at stage 0"],
     ),
     "zero-offload-param-below-stage-3": (
         {"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
-        ["zero_optimization.offload_param needs ZeRO stage 3",
+        ["zero_optimization.offload_param (--offload-param) needs ZeRO stage 3",
          "this run is at stage 2"],
     ),
     "zero-offload-params-misspelt": (
@@ -561,6 +561,20 @@ def test_offload_to_the_cpu_changes_nothing_on_the_cpu_target(sharc, mlp, tmp_pa
         assert lines(run.stdout) == lines(evaluator.stdout)
         losses[name] = lines(run.stdout)
     assert losses["cpu"] == losses["none"]
+    # The flags mirror the keys.
+    flagged = sharc("eval", path, "--train", "--steps", 3, *inputs, "--zero-stage", 2,
+                    "--offload-optimizer", "cpu", "--optimizer", "adamw", "--lr", "0.01")
+    assert flagged.returncode == 0, flagged.stderr
+    assert lines(flagged.stdout) == losses["none"]
+    for flags, message in [
+            (["--offload-optimizer", "cpu"], "offload_optimizer (--offload-optimizer) "
+                                              "needs ZeRO stage 1, 2 or 3"),
+            (["--offload-param", "cpu", "--zero-stage", 2],
+             "offload_param (--offload-param) needs ZeRO stage 3"),
+            (["--offload-optimizer", "nvme", "--zero-stage", 1],
+             "--offload-optimizer 'nvme': expected none or cpu (NVMe offload is not "
+             "supported yet)")]:
+        assert_error(sharc("eval", path, "--train", *inputs, *flags), message)
     result = sharc("compile", path, "--config", config, "--target", "cuda",
                    "--emit-only", "-o", tmp_path / "cuda")
     assert_error(result, "zero_optimization.offload_optimizer: offload to the CPU is "

@@ -121,6 +121,23 @@ struct TrainFlags {
       cl::sub(sub),
       cl::sub(compile),
       cl::cat(category)};
+  // ZeRO-Offload (docs/offload.md).
+  Flag<std::string> offloadOptimizer{
+      "offload-optimizer",
+      cl::desc("Where the fp32 master weights and optimizer state live: "
+               "none or cpu (zero_optimization.offload_optimizer.device)"),
+      cl::value_desc("none|cpu"),
+      cl::sub(sub),
+      cl::sub(compile),
+      cl::cat(category)};
+  Flag<std::string> offloadParam{
+      "offload-param",
+      cl::desc("ZeRO stage 3: where the parameters live: none or cpu "
+               "(zero_optimization.offload_param.device)"),
+      cl::value_desc("none|cpu"),
+      cl::sub(sub),
+      cl::sub(compile),
+      cl::cat(category)};
   // The loss scaler (fp16 only) and bf16's overflow check.
   template <typename T> Flag<T> scalerFlag(const char *name, const char *desc) {
     return Flag<T>(llvm::StringRef(name), cl::desc(desc), valueName<T>(),
@@ -158,8 +175,9 @@ struct TrainFlags {
   /// Every flag but --train, in declaration order (--betas where beta1 and
   /// beta2 are).
   std::vector<cl::Option *> all() {
-    std::vector<cl::Option *> result = {&steps, &config, &dumpState, &dumpGrads,
-                                        &loss,  &freeze, &precision};
+    std::vector<cl::Option *> result = {
+        &steps,  &config,    &dumpState,        &dumpGrads,   &loss,
+        &freeze, &precision, &offloadOptimizer, &offloadParam};
     result.insert(result.end(),
                   {&lossScale, &initialScalePower, &lossScaleWindow,
                    &hysteresis, &consecutiveHysteresis, &minLossScale,
@@ -257,6 +275,23 @@ LogicalResult applyFlags(TrainingOptions &options) {
       return failure();
     }
     precision.precision = *chosen;
+  }
+  for (auto [flag, field] :
+       {std::pair(&f.offloadOptimizer, &options.offloadOptimizer),
+        std::pair(&f.offloadParam, &options.offloadParam)}) {
+    if (!given(*flag))
+      continue;
+    std::optional<OffloadDevice> device =
+        llvm::StringSwitch<std::optional<OffloadDevice>>(*flag)
+            .Case("none", OffloadDevice::none)
+            .Case("cpu", OffloadDevice::cpu)
+            .Default(std::nullopt);
+    if (!device) {
+      fail("--" + flag->ArgStr + " '" + *flag + "': expected none or cpu" +
+           (*flag == "nvme" ? " (NVMe offload is not supported yet)" : ""));
+      return failure();
+    }
+    *field = *device;
   }
   LossScaleOptions &scaler = precision.lossScale;
   override(f.lossScale, precision.staticLossScale);
@@ -429,7 +464,8 @@ FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward) {
   std::string configPrefix = given(flags->config) ? flags->config + ": " : "";
   if (options.offloadParam != OffloadDevice::none && options.zeroStage < 3) {
     fail(configPrefix +
-         "zero_optimization.offload_param needs ZeRO stage 3 (DeepSpeed "
+         "zero_optimization.offload_param (--offload-param) needs ZeRO stage "
+         "3 (DeepSpeed "
          "offloads parameters at stage 3 only); this run is at stage " +
          std::to_string(options.zeroStage));
     return failure();
@@ -437,7 +473,8 @@ FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward) {
   if (options.offloadOptimizer != OffloadDevice::none &&
       options.zeroStage < 1) {
     fail(configPrefix +
-         "zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3 "
+         "zero_optimization.offload_optimizer (--offload-optimizer) needs ZeRO "
+         "stage 1, 2 or 3 "
          "(ZeRO-Offload moves the partitioned optimizer state); this run is "
          "at stage 0");
     return failure();
