@@ -112,56 +112,50 @@ struct TrainFlags {
                           cl::sub(compile),                                    \
                           cl::cat(category)};
 #include "ir/TrainingOptions.def"
-  Flag<std::string> precision{
-      "precision",
-      cl::desc("Compute precision: fp32, fp16 or bf16 (16 bits: compute in "
-               "16 bits with fp32 master weights; fp16.enabled, "
-               "bf16.enabled)"),
-      cl::value_desc("fp32|fp16|bf16"),
-      cl::sub(sub),
-      cl::sub(compile),
-      cl::cat(category)};
-  // ZeRO-Offload (docs/offload.md).
-  Flag<std::string> offloadOptimizer{
-      "offload-optimizer",
-      cl::desc("Where the fp32 master weights and optimizer state live: "
-               "none or cpu (zero_optimization.offload_optimizer.device)"),
-      cl::value_desc("none|cpu"),
-      cl::sub(sub),
-      cl::sub(compile),
-      cl::cat(category)};
-  Flag<std::string> offloadParam{
-      "offload-param",
-      cl::desc("ZeRO stage 3: where the parameters live: none or cpu "
-               "(zero_optimization.offload_param.device)"),
-      cl::value_desc("none|cpu"),
-      cl::sub(sub),
-      cl::sub(compile),
-      cl::cat(category)};
-  // The loss scaler (fp16 only) and bf16's overflow check.
-  template <typename T> Flag<T> scalerFlag(const char *name, const char *desc) {
-    return Flag<T>(llvm::StringRef(name), cl::desc(desc), valueName<T>(),
-                   cl::sub(sub), cl::sub(compile), cl::cat(category));
+  /// A flag of both commands (eval --train and compile).
+  template <typename T>
+  Flag<T> commonFlag(const char *name, const char *desc,
+                     const char *value = nullptr) {
+    return Flag<T>(llvm::StringRef(name), cl::desc(desc),
+                   value ? cl::value_desc(value) : valueName<T>(), cl::sub(sub),
+                   cl::sub(compile), cl::cat(category));
   }
-  Flag<double> lossScale = scalerFlag<double>(
+  Flag<std::string> precision = commonFlag<std::string>(
+      "precision",
+      "Compute precision: fp32, fp16 or bf16 (16 bits: compute in 16 bits "
+      "with fp32 master weights; fp16.enabled, bf16.enabled)",
+      "fp32|fp16|bf16");
+  // ZeRO-Offload (docs/offload.md).
+  Flag<std::string> offloadOptimizer = commonFlag<std::string>(
+      "offload-optimizer",
+      "Where the fp32 master weights and optimizer state live: none or cpu "
+      "(zero_optimization.offload_optimizer.device)",
+      "none|cpu");
+  Flag<std::string> offloadParam = commonFlag<std::string>(
+      "offload-param",
+      "ZeRO stage 3: where the parameters live: none or cpu "
+      "(zero_optimization.offload_param.device)",
+      "none|cpu");
+  // The loss scaler (fp16 only) and bf16's overflow check.
+  Flag<double> lossScale = commonFlag<double>(
       "loss-scale", "fp16: a static loss scale; 0 scales dynamically "
                     "(fp16.loss_scale)");
-  Flag<int64_t> initialScalePower = scalerFlag<int64_t>(
+  Flag<int64_t> initialScalePower = commonFlag<int64_t>(
       "initial-scale-power", "fp16: the first dynamic scale is 2^N "
                              "(fp16.initial_scale_power)");
-  Flag<int64_t> lossScaleWindow = scalerFlag<int64_t>(
+  Flag<int64_t> lossScaleWindow = commonFlag<int64_t>(
       "loss-scale-window", "fp16: clean steps before the scale doubles "
                            "(fp16.loss_scale_window)");
-  Flag<int64_t> hysteresis = scalerFlag<int64_t>(
+  Flag<int64_t> hysteresis = commonFlag<int64_t>(
       "hysteresis", "fp16: overflows tolerated before the scale halves "
                     "(fp16.hysteresis)");
-  Flag<bool> consecutiveHysteresis = scalerFlag<bool>(
+  Flag<bool> consecutiveHysteresis = commonFlag<bool>(
       "consecutive-hysteresis", "fp16: a clean step refills the hysteresis "
                                 "(fp16.consecutive_hysteresis)");
   Flag<double> minLossScale =
-      scalerFlag<double>("min-loss-scale", "fp16: the smallest dynamic scale "
+      commonFlag<double>("min-loss-scale", "fp16: the smallest dynamic scale "
                                            "(fp16.min_loss_scale)");
-  Flag<bool> checkGradOverflow = scalerFlag<bool>(
+  Flag<bool> checkGradOverflow = commonFlag<bool>(
       "check-grad-overflow", "bf16: skip a step whose gradients are not "
                              "finite (bf16.check_grad_overflow; default on)");
   Flag<std::string> betas{"betas",
