@@ -119,11 +119,18 @@ def descendants(pid):
 
 
 def kill_tree(process):
-    """SIGCONT + SIGKILL `process` and everything it started."""
+    """SIGCONT + SIGKILL `process` and everything it started: its
+    descendants, and its process group (every process here starts it in a
+    session of its own), which also reaches a process that left the tree
+    when its parent died and would otherwise keep the output pipes open, so
+    that the test's read of them never ended."""
     for pid in descendants(process.pid) + [process.pid]:
         for sig in (signal.SIGCONT, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
 
 
 def run(argv, cwd, bound=20, env=None, memory=MEMORY_LIMIT):
