@@ -165,11 +165,19 @@ bool readStateIndex(const std::string &dir, StateIndex &index,
         if (!parseType(type, sliced.type))
           return bad("unknown element type '" + type + "'");
         long long size = 0;
+        // A tensor of at most 2^48 elements (no product of the dimensions
+        // overflows).
+        unsigned long long elements = 1;
         while (fields >> size) {
           if (size < 0)
             return bad("a negative dimension");
+          if (size != 0 && elements > (1ull << 48) / (unsigned long long)size)
+            return bad("a shape of more than 2^48 elements");
+          elements *= (unsigned long long)size;
           sliced.shape.push_back(size);
         }
+        if (!fields.eof())
+          return bad("a dimension that is not an integer");
         index.sliced[file] = std::move(sliced);
       }
     } else if (!key.empty()) {
