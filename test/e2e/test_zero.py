@@ -181,8 +181,9 @@ def assert_same_files(a, b):
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_binary_stages(sharc, exported, tmp_path, ranks):
     """The compiled stage-1, 2 and 3 binaries print the evaluator's digits
-    and stage 0's, save the same state files as stage 0 (each rank's slices
-    gathered into whole tensors), resume from them, and report each rank's
+    and stage 0's, save their states with each rank's slices in its own
+    folder (which `sharc consolidate` makes stage 0's files, bit for bit),
+    resume from them at other stages, and report each rank's
     share of the optimizer state (from stage 2 on of the gradients, at stage
     3 of the parameters)."""
     path, inputs = exported["gpt"]
