@@ -209,6 +209,7 @@ LogicalResult ProgramEmitter::emitMatmul(MatmulOp op, Value result,
   }
   body() += code + "  }\n";
   report.numGemmCalls += calls * repeat;
+  ++computeCalls;
   if (epilogue.bias || epilogue.activation != GemmActivation::none)
     report.numGemmEpilogues += calls * repeat;
   return success();

@@ -124,6 +124,7 @@ void ProgramEmitter::flushLaunches() {
                 ", group);\n  }\n";
   }
   report.numKernelLaunches += repeat;
+  ++computeCalls;
   pending = PendingLaunches();
 }
 
@@ -332,9 +333,18 @@ LogicalResult ProgramEmitter::emitAllReduceStart(AllReduceStartOp op) {
   uint64_t n = options.worldSize;
   report.collectiveCalls[0] += repeat;
   report.collectiveBytes[0] += repeat * (n > 1 ? 2 * (n - 1) * bytes / n : 0);
+  recordStart(op.getFuture(), 0, n > 1 ? 2 * (n - 1) * bytes / n : 0);
   planStaging(options.worldSize * ((count + n - 1) / n) *
               elementBytes(element));
   return success();
+}
+
+void ProgramEmitter::recordStart(Value future, int kind, uint64_t bytes) {
+  ScheduledCollective entry;
+  entry.kind = kind;
+  entry.bytes = bytes;
+  entry.inMicroBatchLoop = repeat > 1;
+  startedAt[future] = {computeCalls, entry};
 }
 
 void ProgramEmitter::planStaging(int64_t bytes) {
@@ -393,9 +403,12 @@ LogicalResult ProgramEmitter::emitSliceCollective(Operation *op, int64_t ranks,
     body() += std::string(", sharc::rt::ReduceOp::") + (*sum ? "sum" : "max");
   body() += ");\n";
   int kind = scatter ? 1 : 2;
+  uint64_t bytes =
+      uint64_t(options.worldSize - 1) * slice * elementBytes(element);
   report.collectiveCalls[kind] += repeat;
-  report.collectiveBytes[kind] +=
-      repeat * uint64_t(options.worldSize - 1) * slice * elementBytes(element);
+  report.collectiveBytes[kind] += repeat * bytes;
+  if (started)
+    recordStart(op->getResult(0), kind, bytes);
   if (scatter)
     planStaging(options.worldSize * slice * elementBytes(element));
   return success();
@@ -423,6 +436,12 @@ LogicalResult ProgramEmitter::emitWait(WaitOp op) {
     return op.emitError() << "code generation: waits for a collective that "
                              "has not started";
   body() += "  ctx->comm->wait(" + ticket->second + ");\n";
+  if (auto started = startedAt.find(op.getFuture());
+      started != startedAt.end()) {
+    ScheduledCollective entry = started->second.second;
+    entry.computeCallsBetween = computeCalls - started->second.first;
+    report.schedule.push_back(entry);
+  }
   return success();
 }
 

@@ -60,6 +60,19 @@ struct ReportBuffer {
 
 /// What the emitted program needs per rank, for `sharc compile --report` and
 /// the manifest.
+/// One started collective of the step and the compute between its start and
+/// its wait (what it overlaps).
+struct ScheduledCollective {
+  /// Runtime CollectiveKind: all-reduce, reduce-scatter, all-gather.
+  int kind = 0;
+  /// Bytes this rank sends (nccl-tests convention, as collectiveBytes).
+  uint64_t bytes = 0;
+  /// Kernel launches and GEMM calls emitted between the start and the wait.
+  int64_t computeCallsBetween = 0;
+  /// In the micro-batch loop's body (it runs once per micro-batch).
+  bool inMicroBatchLoop = false;
+};
+
 struct ProgramReport {
   int numKernels = 0;
   int numKernelLaunches = 0;
@@ -87,6 +100,8 @@ struct ProgramReport {
   /// reduceSlicesAs); 0 on CUDA (NCCL reduces in place) and on one rank.
   int64_t stagingBytes = 0;
   std::vector<ReportBuffer> buffers;
+  /// Every started collective, in program order, with what it overlaps.
+  std::vector<ScheduledCollective> schedule;
 };
 
 /// The facts of `step` that EmitOptions records, read from the IR: the world

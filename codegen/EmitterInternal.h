@@ -394,6 +394,15 @@ private:
   int64_t repeat = 1;
   /// The ticket variable of each started collective, by its future.
   llvm::DenseMap<Value, std::string> tickets;
+  /// Compute calls (kernel launches and GEMM calls) emitted so far, and for
+  /// each started collective, by its future, the count at its start and its
+  /// report entry (ProgramReport::schedule, filled in at its wait).
+  int64_t computeCalls = 0;
+  llvm::DenseMap<Value, std::pair<int64_t, ScheduledCollective>> startedAt;
+
+  /// Records a started collective of runtime kind `kind` moving `bytes` per
+  /// rank, whose future is `future`, for the report's schedule.
+  void recordStart(Value future, int kind, uint64_t bytes);
 };
 
 /// Code that decomposes `i` into coordinates c0, c1, ... of `resultShape` and

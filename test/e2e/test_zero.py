@@ -600,3 +600,46 @@ def test_measured_memory_falls_by_the_planned_amount(sharc, tmp_path):
         planned = peaks[0][0] - peaks[stage][0]
         measured = peaks[0][1] - peaks[stage][1]
         assert abs(measured - planned) <= 0.1 * planned, (stage, peaks)
+
+
+SCHEDULE_LINE = re.compile(r"^report: schedule: (\S+): (\d+) of (\d+) started calls "
+                           r"overlap compute \((\d+) to (\d+) ", re.MULTILINE)
+
+
+def test_report_shows_what_each_collective_overlaps(sharc, exported, tmp_path):
+    """--report's schedule lines (and the manifest's `schedule`) say, for each
+    kind of started collective, how many overlap compute: with overlap_comm
+    (the default) stage 3's reduce-scatters and prefetched all-gathers do,
+    and the gradient all-reduce of stage 0 does; without it every wait
+    follows its start and none does.  The plan (--plan) says the same as the
+    compile."""
+    path, _ = exported["gpt"]
+    counts = {}
+    for overlap in ("true", "false"):
+        for stage in (0, 3):
+            flags = [*RECIPE, "--world-size", 2, "--zero-stage", stage,
+                     "--param-persistence-threshold", 0, "--max-reuse-distance", 0,
+                     "--reduce-bucket-size", 3000, f"--overlap-comm={overlap}"]
+            out = tmp_path / f"out-{overlap}-{stage}"
+            result = sharc("compile", path, *flags, "--emit-only", "-o", out, "--report")
+            assert result.returncode == 0, result.stderr
+            lines = {kind: tuple(map(int, rest))
+                     for kind, *rest in SCHEDULE_LINE.findall(result.stdout)}
+            plan = sharc("compile", path, *flags, "--plan")
+            assert SCHEDULE_LINE.findall(plan.stdout) == \
+                SCHEDULE_LINE.findall(result.stdout)
+            manifest = json.loads((out / "manifest.json").read_text())
+            for kind, (overlapping, started, _, _) in lines.items():
+                entries = [e for e in manifest["schedule"]
+                           if e["kind"] == kind.replace("-", "_")]
+                assert len(entries) == started
+                assert sum(e["compute_calls_between"] > 0 for e in entries) == \
+                    overlapping
+            counts[overlap, stage] = lines
+    assert counts["true", 0]["all-reduce"][0] >= 1
+    assert counts["true", 3]["reduce-scatter"][0] >= 1
+    assert counts["true", 3]["all-gather"][0] >= 1
+    for stage in (0, 3):
+        assert all(overlapping == 0 for overlapping, *_ in counts["false", stage].values())
+    # Without overlap stage 3's gathers block: no started all-gather at all.
+    assert "all-gather" not in counts["false", 3]

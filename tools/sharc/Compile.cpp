@@ -394,6 +394,27 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
           "step; the parameter bytes above are the fp32 masters)\n";
   static const char *const names[] = {"all-reduce", "reduce-scatter",
                                       "all-gather", "broadcast"};
+  // What each kind of started collective overlaps: the compute calls (kernel
+  // launches, GEMM calls) between its start and its wait.
+  for (int kind = 0; kind < 3; ++kind) {
+    int64_t started = 0, overlapping = 0, least = 0, most = 0, sum = 0;
+    for (const ScheduledCollective &entry : report.schedule) {
+      if (entry.kind != kind)
+        continue;
+      int64_t between = entry.computeCallsBetween;
+      least = started ? std::min(least, between) : between;
+      most = std::max(most, between);
+      sum += between;
+      overlapping += between > 0;
+      ++started;
+    }
+    if (started)
+      os << "report: schedule: " << names[kind] << ": " << overlapping << " of "
+         << started << " started calls overlap compute (" << least << " to "
+         << most << " kernel launches and GEMM calls between start and wait, "
+         << llvm::formatv("{0:f1}", double(sum) / double(started))
+         << " on average)\n";
+  }
   uint64_t total = 0;
   for (size_t k = 0; k < 4; ++k)
     total += report.collectiveBytes[k];
@@ -574,6 +595,13 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
         {"kind", kinds[k]},
         {"calls_per_step", static_cast<int64_t>(report.collectiveCalls[k])},
         {"bytes_per_step", static_cast<int64_t>(report.collectiveBytes[k])}});
+  llvm::json::Array schedule;
+  for (const ScheduledCollective &entry : report.schedule)
+    schedule.push_back(
+        llvm::json::Object{{"kind", kinds[entry.kind]},
+                           {"bytes", static_cast<int64_t>(entry.bytes)},
+                           {"compute_calls_between", entry.computeCallsBetween},
+                           {"in_micro_batch_loop", entry.inMicroBatchLoop}});
   llvm::json::Object manifest{
       {"model", modelPath.str()},
       {"target", emit.target},
@@ -592,6 +620,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"gemm_calls_per_step", report.numGemmCalls},
       {"gemm_epilogues_per_step", report.numGemmEpilogues},
       {"collectives", std::move(collectives)},
+      {"schedule", std::move(schedule)},
       {"buffers", std::move(buffers)}};
   if (failed(writeFile(
           staging + "/manifest.json",
