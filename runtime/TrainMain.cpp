@@ -485,13 +485,6 @@ void loadBuffer(const std::string &dir, const StateIndex &index,
   copyToDevice(device, array.data.data(), spec.bytes);
 }
 
-/// Adds `path` to `files` with `array` in it, the state being saved; on
-/// failure returns false with `error`.
-bool saveArray(AtomicFileSet &files, const std::string &path,
-               const NpyArray &array, std::string &error) {
-  return writeNpy(files, path, array, error);
-}
-
 /// The file of the whole (not partitioned) buffer `spec`, whose bytes are
 /// `host`, as `dir/FILE` in `files` (bf16 as f32: NumPy has no bfloat16).
 bool saveWhole(AtomicFileSet &files, const std::string &dir,
@@ -509,8 +502,8 @@ bool saveWhole(AtomicFileSet &files, const std::string &dir,
   } else {
     array.data = std::move(host);
   }
-  return saveArray(files, (std::filesystem::path(dir) / spec.file).string(),
-                   array, error);
+  return writeNpy(files, (std::filesystem::path(dir) / spec.file).string(),
+                  array, error);
 }
 
 /// Saves the parameters and optimizer state in `dir` (StateDir.h): each rank
@@ -540,19 +533,16 @@ void saveState(Communicator &comm, const ProgramInfo &info,
   AtomicFileSet files;
   std::string error;
   bool ok = true;
-  bool anySliced = false;
-  for (int i = 0; i < info.numBuffers && ok; ++i) {
+  for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
     if (spec.role != BufferRole::param && spec.role != BufferRole::state)
       continue;
-    if (!spec.sliced) {
+    if (spec.sliced)
+      index.sliced[spec.file] = {fileType(spec.type), fileShape(spec)};
+    else
       index.whole.push_back(spec.file);
-      continue;
-    }
-    anySliced = true;
-    std::vector<int64_t> shape = fileShape(spec);
-    index.sliced[spec.file] = {fileType(spec.type), shape};
   }
+  bool anySliced = !index.sliced.empty();
   std::string sliceDir = sliceDirectory(dir, rank, ranks);
   if (anySliced)
     ok = files.createDirectories(sliceDir, error);
@@ -568,9 +558,9 @@ void saveState(Communicator &comm, const ProgramInfo &info,
       array.shape = {spec.numElements};
       array.data.resize(spec.bytes);
       copyToHost(array.data.data(), buffers[i], spec.bytes);
-      ok = saveArray(files,
-                     (std::filesystem::path(sliceDir) / spec.file).string(),
-                     array, error);
+      ok = writeNpy(files,
+                    (std::filesystem::path(sliceDir) / spec.file).string(),
+                    array, error);
     } else if (rank == 0) {
       std::vector<char> host(spec.bytes);
       copyToHost(host.data(), buffers[i], spec.bytes);
