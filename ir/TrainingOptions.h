@@ -157,6 +157,37 @@ struct TrainingOptions {
   OffloadDevice offloadOptimizer = OffloadDevice::none;
   /// ZeRO-3 parameter offload (zero_optimization.offload_param.device).
   OffloadDevice offloadParam = OffloadDevice::none;
+  /// NVMe offload of the optimizer state: the folder under which each rank
+  /// keeps its offloaded buffers in a folder of its own
+  /// (zero_optimization.offload_optimizer.nvme_path; the training binary's
+  /// --nvme-path overrides it at run time).
+  std::string nvmePath;
+  /// NVMe offload: read the next sub-group's state while the current one is
+  /// updated (offload_optimizer.pipeline_read), and write each sub-group back
+  /// while the next is updated (offload_optimizer.pipeline_write).  Unlike
+  /// DeepSpeed, on by default, as overlapComm: the results are the same bits
+  /// either way.
+  bool pipelineRead = true;
+  bool pipelineWrite = true;
+  /// ZeRO sub-groups: the optimizer update of offloaded state runs over
+  /// groups of consecutive parameters, each closed once it holds at least
+  /// this many elements of this rank's slices (DeepSpeed's
+  /// _create_fp16_sub_groups; zero_optimization.sub_group_size, default 1e9),
+  /// so that only a sub-group or two of state is in memory at once.
+  int64_t subGroupSize = 1000000000;
+  /// DeepSpeed's `aio` block: how NVMe offload reads and writes.
+  struct AioOptions {
+    /// Bytes per I/O request (aio.block_size, default 1 MiB; a multiple of
+    /// 4096).
+    int64_t blockSize = 1048576;
+    /// Requests in flight (aio.queue_depth, default 8).
+    int64_t queueDepth = 8;
+    /// Submit each request on its own (aio.single_submit, default false).
+    bool singleSubmit = false;
+    /// Submit new requests as earlier ones complete (aio.overlap_events,
+    /// default true); false: submit a whole queue, then wait for all of it.
+    bool overlapEvents = true;
+  } aio;
   /// The highest ZeRO stage implemented.
   static constexpr int64_t kMaxZeroStage = 3;
   /// ZeRO stage 3: parameters of at most this many elements are not

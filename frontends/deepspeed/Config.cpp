@@ -410,7 +410,6 @@ const LaterKey laterKeys[] = {
     {"nebula", "Nebula checkpointing", OffWhen::enabledFalse},
     {"checkpoint", "checkpoint options", OffWhen::never},
     {"data_types", "gradient-accumulation data types", OffWhen::never},
-    {"aio", "asynchronous I/O for NVMe offload", OffWhen::never},
     {"compression_training", "compression training", OffWhen::never},
     {"quantize_training", "quantization-aware training", OffWhen::enabledFalse},
     {"weight_quantization", "weight quantization", OffWhen::never},
@@ -426,11 +425,13 @@ const StringLiteral supportedTopKeys[] = {"train_batch_size",
                                           "optimizer",
                                           "scheduler"};
 
-/// Keys of zero_optimization that sharc reads (the last three from stage 1
-/// on).
+/// Keys of zero_optimization that sharc reads (sub_group_size at every stage,
+/// allgather_bucket_size, reduce_scatter and allgather_partitions from stage 1
+/// on, the stage-3 knobs and their aliases at stage 3).
 const StringLiteral zeroReadKeys[] = {"stage",
                                       "reduce_bucket_size",
                                       "overlap_comm",
+                                      "sub_group_size",
                                       "reduce_scatter",
                                       "allgather_partitions",
                                       "allgather_bucket_size",
@@ -454,7 +455,6 @@ const StringLiteral zeroPartitioningKeys[] = {
     "compute_grad_norm",
     "load_from_fp32_weights",
     "elastic_checkpoint",
-    "sub_group_size",
     "model_persistence_threshold",
     "stage3_model_persistence_threshold",
     "gather_16bit_weights_on_model_save",
@@ -506,6 +506,22 @@ const StringLiteral offloadOptimizerKeys[] = {
 const StringLiteral offloadParamKeys[] = {"device",       "nvme_path",
                                           "buffer_count", "buffer_size",
                                           "max_in_cpu",   "pin_memory"};
+
+/// Keys of DeepSpeed 0.19.8's `aio` block (runtime/swap_tensor/constants.py),
+/// and thread_count, intra_op_parallelism's name in earlier releases.
+const StringLiteral aioKeys[] = {
+    "block_size",     "queue_depth", "intra_op_parallelism", "single_submit",
+    "overlap_events", "use_gds",     "thread_count"};
+
+/// What NVMe offload aligns every request's offset, length and memory to
+/// (O_DIRECT; rt::kSwapAlignment in runtime/Program.h).
+constexpr int64_t kAioAlignment = 4096;
+/// The largest aio.block_size: Linux moves at most 2 GiB - 4 KiB per read or
+/// write, so larger requests would come back short.
+constexpr int64_t kMaxAioBlockSize = int64_t(1) << 30;
+/// The largest aio.queue_depth (io_uring's queues hold at most 32768
+/// entries; DeepSpeed's default is 8).
+constexpr int64_t kMaxAioQueueDepth = 4096;
 
 //===----------------------------------------------------------------------===//
 // Optimizers and schedules
@@ -738,6 +754,7 @@ private:
   Error checkPrecision();
   Error readZero(const json::Value &value);
   Error readOffload(StringRef key, const json::Value &value);
+  Error readAio(const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
   Error readSgdParams(StringRef path, const json::Object &params);
@@ -809,6 +826,8 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     return readFp16(value);
   if (key == "bf16" || key == "bfloat16")
     return readBf16(key, value);
+  if (key == "aio")
+    return readAio(value);
   // DeepSpeed lets a client optimizer (one it did not build from the
   // config) run under ZeRO only with this set; sharc always builds the
   // optimizer from the config or the flags, so either value means the same.
@@ -861,7 +880,7 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
   for (const LaterKey &later : laterKeys)
     known.push_back(later.key);
   known.push_back("zero_optimization");
-  known.append({"fp16", "bf16", "bfloat16"});
+  known.append({"fp16", "bf16", "bfloat16", "aio"});
   return unknownKey(key, key, known, /*listKnown=*/false);
 }
 
@@ -981,9 +1000,10 @@ Error ConfigReader::checkPrecision() {
 
 /// zero_optimization.offload_optimizer / offload_param: null or an object
 /// of DeepSpeed's keys (each checked, an unknown one named with a guess);
-/// `device` none, cpu or nvme (NVMe offload is not supported yet).  Where
-/// the state goes is recorded; whether the stage and the target allow it is
-/// checked once the stage is known (checkOffload).
+/// `device` none, cpu or nvme (nvme for the optimizer state only, which then
+/// needs `nvme_path` unless the reader's defaults have one).  Where the state
+/// goes is recorded; whether the stage and the target allow it is checked
+/// once the flags are applied (resolveTrainingOptions in tools/sharc).
 Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
   std::string path = childPath("zero_optimization", key);
   if (value.kind() == json::Value::Null)
@@ -1006,15 +1026,33 @@ Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
         return text.takeError();
       if (*text == "cpu")
         device = OffloadDevice::cpu;
+      else if (*text == "nvme" && optimizer)
+        device = OffloadDevice::nvme;
       else if (*text == "nvme")
-        return fail(itemPath, "\"nvme\" is not supported yet (NVMe offload)");
+        return fail(itemPath, "\"nvme\" is not supported yet (parameter "
+                              "offload to NVMe; the optimizer state can be "
+                              "offloaded to NVMe with "
+                              "zero_optimization.offload_optimizer)");
       else if (*text != "none")
         return fail(itemPath, "expected \"none\", \"cpu\" or \"nvme\", got " +
                                   render(itemPath, item));
     } else if (name == "nvme_path") {
-      if (item.kind() != json::Value::Null)
-        if (Expected<StringRef> text = string(itemPath, item); !text)
-          return text.takeError();
+      // DeepSpeed's Optional[Path]: null is absent.
+      if (item.kind() == json::Value::Null)
+        continue;
+      Expected<StringRef> text = string(itemPath, item);
+      if (!text)
+        return text.takeError();
+      // offload_param's is only type-checked (parameters stay off NVMe).
+      if (!optimizer)
+        continue;
+      if (text->empty())
+        return fail(itemPath, "expected the path of a folder, got \"\"");
+      if (text->contains('\0'))
+        return fail(itemPath, "a path cannot hold the character NUL");
+      // Read whatever the device, as DeepSpeed does; it is used with device
+      // nvme only.
+      options.nvmePath = text->str();
     } else if (name == "ratio" || name == "cpuadam_cores_perc") {
       Expected<double> parsed = number(itemPath, item, Range{0.0, 1.0});
       if (!parsed)
@@ -1024,6 +1062,8 @@ Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
                               "(ratio below 1) is not supported yet");
     } else if (name == "buffer_count" || name == "buffer_size" ||
                name == "max_in_cpu") {
+      // Accepted without effect: sharc plans the swap buffers statically in
+      // the arena.
       if (Expected<int64_t> parsed =
               integer(itemPath, item, Range{0.0, 1099511627776.0});
           !parsed)
@@ -1035,9 +1075,88 @@ Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
         return parsed.takeError();
       if (name == "super_offload" && *parsed)
         return fail(itemPath, "not supported yet (SuperOffload)");
+      if (name == "pipeline_read")
+        options.pipelineRead = *parsed;
+      else if (name == "pipeline_write")
+        options.pipelineWrite = *parsed;
+      // pin_memory and fast_init have no effect: there is no pinned memory
+      // on the CPU target, and the state files are written whole.
     }
   }
+  if (optimizer && device == OffloadDevice::nvme && options.nvmePath.empty())
+    return fail(childPath(path, "nvme_path"),
+                "required with device \"nvme\": the folder under which each "
+                "rank keeps its offloaded optimizer state");
   (optimizer ? options.offloadOptimizer : options.offloadParam) = device;
+  return Error::success();
+}
+
+/// The top-level `aio` block (DeepSpeed 0.19.8's get_aio_config): how NVMe
+/// offload reads and writes.  null is DeepSpeed's defaults; every key is
+/// checked whatever the offload device.
+Error ConfigReader::readAio(const json::Value &value) {
+  if (value.kind() == json::Value::Null)
+    return Error::success();
+  Expected<const json::Object *> block = object("aio", value);
+  if (!block)
+    return block.takeError();
+  TrainingOptions::AioOptions &aio = options.aio;
+  SmallVector<StringRef> known = refs(aioKeys);
+  for (StringRef name : sortedKeys(**block)) {
+    std::string path = childPath("aio", name);
+    const json::Value &item = *(*block)->get(name);
+    // The guess and the list leave out thread_count (the last, deprecated).
+    if (!llvm::is_contained(known, name))
+      return unknownKey(path, name, ArrayRef(known).drop_back(),
+                        /*listKnown=*/true);
+    if (name == "block_size") {
+      std::optional<int64_t> bytes = item.getAsInteger();
+      if (!bytes)
+        return wrongType(path, item, "an integer (bytes)");
+      if (*bytes < kAioAlignment || *bytes % kAioAlignment != 0)
+        return fail(path, "expected a multiple of " + Twine(kAioAlignment) +
+                              " bytes, got " + render(path, item) +
+                              ": NVMe offload reads and writes with O_DIRECT, "
+                              "whose requests must be aligned to " +
+                              Twine(kAioAlignment) + " bytes");
+      if (*bytes > kMaxAioBlockSize)
+        return fail(path, "expected at most " + Twine(kMaxAioBlockSize) +
+                              " bytes (1 GiB) per request, got " +
+                              render(path, item));
+      aio.blockSize = *bytes;
+    } else if (name == "queue_depth") {
+      Expected<int64_t> depth =
+          integer(path, item, Range{1.0, double(kMaxAioQueueDepth)});
+      if (!depth)
+        return depth.takeError();
+      aio.queueDepth = *depth;
+    } else if (name == "intra_op_parallelism" || name == "thread_count") {
+      Expected<int64_t> threads = integer(path, item, atLeastOne);
+      if (!threads)
+        return threads.takeError();
+      if (name == "thread_count")
+        warn(path, "deprecated: DeepSpeed 0.19.8 ignores it silently (its name "
+                   "is now intra_op_parallelism); sharc reads it as "
+                   "aio.intra_op_parallelism");
+      if (*threads != 1)
+        return fail(path, "not supported: sharc submits every request of a "
+                          "transfer to one io_uring queue; its parallelism "
+                          "is queue_depth (only 1 is accepted, got " +
+                              render(path, item) + ")");
+    } else {
+      // single_submit, overlap_events, use_gds.
+      Expected<bool> flag = boolean(path, item);
+      if (!flag)
+        return flag.takeError();
+      if (name == "single_submit")
+        aio.singleSubmit = *flag;
+      else if (name == "overlap_events")
+        aio.overlapEvents = *flag;
+      else if (*flag)
+        return fail(path, "not supported (GPUDirect Storage): sharc reads "
+                          "and writes NVMe through host memory");
+    }
+  }
   return Error::success();
 }
 
@@ -1134,6 +1253,10 @@ Error ConfigReader::readZero(const json::Value &value) {
   auto readBucketSize = [&](StringRef key, int64_t &field) {
     return readElements(key, 1.0, field);
   };
+  // The elements per sub-group of the offloaded optimizer update (NVMe
+  // offload); DeepSpeed reads it at every stage.
+  if (Error error = readBucketSize("sub_group_size", options.subGroupSize))
+    return error;
   // The bucket size of the gradient all-reduce (sharc-data-parallel) or
   // reduce-scatter (sharc-zero).
   if (Error error =
@@ -1823,13 +1946,21 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
                                    : where == OffloadDevice::nvme ? "nvme"
                                                                   : "none"}};
   };
+  // pipeline_read and pipeline_write are sharc's (on unless the config turns
+  // them off), not DeepSpeed's defaults (off): the same bits either way.
+  json::Object offloadOptimizer = device(o.offloadOptimizer);
+  offloadOptimizer["nvme_path"] =
+      o.nvmePath.empty() ? json::Value(nullptr) : json::Value(o.nvmePath);
+  offloadOptimizer["pipeline_read"] = o.pipelineRead;
+  offloadOptimizer["pipeline_write"] = o.pipelineWrite;
   json::Object zero{{"stage", o.zeroStage},
                     {"reduce_bucket_size", o.reduceBucketSize},
                     {"allgather_bucket_size", o.allgatherBucketSize},
                     {"overlap_comm", o.overlapComm},
                     {"reduce_scatter", true},
                     {"allgather_partitions", true},
-                    {"offload_optimizer", device(o.offloadOptimizer)},
+                    {"sub_group_size", o.subGroupSize},
+                    {"offload_optimizer", std::move(offloadOptimizer)},
                     {"offload_param", device(o.offloadParam)}};
   if (o.zeroStage >= 3) {
     zero["stage3_param_persistence_threshold"] = o.paramPersistenceThreshold;
@@ -1838,6 +1969,14 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
     zero["stage3_max_live_parameters"] = o.maxLiveParameters;
   }
   root["zero_optimization"] = std::move(zero);
+  // DeepSpeed's aio_config, defaults filled in (intra_op_parallelism and
+  // use_gds take only their defaults in sharc).
+  root["aio"] = json::Object{{"block_size", o.aio.blockSize},
+                             {"queue_depth", o.aio.queueDepth},
+                             {"intra_op_parallelism", 1},
+                             {"single_submit", o.aio.singleSubmit},
+                             {"overlap_events", o.aio.overlapEvents},
+                             {"use_gds", false}};
   return root;
 }
 

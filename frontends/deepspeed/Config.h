@@ -61,7 +61,9 @@ constexpr size_t kMaxConfigArrayElements = 1000;
 /// Parses `text`, the contents of the config file `fileName` (used in
 /// messages), over `defaults`.  Errors read "FILE: KEY.PATH: message", or
 /// "FILE:LINE:COL: invalid JSON: message"; a file beyond the limits above is
-/// an error naming the limit.
+/// an error naming the limit.  Optimizer state offloaded to NVMe needs
+/// offload_optimizer.nvme_path unless `defaults.nvmePath` names a folder
+/// (the CLI's --nvme-path).
 llvm::Expected<DeepSpeedConfig>
 parseDeepSpeedConfig(llvm::StringRef text, llvm::StringRef fileName,
                      const TrainingOptions &defaults = TrainingOptions());

@@ -212,7 +212,7 @@ CONFIG_ERRORS = {
     ),
     # ZeRO-Offload (zero_optimization.offload_optimizer / offload_param):
     # every key of DeepSpeed's blocks is checked; the CPU is accepted (on the
-    # CPU target it changes nothing), NVMe is not supported yet.
+    # CPU target it changes nothing), and NVMe for the optimizer state.
     "zero-offload-optimizer-at-stage-0": (
         {"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}},
         ["zero_optimization.offload_optimizer (--offload-optimizer) needs ZeRO stage 1, 2 or 3",
@@ -234,10 +234,138 @@ CONFIG_ERRORS = {
         ["zero_optimization.offload_optimizer.pin_memroy: unknown key; did you mean "
          "'pin_memory'?"],
     ),
-    "zero-offload-nvme": (
+    # NVMe offload of the optimizer state (DeepSpeed 0.19.8's keys): the
+    # folder is required, and parameters stay off NVMe.
+    "zero-offload-nvme-without-path": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}},
+        ["ds_config.json:4:5: zero_optimization.offload_optimizer.nvme_path: required "
+         'with device "nvme": the folder under which each rank keeps its offloaded '
+         "optimizer state"],
+    ),
+    "zero-offload-nvme-null-path": (
         {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
-                                                                 "nvme_path": "/local_nvme"}}},
-        ['zero_optimization.offload_optimizer.device: "nvme" is not supported yet'],
+                                                                 "nvme_path": None}}},
+        ["ds_config.json:6:7: zero_optimization.offload_optimizer.nvme_path: required "
+         'with device "nvme"'],
+    ),
+    "zero-offload-nvme-path-not-a-string": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+                                                                 "nvme_path": 5}}},
+        ["zero_optimization.offload_optimizer.nvme_path: expected a string, got 5"],
+    ),
+    "zero-offload-nvme-path-empty": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+                                                                 "nvme_path": ""}}},
+        ['zero_optimization.offload_optimizer.nvme_path: expected the path of a folder, '
+         'got ""'],
+    ),
+    "zero-offload-nvme-path-with-nul": (
+        '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", '
+        '"nvme_path": "/nvme\\u0000x"}}}',
+        ["zero_optimization.offload_optimizer.nvme_path: a path cannot hold the "
+         "character NUL"],
+    ),
+    "zero-offload-param-nvme": (
+        {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+                                                             "nvme_path": "/local_nvme"}}},
+        ['zero_optimization.offload_param.device: "nvme" is not supported yet '
+         "(parameter offload to NVMe"],
+    ),
+    "zero-offload-pipeline-read-not-boolean": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {
+            "device": "nvme", "nvme_path": "/local_nvme", "pipeline_read": "yes"}}},
+        ["zero_optimization.offload_optimizer.pipeline_read: expected a boolean"],
+    ),
+    "zero-offload-pipeline-write-null": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {
+            "device": "nvme", "nvme_path": "/local_nvme", "pipeline_write": None}}},
+        ["zero_optimization.offload_optimizer.pipeline_write: expected a boolean"],
+    ),
+    "zero-offload-buffer-count-negative": (
+        {"zero_optimization": {"stage": 2, "offload_optimizer": {
+            "device": "nvme", "nvme_path": "/local_nvme", "buffer_count": -1}}},
+        ["zero_optimization.offload_optimizer.buffer_count: expected an integer in [0, "],
+    ),
+    "zero-sub-group-size-zero": (
+        {"zero_optimization": {"stage": 0, "sub_group_size": 0}},
+        ["zero_optimization.sub_group_size: expected an integer in [1, 1.09951e+12], got 0"],
+    ),
+    "zero-sub-group-size-too-large": (
+        {"zero_optimization": {"stage": 3, "sub_group_size": 2 ** 41}},
+        ["zero_optimization.sub_group_size: expected an integer in [1, 1.09951e+12], "
+         "got 2199023255552"],
+    ),
+    "zero-sub-group-size-fractional": (
+        {"zero_optimization": {"stage": 1, "sub_group_size": 1.5}},
+        ["zero_optimization.sub_group_size: expected an integer in [1, 1.09951e+12], got 1.5"],
+    ),
+    # The aio block (DeepSpeed 0.19.8's get_aio_config), whatever the device.
+    "aio-not-an-object": (
+        {"aio": 8},
+        ["aio: expected an object, got 8 (a number)"],
+    ),
+    "aio-misspelt-block": (
+        {"aios": {"block_size": 4096}},
+        ["aios: unknown key; did you mean 'aio'?"],
+    ),
+    "aio-unknown-key": (
+        {"aio": {"blok_size": 4096}},
+        ["ds_config.json:3:5: aio.blok_size: unknown key; did you mean 'block_size'? "
+         "(known keys: block_size, queue_depth, intra_op_parallelism, single_submit, "
+         "overlap_events, use_gds)"],
+    ),
+    "aio-block-size-misaligned": (
+        {"aio": {"block_size": 1000}},
+        ["aio.block_size: expected a multiple of 4096 bytes, got 1000: NVMe offload reads "
+         "and writes with O_DIRECT, whose requests must be aligned to 4096 bytes"],
+    ),
+    "aio-block-size-zero": (
+        {"aio": {"block_size": 0}},
+        ["aio.block_size: expected a multiple of 4096 bytes, got 0", "O_DIRECT"],
+    ),
+    "aio-block-size-too-large": (
+        {"aio": {"block_size": 2 ** 31}},
+        ["aio.block_size: expected at most 1073741824 bytes (1 GiB) per request, "
+         "got 2147483648"],
+    ),
+    "aio-block-size-not-an-integer": (
+        {"aio": {"block_size": "1M"}},
+        ['aio.block_size: expected an integer (bytes), got "1M" (a string)'],
+    ),
+    "aio-queue-depth-zero": (
+        {"aio": {"queue_depth": 0}},
+        ["aio.queue_depth: expected an integer in [1, 4096], got 0"],
+    ),
+    "aio-queue-depth-too-deep": (
+        {"aio": {"queue_depth": 5000}},
+        ["aio.queue_depth: expected an integer in [1, 4096], got 5000"],
+    ),
+    "aio-intra-op-parallelism": (
+        {"aio": {"intra_op_parallelism": 4}},
+        ["aio.intra_op_parallelism: not supported: sharc submits every request of a "
+         "transfer to one io_uring queue; its parallelism is queue_depth (only 1 is "
+         "accepted, got 4)"],
+    ),
+    "aio-intra-op-parallelism-zero": (
+        {"aio": {"intra_op_parallelism": 0}},
+        ["aio.intra_op_parallelism: expected an integer >= 1, got 0"],
+    ),
+    "aio-thread-count": (
+        {"aio": {"thread_count": 2}},
+        ["aio.thread_count: not supported: sharc submits every request of a transfer "
+         "to one io_uring queue"],
+    ),
+    "aio-use-gds": (
+        {"aio": {"use_gds": True}},
+        ["aio.use_gds: not supported (GPUDirect Storage)"],
+    ),
+    "aio-single-submit-not-boolean": (
+        {"aio": {"single_submit": 1}},
+        ["aio.single_submit: expected a boolean (true or false), got 1"],
+    ),
+    "aio-overlap-events-not-boolean": (
+        {"aio": {"overlap_events": "true"}},
+        ['aio.overlap_events: expected a boolean (true or false), got "true"'],
     ),
     "zero-offload-device-unknown": (
         {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "gpu"}}},
@@ -571,14 +699,151 @@ def test_offload_to_the_cpu_changes_nothing_on_the_cpu_target(sharc, mlp, tmp_pa
                                               "needs ZeRO stage 1, 2 or 3"),
             (["--offload-param", "cpu", "--zero-stage", 2],
              "offload_param (--offload-param) needs ZeRO stage 3"),
-            (["--offload-optimizer", "nvme", "--zero-stage", 1],
-             "--offload-optimizer 'nvme': expected none or cpu (NVMe offload is not "
-             "supported yet)")]:
+            (["--offload-optimizer", "gpu", "--zero-stage", 1],
+             "--offload-optimizer 'gpu': expected none, cpu or nvme")]:
         assert_error(sharc("eval", path, "--train", *inputs, *flags), message)
     result = sharc("compile", path, "--config", config, "--target", "cuda",
                    "--emit-only", "-o", tmp_path / "cuda")
     assert_error(result, "zero_optimization.offload_optimizer: offload to the CPU is "
                  "not supported yet on the CUDA target")
+
+
+def test_nvme_offload_is_accepted(sharc, mlp, tmp_path):
+    """Optimizer state offloaded to NVMe, from the config (with every key of
+    DeepSpeed's offload_optimizer block and an aio block) or from the flags:
+    accepted at stages 1 to 3.  (What it does to the step is the compiler's;
+    here only that the settings are read.)"""
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    config = {"train_micro_batch_size_per_gpu": 8,
+              "zero_optimization": {
+                  "stage": 1, "sub_group_size": 1000,
+                  "offload_optimizer": {"device": "nvme", "nvme_path": str(nvme),
+                                        "pipeline_read": False, "pipeline_write": True,
+                                        "buffer_count": 5, "pin_memory": True,
+                                        "fast_init": False}},
+              "aio": {"block_size": 262144, "queue_depth": 16, "intra_op_parallelism": 1,
+                      "single_submit": True, "overlap_events": False, "use_gds": False}}
+    result = train(sharc, mlp, config=config, steps=1)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr
+    # A null aio block is DeepSpeed's defaults; the aio block needs no NVMe.
+    result = train(sharc, mlp, config={"aio": None}, steps=1)
+    assert result.returncode == 0, result.stderr
+    result = train(sharc, mlp, config={"aio": {"queue_depth": 4}}, steps=1)
+    assert result.returncode == 0, result.stderr
+    # sub_group_size at every stage, as in DeepSpeed.
+    for stage in range(4):
+        result = train(sharc, mlp, config={"zero_optimization": {
+            "stage": stage, "sub_group_size": 1}}, steps=1)
+        assert result.returncode == 0, result.stderr
+    # The flags.
+    result = train(sharc, mlp, "--zero-stage", 2, "--offload-optimizer", "nvme",
+                   "--nvme-path", nvme, "--sub-group-size", 100, "--pipeline-read=false",
+                   "--pipeline-write", steps=1)
+    assert result.returncode == 0, result.stderr
+
+
+def test_thread_count_is_a_deprecated_alias(sharc, mlp, tmp_path):
+    """aio.thread_count, intra_op_parallelism's old name: read as it, with a
+    warning that says DeepSpeed 0.19.8 ignores it (by `sharc config` and
+    `sharc eval --train` alike); values other than 1 are refused as
+    intra_op_parallelism's."""
+    warning = ("sharc: warning: {0}:3:5: aio.thread_count: deprecated: DeepSpeed 0.19.8 "
+               "ignores it silently (its name is now intra_op_parallelism); sharc reads "
+               "it as aio.intra_op_parallelism")
+    result = train(sharc, mlp, config={"aio": {"thread_count": 1}}, steps=1)
+    assert result.returncode == 0, result.stderr
+    assert warning.format(mlp[2] / "ds_config.json") in result.stderr, result.stderr
+    path = tmp_path / "ds_config.json"
+    path.write_text('{\n  "aio": {\n    "thread_count": 1\n  },\n  "train_batch_size": 8\n}\n')
+    result = sharc("config", path)
+    assert result.returncode == 0, result.stderr
+    assert warning.format(path) in result.stderr, result.stderr
+    assert json.loads(result.stdout)["aio"]["intra_op_parallelism"] == 1
+
+
+def test_nvme_offload_flags(sharc, mlp, tmp_path):
+    """--offload-optimizer nvme, --nvme-path, --sub-group-size and
+    --pipeline-read/-write on `sharc eval --train` and `sharc compile`:
+    each checked, each overriding the config; --offload-param nvme stays
+    refused.  (Whether a flag was taken shows in the error that follows it:
+    nvme at stage 0 reaches the stage check.)"""
+    path, inputs, _ = mlp
+    nvme = str(tmp_path)
+    config = tmp_path / "ds_config.json"
+
+    def both(*flags):
+        """The results of `eval --train` and `compile --plan` with `flags`."""
+        return [sharc("eval", path, "--train", *inputs, *flags),
+                sharc("compile", path, "--plan", *flags)]
+
+    cases = [
+        (["--offload-param", "nvme", "--zero-stage", 3],
+         "--offload-param 'nvme': expected none or cpu (parameter offload to NVMe is "
+         "not supported yet)"),
+        (["--nvme-path", nvme, "--zero-stage", 1],
+         "--nvme-path needs --offload-optimizer nvme"),
+        (["--nvme-path", nvme, "--offload-optimizer", "cpu", "--zero-stage", 1],
+         "--nvme-path needs --offload-optimizer nvme"),
+        (["--nvme-path", "", "--offload-optimizer", "nvme", "--zero-stage", 1],
+         "--nvme-path expects a folder, got an empty string"),
+        (["--offload-optimizer", "nvme", "--zero-stage", 1],
+         "--offload-optimizer nvme needs --nvme-path DIR (or "
+         "zero_optimization.offload_optimizer.nvme_path in the config)"),
+        (["--offload-optimizer", "nvme", "--nvme-path", nvme],
+         "zero_optimization.offload_optimizer (--offload-optimizer) needs ZeRO stage 1, "
+         "2 or 3"),
+        (["--sub-group-size", 0], "--sub-group-size must be in [1, 1099511627776], got 0"),
+        (["--sub-group-size", 2 ** 41],
+         "--sub-group-size must be in [1, 1099511627776], got 2199023255552"),
+    ]
+    for flags, message in cases:
+        for result in both(*flags):
+            assert_error(result, message)
+
+    # The config offloads to NVMe without a folder: --nvme-path gives it (the
+    # run then stops at the stage check); without it the key is named, by
+    # `sharc compile --plan` too.
+    config.write_text(json.dumps({"zero_optimization": {
+        "stage": 0, "offload_optimizer": {"device": "nvme"}}}))
+    for result in both("--config", config, "--nvme-path", nvme):
+        assert_error(result, "offload_optimizer (--offload-optimizer) needs ZeRO stage")
+    for result in both("--config", config):
+        assert_error(result, f"{config}:1:36: zero_optimization.offload_optimizer."
+                     'nvme_path: required with device "nvme"')
+    # The flags override the config's device and folder.
+    config.write_text(json.dumps({"zero_optimization": {
+        "stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": nvme}}}))
+    for result in both("--config", config, "--offload-optimizer", "cpu", "--nvme-path",
+                       nvme):
+        assert_error(result, "--nvme-path needs --offload-optimizer nvme")
+    for result in both("--config", config, "--offload-optimizer", "nvme", "--nvme-path",
+                       nvme, "--zero-stage", 0):
+        assert_error(result, "needs ZeRO stage 1, 2 or 3")
+    # Training flags need --train.
+    for flag in (["--nvme-path", nvme], ["--sub-group-size", 5], ["--pipeline-read"],
+                 ["--pipeline-write=false"]):
+        assert_error(sharc("eval", path, *inputs, *flag),
+                     f"{flag[0].split('=')[0]} applies to training only; add --train")
+
+
+def test_aio_keys_are_deepspeeds(sharc, mlp):
+    """The keys sharc lists for the aio block are exactly DeepSpeed 0.19.8's
+    (read from DeepSpeed itself)."""
+    import os
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    aio = pytest.importorskip(
+        "deepspeed.runtime.swap_tensor.aio_config",
+        reason="DeepSpeed is not installed (tools/install-deps.sh --test installs it)")
+    result = train(sharc, mlp, config={"aio": {"no_such_key": 1}})
+    assert_error(result, "aio.no_such_key: unknown key")
+    listed = re.search(r"known keys: ([^)]*)\)", result.stderr)
+    assert listed, result.stderr
+    assert set(listed.group(1).split(", ")) == set(aio.AIO_DEFAULT_DICT)
+    # Every key at DeepSpeed's default is accepted.
+    result = train(sharc, mlp, config={"aio": dict(aio.AIO_DEFAULT_DICT)}, steps=1)
+    assert result.returncode == 0, result.stderr
 
 
 EQUIVALENT = {
@@ -736,6 +1001,32 @@ RESOLVE_CASES = {
                          "scheduler": {"type": "OneCycle", "params": {
                              "cycle_min_lr": 0.01, "cycle_max_lr": 0.1}}},
                         [2, 4]),
+    # NVMe offload of the optimizer state with every key of DeepSpeed's block,
+    # sub-groups and an aio block.
+    "nvme-offload-and-aio": ({"train_micro_batch_size_per_gpu": 2,
+                              "zero_optimization": {
+                                  "stage": 3, "sub_group_size": 100000,
+                                  "offload_optimizer": {
+                                      "device": "nvme", "nvme_path": "/local_nvme/sharc",
+                                      "pipeline_read": True, "pipeline_write": False,
+                                      "buffer_count": 5, "pin_memory": False,
+                                      "fast_init": True}},
+                              "aio": {"block_size": 262144, "queue_depth": 16,
+                                      "intra_op_parallelism": 1, "single_submit": True,
+                                      "overlap_events": False, "use_gds": False}},
+                             [1, 2]),
+    # The pipelining keys absent (sharc's default, on, differs from
+    # DeepSpeed's), the old thread_count (which DeepSpeed ignores) and a
+    # partial aio block; stage 1.
+    "nvme-offload-defaults": ({"train_batch_size": 16,
+                               "zero_optimization": {
+                                   "stage": 1,
+                                   "offload_optimizer": {"device": "nvme",
+                                                         "nvme_path": "nvme"}},
+                               "aio": {"queue_depth": 32, "thread_count": 1}},
+                              [1, 4]),
+    # The aio block without offload, null.
+    "aio-null": ({"train_micro_batch_size_per_gpu": 1, "aio": None}, [1]),
 }
 
 
@@ -790,6 +1081,22 @@ def test_config_command_resolves_as_deepspeed(sharc, tmp_path, case, monkeypatch
             device = str(getattr(offload.device, "value", offload.device)) \
                 if offload else "none"
             assert mine["zero_optimization"][block]["device"] == device, block
+        # NVMe offload: the folder, the pipelining (on in sharc unless the
+        # config turns it off, where DeepSpeed's default is off: docs/config.md),
+        # sub-groups and the aio block, as DeepSpeed resolves them.
+        ours_offload = mine["zero_optimization"]["offload_optimizer"]
+        offload = zero.offload_optimizer
+        given = (config.get("zero_optimization") or {}).get("offload_optimizer") or {}
+        assert ours_offload["nvme_path"] == (
+            str(offload.nvme_path) if offload and offload.nvme_path is not None else None)
+        for key in ("pipeline_read", "pipeline_write"):
+            if key in given:
+                assert ours_offload[key] == getattr(offload, key), key
+            else:
+                assert ours_offload[key] is True, key
+                assert not offload or getattr(offload, key) is False, key
+        assert mine["zero_optimization"]["sub_group_size"] == zero.sub_group_size
+        assert mine["aio"] == theirs.aio_config
         if theirs.zero_optimization_stage == 3:
             assert mine["zero_optimization"]["stage3_prefetch_bucket_size"] == \
                 zero.prefetch_bucket_size

@@ -128,14 +128,36 @@ struct TrainFlags {
   // ZeRO-Offload (docs/offload.md).
   Flag<std::string> offloadOptimizer = commonFlag<std::string>(
       "offload-optimizer",
-      "Where the fp32 master weights and optimizer state live: none or cpu "
-      "(zero_optimization.offload_optimizer.device)",
-      "none|cpu");
+      "Where the fp32 master weights and optimizer state live: none, cpu or "
+      "nvme (zero_optimization.offload_optimizer.device; nvme needs "
+      "--nvme-path)",
+      "none|cpu|nvme");
   Flag<std::string> offloadParam = commonFlag<std::string>(
       "offload-param",
       "ZeRO stage 3: where the parameters live: none or cpu "
       "(zero_optimization.offload_param.device)",
       "none|cpu");
+  Flag<std::string> nvmePath = commonFlag<std::string>(
+      "nvme-path",
+      "With --offload-optimizer nvme: the folder under which each rank keeps "
+      "its offloaded optimizer state in a folder of its own "
+      "(zero_optimization.offload_optimizer.nvme_path)",
+      "DIR");
+  Flag<int64_t> subGroupSize = commonFlag<int64_t>(
+      "sub-group-size",
+      "NVMe offload: the optimizer update runs over sub-groups of "
+      "consecutive parameters of at least N elements of this rank's slices "
+      "(zero_optimization.sub_group_size; default 1000000000)");
+  Flag<bool> pipelineRead = commonFlag<bool>(
+      "pipeline-read",
+      "NVMe offload: read the next sub-group's state while the current one "
+      "is updated (zero_optimization.offload_optimizer.pipeline_read; "
+      "default on)");
+  Flag<bool> pipelineWrite = commonFlag<bool>(
+      "pipeline-write",
+      "NVMe offload: write each sub-group's state back while the next one "
+      "is updated (zero_optimization.offload_optimizer.pipeline_write; "
+      "default on)");
   // The loss scaler (fp16 only) and bf16's overflow check.
   Flag<double> lossScale = commonFlag<double>(
       "loss-scale", "fp16: a static loss scale; 0 scales dynamically "
@@ -170,8 +192,10 @@ struct TrainFlags {
   /// beta2 are).
   std::vector<cl::Option *> all() {
     std::vector<cl::Option *> result = {
-        &steps,  &config,    &dumpState,        &dumpGrads,   &loss,
-        &freeze, &precision, &offloadOptimizer, &offloadParam};
+        &steps,        &config,   &dumpState,    &dumpGrads,
+        &loss,         &freeze,   &precision,    &offloadOptimizer,
+        &offloadParam, &nvmePath, &subGroupSize, &pipelineRead,
+        &pipelineWrite};
     result.insert(result.end(),
                   {&lossScale, &initialScalePower, &lossScaleWindow,
                    &hysteresis, &consecutiveHysteresis, &minLossScale,
@@ -275,18 +299,58 @@ LogicalResult applyFlags(TrainingOptions &options) {
         std::pair(&f.offloadParam, &options.offloadParam)}) {
     if (!given(*flag))
       continue;
+    bool optimizer = flag == &f.offloadOptimizer;
     std::optional<OffloadDevice> device =
         llvm::StringSwitch<std::optional<OffloadDevice>>(*flag)
             .Case("none", OffloadDevice::none)
             .Case("cpu", OffloadDevice::cpu)
+            .Case("nvme",
+                  optimizer ? std::optional(OffloadDevice::nvme) : std::nullopt)
             .Default(std::nullopt);
     if (!device) {
-      fail("--" + flag->ArgStr + " '" + *flag + "': expected none or cpu" +
-           (*flag == "nvme" ? " (NVMe offload is not supported yet)" : ""));
+      fail("--" + flag->ArgStr + " '" + *flag + "': expected " +
+           (optimizer         ? "none, cpu or nvme"
+            : *flag == "nvme" ? "none or cpu (parameter offload to NVMe is not "
+                                "supported yet)"
+                              : "none or cpu"));
       return failure();
     }
     *field = *device;
   }
+  // NVMe offload of the optimizer state: its folder, sub-groups and
+  // pipelining (docs/offload.md).
+  if (given(f.nvmePath)) {
+    if (f.nvmePath.empty()) {
+      fail("--nvme-path expects a folder, got an empty string");
+      return failure();
+    }
+    if (options.offloadOptimizer != OffloadDevice::nvme) {
+      fail("--nvme-path needs --offload-optimizer nvme (or "
+           "zero_optimization.offload_optimizer.device \"nvme\" in the "
+           "config): it is where NVMe offload keeps the optimizer state");
+      return failure();
+    }
+    options.nvmePath = f.nvmePath;
+  }
+  if (options.offloadOptimizer == OffloadDevice::nvme &&
+      options.nvmePath.empty()) {
+    fail("--offload-optimizer nvme needs --nvme-path DIR (or "
+         "zero_optimization.offload_optimizer.nvme_path in the config): the "
+         "folder under which each rank keeps its offloaded optimizer state");
+    return failure();
+  }
+  if (given(f.subGroupSize)) {
+    if (f.subGroupSize < 1 ||
+        f.subGroupSize > TrainingOptions::kMaxBucketSize) {
+      fail("--sub-group-size must be in [1, " +
+           Twine(TrainingOptions::kMaxBucketSize) + "], got " +
+           Twine(int64_t(f.subGroupSize)));
+      return failure();
+    }
+    options.subGroupSize = f.subGroupSize;
+  }
+  override(f.pipelineRead, options.pipelineRead);
+  override(f.pipelineWrite, options.pipelineWrite);
   LossScaleOptions &scaler = precision.lossScale;
   override(f.lossScale, precision.staticLossScale);
   override(f.lossScaleWindow, scaler.window);
@@ -440,7 +504,12 @@ FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward) {
   TrainingOptions options;
   BatchSizeConfig batch;
   if (given(flags->config)) {
-    llvm::Expected<DeepSpeedConfig> config = readDeepSpeedConfig(flags->config);
+    // With --nvme-path, a config that offloads to NVMe needs no nvme_path.
+    TrainingOptions defaults;
+    if (given(flags->nvmePath))
+      defaults.nvmePath = flags->nvmePath;
+    llvm::Expected<DeepSpeedConfig> config =
+        readDeepSpeedConfig(flags->config, defaults);
     if (!config) {
       fail(llvm::toString(config.takeError()));
       return failure();
