@@ -17,6 +17,7 @@
 
 #include "ir/SharcOps.h"
 #include "runtime/Npy.h"
+#include "runtime/Program.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -166,6 +167,9 @@ LogicalResult ProgramEmitter::collectBuffers() {
       return step.emitError()
              << "code generation: argument '" << buffer.name << "' has type "
              << arg.getType() << "; f16/bf16 programs are not supported yet";
+    if (auto storage = step.getArgAttrOfType<StorageAttr>(
+            i, SharcDialect::getStorageAttrName()))
+      buffer.offloaded = storage.getValue() == Storage::nvme;
     // A ZeRO slice (sharc-zero): its file holds the whole tensor.
     buffer.fileShape = buffer.shape;
     if (SliceAttr slice = getSliceAttr(step, i)) {
@@ -223,8 +227,13 @@ FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
        isa_and_nonnull<ReshapeOp, WaitOp>(def); def = value.getDefiningOp())
     value = def->getOperand(0);
   auto known = bufferOf.find(value);
-  if (known != bufferOf.end())
+  if (known != bufferOf.end()) {
+    if (buffers[known->second].offloaded)
+      return emitError(value.getLoc())
+             << "code generation: '" << buffers[known->second].name
+             << "' is offloaded to NVMe and has no device memory";
     return "ctx->buffers[" + str(known->second) + "]";
+  }
   auto argument = argumentPointers.find(value);
   if (argument != argumentPointers.end())
     return argument->second;
@@ -430,11 +439,33 @@ LogicalResult ProgramEmitter::emitShard(ShardOp op) {
   return success();
 }
 
+LogicalResult ProgramEmitter::emitSwap(Operation *op, Value argument,
+                                       Value memory, bool read) {
+  FailureOr<std::string> pointer = pointerTo(memory);
+  if (failed(pointer))
+    return failure();
+  Value future = op->getResult(0);
+  std::string ticket = "ticket" + str(tickets.size());
+  tickets[future] = ticket;
+  swapFutures.insert(future);
+  body() += "  const uint64_t " + ticket + " = ctx->swap->" +
+            (read ? "startRead(" : "startWrite(") +
+            str(bufferOf.lookup(argument)) + ", " + *pointer + ");\n";
+  uint64_t bytes = rt::swapBytes(tensorType(argument).getNumElements() *
+                                 elementBytes(elementOf(argument)));
+  (read ? report.swapReadBytes : report.swapWriteBytes) += repeat * bytes;
+  return success();
+}
+
 LogicalResult ProgramEmitter::emitWait(WaitOp op) {
   auto ticket = tickets.find(op.getFuture());
   if (ticket == tickets.end())
     return op.emitError() << "code generation: waits for a collective that "
                              "has not started";
+  if (swapFutures.contains(op.getFuture())) {
+    body() += "  ctx->swap->wait(" + ticket->second + ");\n";
+    return success();
+  }
   body() += "  ctx->comm->wait(" + ticket->second + ");\n";
   if (auto started = startedAt.find(op.getFuture());
       started != startedAt.end()) {
@@ -660,6 +691,12 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
         return emitSliceCollective(op, op.getRanks(), std::nullopt);
       })
       .Case([&](ShardOp op) { return emitShard(op); })
+      .Case([&](SwapInStartOp op) {
+        return emitSwap(op, op.getOperand(), op.getFuture(), /*read=*/true);
+      })
+      .Case([&](SwapOutStartOp op) {
+        return emitSwap(op, op.getTarget(), op.getValue(), /*read=*/false);
+      })
       .Case([&](AllReduceOp op) {
         return op.emitError() << "code generation: a synchronous all_reduce "
                                  "(run sharc-schedule-collectives)";
@@ -696,6 +733,21 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
     if (target < 0)
       return ret.emitError() << "code generation: result " << r
                              << " of @train_step has no destination";
+    // An offloaded buffer's new value is in its file already: its swap-out
+    // wrote it (or it is unchanged).
+    if (buffers[target].offloaded) {
+      Value stored = value;
+      if (auto wait = value.getDefiningOp<WaitOp>())
+        if (auto out = wait.getFuture().getDefiningOp<SwapOutStartOp>())
+          stored = out.getTarget();
+      std::optional<unsigned> updated = getUpdatedArgument(step, r);
+      if (!updated || stored != entry.getArgument(*updated))
+        return ret.emitError()
+               << "code generation: result " << r << " is the new value of "
+               << "offloaded '" << buffers[target].name
+               << "' but was not written to its file (sharc.swap_out_start)";
+      continue;
+    }
     FailureOr<std::string> src = pointerTo(value);
     if (failed(src))
       return failure();
@@ -807,6 +859,9 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     entry.trainable = buffer.trainable;
     entry.initialValue = buffer.initialValue;
+    entry.offloaded = buffer.offloaded;
+    if (buffer.offloaded)
+      report.nvmeBytes += rt::swapBytes(entry.bytes);
     if (buffer.role == "param") {
       report.paramBytes += entry.bytes;
       // From ZeRO stage 2 on a rank keeps only its slice of each gradient
@@ -863,7 +918,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
        << ", {";
     for (auto [d, size] : llvm::enumerate(buffer.fileShape))
       os << (d ? ", " : "") << size;
-    os << "}},\n";
+    os << "}, sharc::rt::BufferStorage::"
+       << (buffer.offloaded ? "nvme" : "device") << "},\n";
   }
   os << "};\n\n";
   os << "const sharc::rt::ProgramInfo info = {\n"
@@ -880,7 +936,12 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
   os << "},\n  {";
   for (size_t k = 0; k < 4; ++k)
     os << (k ? ", " : "") << report.collectiveBytes[k] << "u";
-  os << "},\n  " << report.numKernels << ", " << report.numGemmCalls
+  os << "},\n  " << report.numKernels << ", " << report.numGemmCalls << ",\n  {"
+     << cppStringLiteral(options.nvmePath) << ", " << options.aioBlockSize
+     << ", " << options.aioQueueDepth << ", "
+     << (options.aioSingleSubmit ? "true" : "false") << ", "
+     << (options.aioOverlapEvents ? "true" : "false") << ", "
+     << report.swapReadBytes << "u, " << report.swapWriteBytes << "u}"
      << "};\n} // namespace\n\n";
   os << "extern \"C\" const sharc::rt::ProgramInfo *sharcProgramInfo() {\n"
      << "  return &info;\n}\n\n"

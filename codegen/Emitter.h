@@ -33,6 +33,14 @@ struct EmitOptions {
   int64_t gradientAccumulation = 1;
   /// The ZeRO stage (`sharc.zero_stage`, set by sharc-zero; 0 without it).
   int zeroStage = 0;
+  /// NVMe offload (the caller's, from the DeepSpeed config): the folder
+  /// under which each rank keeps its files (offload_optimizer.nvme_path,
+  /// the default of the binary's --nvme-path) and the `aio` settings.
+  std::string nvmePath;
+  int64_t aioBlockSize = 1048576;
+  int64_t aioQueueDepth = 8;
+  bool aioSingleSubmit = false;
+  bool aioOverlapEvents = true;
 };
 
 /// One persistent buffer of the emitted program.
@@ -53,6 +61,9 @@ struct ReportBuffer {
   int64_t bytes = 0;
   /// True for a parameter the step updates (it has a gradient).
   bool trainable = false;
+  /// True for state that lives on NVMe between steps (sharc-offload-
+  /// optimizer), not in device memory.
+  bool offloaded = false;
   /// State only: the value of every element before the first step
   /// (`#sharc.state<..., init = V>`).
   double initialValue = 0;
@@ -95,6 +106,11 @@ struct ProgramReport {
   /// broadcast.
   std::array<uint64_t, 4> collectiveCalls{};
   std::array<uint64_t, 4> collectiveBytes{};
+  /// NVMe offload: bytes this rank reads from and writes to its files per
+  /// step (whole blocks of rt::kSwapAlignment), and the bytes of its files.
+  uint64_t swapReadBytes = 0;
+  uint64_t swapWriteBytes = 0;
+  int64_t nvmeBytes = 0;
   /// The host communicator's staging (CPU target): the largest reduction's
   /// every-rank parts, N ceil(count / N) elements (runtime/Communicator.cpp,
   /// reduceSlicesAs); 0 on CUDA (NCCL reduces in place) and on one rank.

@@ -250,6 +250,10 @@ private:
     bool sliced = false;
     /// The shape of the buffer's file: `shape`, or the whole tensor's.
     SmallVector<int64_t> fileShape;
+    /// True when the buffer lives in a file on NVMe (`#sharc.storage<nvme>`,
+    /// set by sharc-offload-optimizer), read and written whole through
+    /// ctx->swap.
+    bool offloaded = false;
   };
 
   LogicalResult collectBuffers();
@@ -344,6 +348,11 @@ private:
   LogicalResult emitSliceCollective(Operation *op, int64_t ranks,
                                     std::optional<bool> sum);
   LogicalResult emitShard(ShardOp op);
+  /// A started NVMe transfer of offloaded `argument`'s file (`op`, a
+  /// swap_in_start or swap_out_start, whose future its wait names): a read
+  /// into `memory` (the future's), or a write from `memory` (the new value).
+  LogicalResult emitSwap(Operation *op, Value argument, Value memory,
+                         bool read);
   /// Fails unless a collective (or shard) over `ranks` ranks matches the
   /// world size the program is compiled for.
   LogicalResult checkGroup(Operation *op, int64_t ranks);
@@ -394,6 +403,9 @@ private:
   int64_t repeat = 1;
   /// The ticket variable of each started collective, by its future.
   llvm::DenseMap<Value, std::string> tickets;
+  /// The futures of started NVMe reads and writes (waited for through
+  /// ctx->swap, not ctx->comm).
+  llvm::DenseSet<Value> swapFutures;
   /// Compute calls (kernel launches and GEMM calls) emitted so far, and for
   /// each started collective, by its future, the count at its start and its
   /// report entry (ProgramReport::schedule, filled in at its wait).

@@ -159,6 +159,11 @@ std::optional<LogicalResult> eval::evalCollectiveOp(const OpCall &call) {
         call.result() = call.operand(0);
         return success();
       })
+      // Offloaded state moves between a file and device memory unchanged.
+      .Case<SwapInStartOp, SwapOutStartOp>([&](Operation *) {
+        call.result() = call.operand(0);
+        return success();
+      })
       .Case([&](ReduceScatterOp op) {
         return evalReduceScatter(call, op.getKind(), op.getRanks());
       })

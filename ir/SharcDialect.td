@@ -64,6 +64,11 @@ def Sharc_Dialect : Dialect {
     static constexpr llvm::StringLiteral getGradAttrName() {
       return llvm::StringLiteral("sharc.grad");
     }
+    /// Argument attribute: where a training-state argument lives between
+    /// steps (#sharc.storage; device memory when absent).
+    static constexpr llvm::StringLiteral getStorageAttrName() {
+      return llvm::StringLiteral("sharc.storage");
+    }
   }];
 }
 
@@ -145,6 +150,25 @@ def Sharc_CollectiveKind : I32EnumAttr<"CollectiveKind",
 }
 def Sharc_CollectiveKindAttr
     : EnumAttr<Sharc_Dialect, Sharc_CollectiveKind, "collective_kind"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Sharc_Storage : I32EnumAttr<"Storage",
+    "where a training-state argument lives between steps", [
+    I32EnumAttrCase<"device", 0>, I32EnumAttrCase<"nvme", 1>]> {
+  let cppNamespace = "::sharc";
+  let genSpecializedAttr = 0;
+}
+def Sharc_StorageAttr : EnumAttr<Sharc_Dialect, Sharc_Storage, "storage"> {
+  let summary = "where a training-state argument lives between steps";
+  let description = [{
+    `sharc.storage = #sharc.storage<nvme>` on an argument of the training
+    step marked `sharc.state` (set by sharc-offload-optimizer): between steps
+    the state lives in a file of this rank's on NVMe, not in device memory.
+    The step reads it only through `sharc.swap_in_start` and writes its new
+    value only through `sharc.swap_out_start`; the verifier checks both.
+    `device` (the default when the attribute is absent) is device memory.
+  }];
   let assemblyFormat = "`<` $value `>`";
 }
 

@@ -92,6 +92,35 @@ LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
                            << "' applies to results only";
   if (!type && (attr.getName() == getParamAttrName()))
     return success();
+  if (attr.getName() == getStorageAttrName()) {
+    auto storage = dyn_cast<StorageAttr>(attr.getValue());
+    if (!storage)
+      return op->emitError()
+             << "argument #" << argIndex << ": '" << attr.getName().getValue()
+             << "' must be a #sharc.storage attribute";
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    if (!func || !func.getArgAttr(argIndex, getStateAttrName()))
+      return op->emitError()
+             << "argument #" << argIndex << ": '" << attr.getName().getValue()
+             << "' applies to training state (sharc.state) "
+                "only";
+    if (region.empty() || storage.getValue() == Storage::device)
+      return success();
+    // An offloaded argument has no device memory: it is read by swapping it
+    // in and written by swapping its new value out, nothing else.
+    for (OpOperand &use : region.front().getArgument(argIndex).getUses()) {
+      Operation *user = use.getOwner();
+      bool swapIn = isa<SwapInStartOp>(user);
+      auto swapOut = dyn_cast<SwapOutStartOp>(user);
+      // Returned unchanged, it stays in its file.
+      bool returned = isa<func::ReturnOp>(user);
+      if (!swapIn && !returned && !(swapOut && use.getOperandNumber() == 1))
+        return user->emitOpError()
+               << "reads argument #" << argIndex << ", which is offloaded ("
+               << storage << "); read it through 'sharc.swap_in_start'";
+    }
+    return success();
+  }
   if (attr.getName() == getSliceAttrName()) {
     // The argument is a slice of the whole: ceil(n / N) elements of its type.
     auto slice = dyn_cast<SliceAttr>(attr.getValue());
@@ -799,6 +828,44 @@ AllGatherStartOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
 
 LogicalResult AllGatherStartOp::verify() {
   return verifyWaitedOnce(*this, getFuture());
+}
+
+/// The argument marked `sharc.storage = #sharc.storage<nvme>` of the
+/// function enclosing `op` that `value` is, or an error naming `what`.
+static LogicalResult checkOffloadedArgument(Operation *op, Value value,
+                                            StringRef what) {
+  auto arg = dyn_cast<BlockArgument>(value);
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  if (!arg || !func || arg.getOwner() != &func.getFunctionBody().front())
+    return op->emitOpError() << what << " must be an argument of the "
+                             << "enclosing function";
+  auto storage = func.getArgAttrOfType<StorageAttr>(
+      arg.getArgNumber(), SharcDialect::getStorageAttrName());
+  if (!storage || storage.getValue() != Storage::nvme)
+    return op->emitOpError() << what << " (argument #" << arg.getArgNumber()
+                             << ") is not marked 'sharc.storage = "
+                                "#sharc.storage<nvme>'";
+  return success();
+}
+
+LogicalResult SwapInStartOp::verify() {
+  if (failed(checkOffloadedArgument(*this, getOperand(), "the operand")))
+    return failure();
+  return verifyWaitedOnce(*this, getFuture());
+}
+
+LogicalResult SwapOutStartOp::verify() {
+  if (failed(checkOffloadedArgument(*this, getTarget(), "the target")) ||
+      failed(verifyWaitedOnce(*this, getFuture())))
+    return failure();
+  // The stored value is in the file: only the function's return may name it.
+  Value stored = (*getFuture().user_begin())->getResult(0);
+  for (Operation *user : stored.getUsers())
+    if (!isa<func::ReturnOp>(user))
+      return emitOpError() << "stored value is read by '" << user->getName()
+                           << "'; only the function's return may name it "
+                              "(read it back with sharc.swap_in_start)";
+  return success();
 }
 
 LogicalResult ShardOp::inferReturnTypes(MLIRContext *,

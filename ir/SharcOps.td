@@ -765,6 +765,61 @@ def Sharc_AllGatherStartOp : Sharc_Op<"all_gather_start",
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Offloaded state (ZeRO-Offload to NVMe)
+//===----------------------------------------------------------------------===//
+
+def Sharc_SwapInStartOp : Sharc_Op<"swap_in_start", [
+    TypesMatchWith<"the future holds a tensor of the operand's type",
+                   "operand", "future",
+                   "::sharc::FutureType::get(::llvm::cast<::mlir::RankedTensorType>($_self))">]> {
+  let summary = "starts reading an offloaded argument; `sharc.wait` gives it";
+  let description = [{
+    The operand is an argument of the enclosing function marked
+    `sharc.storage = #sharc.storage<nvme>`: its value, read from this rank's
+    file into device memory, is delivered by the one `sharc.wait` of the
+    returned future (in the same block).  Work between the two overlaps the
+    read (sharc-offload-optimizer reads the next sub-group of optimizer
+    state while the current one is updated).  Evaluated, it is the operand.
+
+    ```mlir
+    %f = sharc.swap_in_start %exp_avg : tensor<1024xf32>
+    %m = sharc.wait %f : !sharc.future<tensor<1024xf32>>
+    ```
+  }];
+  let arguments = (ins Sharc_Tensor:$operand);
+  let results = (outs Sharc_FutureType:$future);
+  let assemblyFormat = "$operand attr-dict `:` type($operand)";
+  let hasVerifier = 1;
+}
+
+def Sharc_SwapOutStartOp : Sharc_Op<"swap_out_start", [
+    AllTypesMatch<["value", "target"]>,
+    TypesMatchWith<"the future holds a tensor of the value's type",
+                   "value", "future",
+                   "::sharc::FutureType::get(::llvm::cast<::mlir::RankedTensorType>($_self))">]> {
+  let summary = "starts writing the new value of an offloaded argument";
+  let description = [{
+    `target` is an argument of the enclosing function marked
+    `sharc.storage = #sharc.storage<nvme>`; `value` is its new value, written
+    to the target's file.  The value is read until the one `sharc.wait` of
+    the returned future (in the same block), whose result is the value as
+    stored: the function returns it as the target's new value, and nothing
+    else may read it (it is in the file, not in device memory).  Evaluated,
+    it is `value`.
+
+    ```mlir
+    %w = sharc.swap_out_start %new to %exp_avg : tensor<1024xf32>
+    %stored = sharc.wait %w : !sharc.future<tensor<1024xf32>>
+    return ..., %stored, ...
+    ```
+  }];
+  let arguments = (ins Sharc_Tensor:$value, Sharc_Tensor:$target);
+  let results = (outs Sharc_FutureType:$future);
+  let assemblyFormat = "$value `to` $target attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
 def Sharc_ShardOp : Sharc_Op<"shard", [Pure, InferTypeOpAdaptor]> {
   let summary = "this rank's slice of dimension 0, without communication";
   let description = [{

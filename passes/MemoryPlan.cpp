@@ -10,6 +10,7 @@
 #include "passes/Passes.h"
 
 #include "ir/SharcOps.h"
+#include "runtime/Program.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -36,6 +37,9 @@ struct Buffer {
   int64_t first;
   int64_t last;
   int64_t offset = -1;
+  /// The alignment of its offset: the pass's, or kSwapAlignment for memory
+  /// that NVMe offload reads into or writes from (O_DIRECT).
+  int64_t alignment = 0;
 };
 
 bool liveTogether(const Buffer &a, const Buffer &b) {
@@ -50,9 +54,10 @@ int64_t alignUp(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-/// Places `buffer` at the lowest aligned offset that overlaps none of the
-/// placed `buffers` it is live with.
-void place(Buffer &buffer, ArrayRef<Buffer *> placed, int64_t alignment) {
+/// Places `buffer` at the lowest offset aligned to its alignment that
+/// overlaps none of the placed `buffers` it is live with.
+void place(Buffer &buffer, ArrayRef<Buffer *> placed) {
+  int64_t alignment = buffer.alignment;
   SmallVector<Buffer *> conflicts;
   for (Buffer *other : placed)
     if (liveTogether(buffer, *other))
@@ -170,6 +175,30 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     }
   }
 
+  // NVMe offload: an update that reads a swapped-in state element for
+  // element, and nothing after it, writes the new state over it (the value it
+  // swaps out).
+  for (Operation *op : order.ops) {
+    auto out = dyn_cast<SwapOutStartOp>(op);
+    if (!out)
+      continue;
+    Value value = out.getValue();
+    Operation *producer = value.getDefiningOp();
+    if (!producer || !value.hasOneUse() || sharesWith.count(value))
+      continue;
+    for (Value operand : producer->getOperands()) {
+      auto wait = operand.getDefiningOp<WaitOp>();
+      auto in = wait ? wait.getFuture().getDefiningOp<SwapInStartOp>()
+                     : SwapInStartOp();
+      if (in && in.getOperand() == out.getTarget() &&
+          operand.getType() == value.getType() &&
+          canOverwrite(producer, operand, *op->getBlock())) {
+        sharesWith[value] = in.getFuture();
+        break;
+      }
+    }
+  }
+
   for (Operation *opPointer : order.ops) {
     Operation &op = *opPointer;
     int64_t at = order.index[&op];
@@ -179,6 +208,7 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     if (auto scratch = op.getAttrOfType<IntegerAttr>("sharc.scratch_bytes")) {
       int64_t bytes = scratch.getInt();
       Buffer buffer{Value(), &op, alignUp(bytes, alignment), bytes, at, at};
+      buffer.alignment = alignment;
       buffers.push_back(buffer);
     }
     // Results an op writes into a function argument's memory (the code
@@ -190,6 +220,9 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
         continue;
       if (sharesWith.count(result))
         continue;
+      // A value written to NVMe is in its file, not in the arena.
+      if (isa<SwapOutStartOp>(op))
+        continue;
       // A future occupies the tensor its collective writes.
       RankedTensorType type = storedTensorType(result.getType());
       if (!type)
@@ -200,6 +233,13 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       int64_t bytes = type.getNumElements() * elementBytes;
       Buffer buffer{result, nullptr, alignUp(bytes, alignment),
                     bytes,  at,      lastUse(result, at)};
+      buffer.alignment = alignment;
+      // NVMe offload reads whole file blocks, to memory aligned for
+      // O_DIRECT.
+      if (isa<SwapInStartOp>(op)) {
+        buffer.alignment = rt::kSwapAlignment;
+        buffer.size = buffer.bytes = rt::swapBytes(bytes);
+      }
       // A loop's result is written from its first iteration on and carried
       // through the body.
       if (isa<MicroBatchLoopOp>(op))
@@ -231,18 +271,25 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     for (Operation *user : op->getResult(0).getUsers())
       buffer.last = std::max(buffer.last, useIndex(user, *op->getBlock()));
   }
-  // A started reduce-scatter or all-gather reads its operand until its wait.
+  // A started reduce-scatter, all-gather or NVMe write reads its operand
+  // until its wait; an NVMe write reads whole file blocks, from memory
+  // aligned for O_DIRECT.
   for (Operation *op : order.ops) {
-    if (!isa<ReduceScatterStartOp, AllGatherStartOp>(op))
+    if (!isa<ReduceScatterStartOp, AllGatherStartOp, SwapOutStartOp>(op))
       continue;
     Value root = aliasRoot(op->getOperand(0));
     root = sharesWith.lookup_or(root, root);
     auto known = bufferOf.find(root);
     if (known == bufferOf.end())
       continue;
+    Buffer &buffer = buffers[known->second];
     for (Operation *wait : op->getResult(0).getUsers())
-      buffers[known->second].last = std::max(buffers[known->second].last,
-                                             useIndex(wait, *op->getBlock()));
+      buffer.last = std::max(buffer.last, useIndex(wait, *op->getBlock()));
+    if (isa<SwapOutStartOp>(op)) {
+      buffer.alignment = std::max(buffer.alignment, rt::kSwapAlignment);
+      buffer.size = std::max(buffer.size, rt::swapBytes(buffer.bytes));
+      buffer.bytes = rt::swapBytes(buffer.bytes);
+    }
   }
 
   SmallVector<Buffer *> sorted;
@@ -253,7 +300,7 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   SmallVector<Buffer *> placed;
   int64_t arenaBytes = 0;
   for (Buffer *buffer : sorted) {
-    place(*buffer, placed, alignment);
+    place(*buffer, placed);
     placed.push_back(buffer);
     // The peak is the highest byte in use; padding after the topmost
     // tensor is never touched.

@@ -221,15 +221,39 @@ struct ParameterGatherOptions {
   int64_t maxLiveParameters = 1000000000;
 };
 
+/// ZeRO-Offload of the optimizer state to NVMe (sharc-offload-optimizer):
+/// off unless `nvme`; the rest are the pass's options.
+struct OptimizerOffloadOptions {
+  bool nvme = false;
+  int64_t subGroupSize = 1000000000;
+  bool pipelineRead = true;
+  bool pipelineWrite = true;
+};
+
 /// `@train_step` to the IR the code generator emits (docs/codegen.md):
 /// sharc-prepare-emission, sharc-gather-parameters, sharc-fuse (unless
 /// `fuse` is false), sharc-schedule-collectives (overlapping communication
-/// unless `overlap` is false), sharc-update-in-place, sharc-plan-memory.
-/// `sharc compile` runs it after the train pipeline, and sharc-opt runs it
-/// as sharc-compile-pipeline.
+/// unless `overlap` is false), sharc-offload-optimizer (with `offload.nvme`),
+/// sharc-update-in-place, sharc-plan-memory.  `sharc compile` runs it after
+/// the train pipeline, and sharc-opt runs it as sharc-compile-pipeline.
 void buildCompilePipeline(mlir::OpPassManager &pm, bool fuse = true,
                           bool overlap = true,
-                          const ParameterGatherOptions &gathers = {});
+                          const ParameterGatherOptions &gathers = {},
+                          const OptimizerOffloadOptions &offload = {});
+
+//===----------------------------------------------------------------------===//
+// ZeRO-Offload to NVMe (OffloadOptimizer.cpp)
+//===----------------------------------------------------------------------===//
+
+/// sharc-offload-optimizer on `func` (`@train_step`; other functions are
+/// left alone): each parameter's optimizer state argument moves to NVMe
+/// (`#sharc.storage<nvme>`), read before its update and written after it
+/// through swap start/wait pairs, in sub-groups (docs/offload.md).  Fails,
+/// after reporting an error, on state it cannot stream (read inside the
+/// micro-batch loop, or without a result).
+mlir::LogicalResult
+offloadOptimizerState(mlir::func::FuncOp func,
+                      const OptimizerOffloadOptions &options);
 
 //===----------------------------------------------------------------------===//
 // ZeRO stage 3's parameter gathers (GatherParameters.cpp)

@@ -292,6 +292,42 @@ def ScheduleCollectives : Pass<"sharc-schedule-collectives",
   let dependentDialects = ["sharc::SharcDialect"];
 }
 
+def OffloadOptimizer : Pass<"sharc-offload-optimizer", "mlir::ModuleOp"> {
+  let summary = "ZeRO-Offload to NVMe: keeps each parameter's optimizer "
+                "state in a file and streams it through the update in "
+                "sub-groups";
+  let description = [{
+    On `@train_step`, after sharc-schedule-collectives: every argument that
+    is a parameter's optimizer state (`#sharc.state<"param", role>` with a
+    parameter name: `exp_avg`, `exp_avg_sq`, `momentum_buffer`) gets
+    `sharc.storage = #sharc.storage<nvme>`.  Its readers (the optimizer
+    update) read it through a `sharc.swap_in_start` and `sharc.wait` placed
+    before them, and its new value is written through a
+    `sharc.swap_out_start` right after the op that computes it and a
+    `sharc.wait` whose result the step returns.  The parameters, in the order
+    their updates run, form sub-groups as DeepSpeed's stage 3 forms them:
+    each closes once its state holds at least `sub-group-size` elements of
+    one state tensor.  With `pipeline-read` the next sub-group's reads start
+    right after the current one's waits (they overlap its update); with
+    `pipeline-write` each sub-group's writes are waited for just before the
+    next sub-group's first write (else right after they start).  An
+    argument read inside the micro-batch loop is an error.  See
+    docs/offload.md.
+  }];
+  let options = [
+    Option<"subGroupSize", "sub-group-size", "int64_t", "1000000000",
+           "Close a sub-group once it holds this many elements of one state "
+           "tensor (DeepSpeed's zero_optimization.sub_group_size)">,
+    Option<"pipelineRead", "pipeline-read", "bool", "true",
+           "Read the next sub-group while the current one is updated "
+           "(offload_optimizer.pipeline_read)">,
+    Option<"pipelineWrite", "pipeline-write", "bool", "true",
+           "Write each sub-group back while the next is updated "
+           "(offload_optimizer.pipeline_write)">,
+  ];
+  let dependentDialects = ["sharc::SharcDialect"];
+}
+
 def UpdateInPlace : Pass<"sharc-update-in-place", "mlir::ModuleOp"> {
   let summary = "Lets optimizer updates write parameters and state in place";
   let description = [{

@@ -59,7 +59,8 @@ void sharc::buildTrainPipeline(OpPassManager &pm,
 }
 
 void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
-                                 const ParameterGatherOptions &gathers) {
+                                 const ParameterGatherOptions &gathers,
+                                 const OptimizerOffloadOptions &offload) {
   pm.addPass(createPrepareEmission());
   GatherParametersOptions placement;
   placement.maxReuseDistance = gathers.maxReuseDistance;
@@ -71,6 +72,13 @@ void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
   schedule.prefetchBucketSize = gathers.prefetchBucketSize;
   schedule.maxLiveParameters = gathers.maxLiveParameters;
   pm.addPass(createScheduleCollectives(schedule));
+  if (offload.nvme) {
+    OffloadOptimizerOptions placement;
+    placement.subGroupSize = offload.subGroupSize;
+    placement.pipelineRead = offload.pipelineRead;
+    placement.pipelineWrite = offload.pipelineWrite;
+    pm.addPass(createOffloadOptimizer(placement));
+  }
   pm.addPass(createUpdateInPlace());
   pm.addPass(createPlanMemory());
 }
@@ -101,6 +109,25 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
           "ZeRO stage 3: prefetch only while fewer elements of "
           "gathered parameters are live (sharc-schedule-collectives)"),
       llvm::cl::init(1000000000)};
+  Option<bool> offloadNvme{*this, "offload-nvme",
+                           llvm::cl::desc("Offload the optimizer state to NVMe "
+                                          "(sharc-offload-optimizer)"),
+                           llvm::cl::init(false)};
+  Option<int64_t> subGroupSize{
+      *this, "sub-group-size",
+      llvm::cl::desc("NVMe offload: elements per sub-group "
+                     "(sharc-offload-optimizer)"),
+      llvm::cl::init(1000000000)};
+  Option<bool> pipelineRead{
+      *this, "pipeline-read",
+      llvm::cl::desc("NVMe offload: read the next sub-group during the "
+                     "update (sharc-offload-optimizer)"),
+      llvm::cl::init(true)};
+  Option<bool> pipelineWrite{
+      *this, "pipeline-write",
+      llvm::cl::desc("NVMe offload: write each sub-group back during the "
+                     "next update (sharc-offload-optimizer)"),
+      llvm::cl::init(true)};
 };
 } // namespace
 
@@ -109,13 +136,15 @@ void sharc::registerSharcPipelines() {
       "sharc-compile-pipeline",
       "@train_step to the IR the code generator emits: "
       "sharc-prepare-emission, sharc-gather-parameters, sharc-fuse, "
-      "sharc-schedule-collectives, "
-      "sharc-update-in-place, sharc-plan-memory",
+      "sharc-schedule-collectives, sharc-offload-optimizer (with "
+      "offload-nvme), sharc-update-in-place, sharc-plan-memory",
       [](OpPassManager &pm, const CompilePipelineOptions &options) {
         buildCompilePipeline(pm, options.fuse, options.overlap,
                              {options.maxReuseDistance,
                               options.prefetchBucketSize,
-                              options.maxLiveParameters});
+                              options.maxLiveParameters},
+                             {options.offloadNvme, options.subGroupSize,
+                              options.pipelineRead, options.pipelineWrite});
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",

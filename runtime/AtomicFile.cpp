@@ -42,24 +42,6 @@ unsigned long long roundUpToBlock(unsigned long long bytes) {
   return (bytes + kBlock - 1) / kBlock * kBlock;
 }
 
-/// How many of `size` bytes appended to a file of `written` bytes fit in the
-/// write budget; takes the blocks they need from it.
-size_t takeBudget(unsigned long long written, size_t size) {
-  std::atomic<long long> &budget = writeBudget();
-  long long left = budget.load();
-  while (left >= 0) {
-    unsigned long long paid = roundUpToBlock(written);
-    unsigned long long needed =
-        (roundUpToBlock(written + size) - paid) / kBlock;
-    unsigned long long blocks =
-        std::min<unsigned long long>(needed, (unsigned long long)left / kBlock);
-    if (budget.compare_exchange_weak(left, left - (long long)(blocks * kBlock)))
-      return blocks == needed ? size
-                              : (size_t)(paid + blocks * kBlock - written);
-  }
-  return size;
-}
-
 /// "PATH: reason" for the current errno.
 std::string errnoMessage(const std::string &path) {
   return path + ": " + std::strerror(errno);
@@ -93,6 +75,22 @@ bool syncDirectory(const std::string &dir, std::string &error) {
 
 void setWriteLimitForTesting(long long bytes) {
   writeBudget().store(bytes < 0 ? -1 : bytes);
+}
+
+size_t takeWriteBudget(unsigned long long written, size_t size) {
+  std::atomic<long long> &budget = writeBudget();
+  long long left = budget.load();
+  while (left >= 0) {
+    unsigned long long paid = roundUpToBlock(written);
+    unsigned long long needed =
+        (roundUpToBlock(written + size) - paid) / kBlock;
+    unsigned long long blocks =
+        std::min<unsigned long long>(needed, (unsigned long long)left / kBlock);
+    if (budget.compare_exchange_weak(left, left - (long long)(blocks * kBlock)))
+      return blocks == needed ? size
+                              : (size_t)(paid + blocks * kBlock - written);
+  }
+  return size;
 }
 
 AtomicFile::~AtomicFile() { discard(); }
@@ -147,7 +145,7 @@ bool AtomicFile::write(const void *data, size_t size, std::string &error) {
     error = targetPath + ": not open for writing";
     return false;
   }
-  size_t allowed = takeBudget(written, size);
+  size_t allowed = takeWriteBudget(written, size);
   const char *bytes = static_cast<const char *>(data);
   for (size_t left = allowed; left > 0;) {
     ssize_t count = ::write(fd, bytes, left);

@@ -13,8 +13,9 @@
 //
 // For tests, SHARC_TEST_WRITE_LIMIT=N in the environment simulates a disk
 // with N free bytes: the writes of this process through AtomicFile::write
-// take N / 4096 blocks of 4 KiB (each file its size rounded up, as tmpfs
-// does) and fail with ENOSPC ("No space left on device") when none is left.
+// (and the space NVMe offload reserves, takeWriteBudget) take N / 4096 blocks
+// of 4 KiB (each file its size rounded up, as tmpfs does) and fail with
+// ENOSPC ("No space left on device") when none is left.
 //
 //===----------------------------------------------------------------------===//
 
@@ -125,6 +126,13 @@ private:
 /// used); negative: no limit.  SHARC_TEST_WRITE_LIMIT=N in the environment
 /// sets it at the first write (empty or not a number: no limit).
 void setWriteLimitForTesting(long long bytes);
+
+/// The test hook's accounting, for other writers of this process (the NVMe
+/// offload files of runtime/Swap.h reserve their space through it): how many
+/// of `size` bytes appended to a file of `written` bytes fit in what the
+/// limit leaves; takes the 4 KiB blocks they need from it.  `size` when there
+/// is no limit; less means the disk is full (ENOSPC).
+size_t takeWriteBudget(unsigned long long written, size_t size);
 
 } // namespace sharc::rt
 

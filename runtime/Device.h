@@ -40,8 +40,9 @@ uint64_t deviceMemoryBytes();
 /// library workspaces and NCCL's buffers included).
 uint64_t devicePeakBytes();
 
-/// Allocates `bytes` of device memory aligned to at least 256 bytes; freed by
-/// deviceFree.  Zero bytes gives a valid unique pointer.
+/// Allocates `bytes` of device memory aligned to at least 256 bytes (on the
+/// CPU target to kSwapAlignment, 4096, for NVMe offload's O_DIRECT
+/// transfers); freed by deviceFree.  Zero bytes gives a valid unique pointer.
 void *deviceAlloc(size_t bytes);
 void deviceFree(void *pointer);
 

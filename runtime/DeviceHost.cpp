@@ -7,6 +7,7 @@
 
 #include "runtime/Device.h"
 #include "runtime/Errors.h"
+#include "runtime/Program.h"
 #include "runtime/System.h"
 
 #include <cstdlib>
@@ -17,7 +18,10 @@
 namespace sharc::rt {
 
 namespace {
-constexpr size_t kAlignment = 256;
+/// Every allocation is aligned to a page, kSwapAlignment: NVMe offload reads
+/// and writes arena memory with O_DIRECT (runtime/Swap.h).
+constexpr size_t kAlignment = size_t(kSwapAlignment);
+static_assert(kAlignment >= 256, "the arena's alignment (StepContext)");
 /// Allocations of at least this size are aligned to it and asked to be backed
 /// by transparent huge pages: the arena and the larger parameters and moments
 /// are swept every step, and with 4 KiB pages most of those sweeps miss the

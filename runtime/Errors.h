@@ -15,10 +15,20 @@
 
 namespace sharc::rt {
 
-/// Prints `sharc: rank R: error: <message>` to stderr and ends the job with
-/// exit code 1: MPI_Abort(MPI_COMM_WORLD, 1) when MPI is initialized (this ends
-/// every rank), exit(1) otherwise (R is then 0).
+/// Prints `sharc: rank R: error: <message>` to stderr, runs the cleanups
+/// registered with addFatalCleanup, and ends the job with exit code 1:
+/// MPI_Abort(MPI_COMM_WORLD, 1) when MPI is initialized (this ends every
+/// rank), exit(1) otherwise (R is then 0).
 [[noreturn]] void fatal(const std::string &message);
+
+/// Registers `cleanup(context)` to run in fatal() before the job ends, where
+/// no destructor runs (e.g. removing files the process made for the run
+/// only).  Cleanups run once, the latest registered first; one that calls
+/// fatal() itself ends the job without running the others.  Returns an id for
+/// removeFatalCleanup.  Thread-safe.
+int addFatalCleanup(void (*cleanup)(void *), void *context);
+/// Unregisters the cleanup `id` returned by addFatalCleanup.
+void removeFatalCleanup(int id);
 
 /// Why a run stops when the gradients of step `step` overflowed with the
 /// loss scale already at its minimum `scale`, as DeepSpeed's

@@ -23,6 +23,7 @@
 #include "runtime/Gemm.h"
 #include "runtime/Math.h"
 #include "runtime/Program.h"
+#include "runtime/Swap.h"
 #include "runtime/ThreadPool.h"
 
 #include <atomic>

@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 6;
+constexpr int kProgramAbiVersion = 7;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -38,6 +38,29 @@ enum class BufferRole {
   /// A constant tensor of the program: `constantData` is copied in once.
   constant,
 };
+
+/// Where a persistent buffer lives.
+enum class BufferStorage {
+  /// Device memory (the host's on the CPU target): StepContext::buffers
+  /// points to it.
+  device,
+  /// A file of this rank's under the NVMe offload folder (ZeRO-Offload,
+  /// offload_optimizer.device nvme; docs/offload.md): StepContext::buffers
+  /// holds null for it, and the step reads and writes it whole through
+  /// StepContext::swap, into and from arena memory of swapBytes(bytes).
+  nvme,
+};
+
+/// The alignment of everything NVMe offload reads and writes: each file's
+/// size, every request's offset and length, and the memory it moves to and
+/// from (O_DIRECT).
+constexpr int64_t kSwapAlignment = 4096;
+
+/// The bytes an offloaded buffer of `bytes` occupies in its file and in the
+/// arena memory it is read into: `bytes` rounded up to kSwapAlignment.
+constexpr int64_t swapBytes(int64_t bytes) {
+  return (bytes + kSwapAlignment - 1) / kSwapAlignment * kSwapAlignment;
+}
 
 constexpr int kMaxRank = 8;
 
@@ -69,6 +92,29 @@ struct BufferSpec {
   /// tensors at every stage and world size): `shape` unless `sliced`.
   int fileRank;
   int64_t fileShape[kMaxRank];
+  /// Where the buffer lives (device memory unless offloaded).
+  BufferStorage storage;
+};
+
+/// NVMe offload settings, fixed at compile time from the DeepSpeed config
+/// (zero_optimization.offload_optimizer and the `aio` block).
+struct SwapSettings {
+  /// offload_optimizer.nvme_path: the folder under which each rank makes a
+  /// folder of its own for its files ("" when nothing is offloaded; the
+  /// training binary's --nvme-path overrides it).
+  const char *path;
+  /// aio.block_size: bytes per request (a multiple of kSwapAlignment).
+  int64_t blockSize;
+  /// aio.queue_depth: requests in flight.
+  int64_t queueDepth;
+  /// aio.single_submit: submit each request on its own.
+  bool singleSubmit;
+  /// aio.overlap_events: submit new requests as earlier ones complete.
+  bool overlapEvents;
+  /// Planned bytes read from and written to the files per step (whole
+  /// buffers of swapBytes each), which the runtime counts and checks.
+  uint64_t plannedReadBytes;
+  uint64_t plannedWriteBytes;
 };
 
 /// Everything the compiler knows about the program, fixed at compile time.
@@ -114,17 +160,25 @@ struct ProgramInfo {
   /// Distinct kernels and GEMM calls per step, for the report.
   int numKernels;
   int numGemmCalls;
+  /// NVMe offload (buffers of BufferStorage::nvme).
+  SwapSettings swap;
 };
+
+class SwapStore;
 
 /// What the step function runs on.  On the CUDA target every pointer is device
 /// memory and `stream` is the cudaStream_t the step enqueues on.
 struct StepContext {
   /// One pointer per ProgramInfo::buffers entry.
   void *const *buffers;
-  /// At least ProgramInfo::arenaBytes bytes, aligned to 256.
+  /// At least ProgramInfo::arenaBytes bytes, aligned to 256 on CUDA and to
+  /// kSwapAlignment on the CPU target.
   char *arena;
   Communicator *comm;
   void *stream;
+  /// The files of the buffers offloaded to NVMe (runtime/Swap.h); null when
+  /// the program has none.
+  SwapStore *swap;
 };
 
 } // namespace sharc::rt

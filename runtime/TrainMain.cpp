@@ -4,9 +4,11 @@
 // persistent buffer and the arena on the device (Device.h), loads parameters
 // and optimizer state from `weights/NAME.npy`, feeds each step this rank's
 // share of the data inputs, calls the generated sharcProgramStep() and reports
-// loss, learning rate, throughput, and the measured arena peak and collective
-// volume next to the planned ones.  Everything model-specific comes from
-// sharcProgramInfo() (Program.h).  See docs/runtime.md, "The training binary".
+// loss, learning rate, throughput, and the measured arena peak, collective
+// volume and NVMe traffic next to the planned ones.  Buffers offloaded to NVMe
+// live in files of a SwapStore (Swap.h) instead of device memory.  Everything
+// model-specific comes from sharcProgramInfo() (Program.h).  See
+// docs/runtime.md, "The training binary".
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,11 +21,13 @@
 #include "runtime/Npy.h"
 #include "runtime/Program.h"
 #include "runtime/StateDir.h"
+#include "runtime/Swap.h"
 #include "runtime/System.h"
 #include "runtime/ThreadPool.h"
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -66,13 +70,56 @@ size_t alignedBytes(int64_t bytes) {
          kBufferAlignment;
 }
 
-/// Bytes of the pool that holds every persistent buffer of `info`.
+/// Bytes of the pool that holds every persistent buffer of `info` in device
+/// memory (not those offloaded to NVMe).
 size_t poolBytes(const ProgramInfo &info) {
   size_t total = 0;
   for (int i = 0; i < info.numBuffers; ++i)
-    total += alignedBytes(info.buffers[i].bytes);
+    if (info.buffers[i].storage == BufferStorage::device)
+      total += alignedBytes(info.buffers[i].bytes);
   return total;
 }
+
+/// The indices of the buffers offloaded to NVMe (none for a malformed table,
+/// which checkProgramInfo reports).
+std::vector<int> offloadedBuffers(const ProgramInfo &info) {
+  std::vector<int> indices;
+  if (!info.buffers)
+    return indices;
+  for (int i = 0; i < info.numBuffers; ++i)
+    if (info.buffers[i].storage == BufferStorage::nvme)
+      indices.push_back(i);
+  return indices;
+}
+
+/// The name of an offloaded buffer's file: its .npy file name with ".swp"
+/// for ".npy".
+std::string swapFileName(const std::string &npyFile) {
+  const std::string suffix = ".npy";
+  if (npyFile.size() > suffix.size() &&
+      npyFile.compare(npyFile.size() - suffix.size(), suffix.size(), suffix) ==
+          0)
+    return npyFile.substr(0, npyFile.size() - suffix.size()) + ".swp";
+  return npyFile + ".swp";
+}
+
+/// Host memory aligned to kSwapAlignment, as NVMe offload's O_DIRECT
+/// transfers need: the staging of one offloaded buffer at a time.
+struct SwapStaging {
+  explicit SwapStaging(int64_t bytes)
+      : bytes(size_t(std::max<int64_t>(bytes, kSwapAlignment))),
+        data(static_cast<char *>(
+            std::aligned_alloc(size_t(kSwapAlignment), this->bytes))) {
+    if (!data)
+      fatal("out of host memory staging " + std::to_string(bytes) +
+            " bytes of a buffer offloaded to NVMe");
+  }
+  ~SwapStaging() { std::free(data); }
+  SwapStaging(const SwapStaging &) = delete;
+  SwapStaging &operator=(const SwapStaging &) = delete;
+  size_t bytes;
+  char *data;
+};
 
 /// One past the highest byte of the `bytes` at `arena` that no longer holds
 /// kArenaSentinel, scanned from the end in chunks (no host copy of the
@@ -104,6 +151,9 @@ struct Options {
   int64_t logEvery = 1;
   std::string weightsDir;
   std::string saveStateDir;
+  /// --nvme-path: the folder for the files of buffers offloaded to NVMe
+  /// (empty: the program's SwapSettings::path).
+  std::string nvmePath;
   double collectiveTimeout = kDefaultCollectiveTimeout;
   bool help = false;
   /// The first command-line error (parsing stops there), reported once the
@@ -203,7 +253,7 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
   std::string text =
       std::string("usage: ") + argv0 +
       " --input NAME=FILE.npy ... [--steps S] [--log-every K]\n"
-      "       [--weights DIR] [--save-state DIR]\n"
+      "       [--weights DIR] [--save-state DIR] [--nvme-path DIR]\n"
       "       [--collective-timeout SECONDS] [--help]\n"
       "\n"
       "Trains " +
@@ -217,7 +267,10 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
       "them after the last step (under ZeRO each rank its own slices; `sharc\n"
       "consolidate` makes them whole).  A collective or barrier\n"
       "that waits longer than --collective-timeout seconds (default 600) for\n"
-      "the other ranks ends the job with an error naming them.\n"
+      "the other ranks ends the job with an error naming them.  A program\n"
+      "that offloads buffers to NVMe (offload_optimizer.device nvme) keeps\n"
+      "them in files of a folder of each rank's own under --nvme-path DIR\n"
+      "(default: the nvme_path it was compiled with), removed at the end.\n"
       "\n"
       "inputs (rows along axis 0, any number of them):\n";
   for (int i = 0; i < info.numBuffers; ++i) {
@@ -274,7 +327,7 @@ Options parseOptions(int argc, char **argv) {
     }
     if (flag != "--input" && flag != "--steps" && flag != "--log-every" &&
         flag != "--weights" && flag != "--save-state" &&
-        flag != "--collective-timeout")
+        flag != "--nvme-path" && flag != "--collective-timeout")
       return fail("unknown argument '" + arg + "' (see " +
                   std::string(argv[0]) + " --help)");
     if (!hasValue) {
@@ -304,6 +357,10 @@ Options parseOptions(int argc, char **argv) {
       options.saveStateDir = value;
       if (options.saveStateDir.empty())
         return fail("--save-state: empty directory name");
+    } else if (flag == "--nvme-path") {
+      options.nvmePath = value;
+      if (options.nvmePath.empty())
+        return fail("--nvme-path: empty directory name");
     } else if (flag == "--collective-timeout") {
       if (!parseCollectiveTimeout(value, options.collectiveTimeout, error))
         return fail("--collective-timeout: " + error);
@@ -355,6 +412,14 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
     if (spec.role == BufferRole::constant && spec.bytes > 0 &&
         !spec.constantData)
       fail("constant '" + name + "' has no data");
+    if (spec.storage != BufferStorage::device &&
+        spec.storage != BufferStorage::nvme)
+      fail("buffer '" + name + "' has storage " +
+           std::to_string(int(spec.storage)));
+    if (spec.storage == BufferStorage::nvme && spec.role != BufferRole::param &&
+        spec.role != BufferRole::state)
+      fail(std::string(roleName(spec.role)) + " '" + name +
+           "' is offloaded to NVMe: only parameters and state can be");
     if (spec.role == BufferRole::param || spec.role == BufferRole::state) {
       std::string file = spec.file ? spec.file : "";
       if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
@@ -418,6 +483,20 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
       fail(std::string("step buffer '") + spec.name + "' is a " +
            roleName(spec.role) + " " + dtypeName(spec.type) + " " +
            shapeString(spec.shape, spec.rank));
+    if (spec.storage != BufferStorage::device)
+      fail(std::string("step buffer '") + spec.name + "' is offloaded to NVMe");
+  }
+  const SwapSettings &swap = info.swap;
+  if (!offloadedBuffers(info).empty()) {
+    if (swap.blockSize <= 0 || swap.blockSize % kSwapAlignment != 0 ||
+        swap.queueDepth < 1)
+      fail("NVMe offload with aio block size " +
+           std::to_string(swap.blockSize) + " and queue depth " +
+           std::to_string(swap.queueDepth));
+  } else if (swap.plannedReadBytes != 0 || swap.plannedWriteBytes != 0) {
+    fail("NVMe traffic is planned (" + std::to_string(swap.plannedReadBytes) +
+         " bytes read and " + std::to_string(swap.plannedWriteBytes) +
+         " written per step) but no buffer is offloaded");
   }
 }
 
@@ -506,14 +585,33 @@ bool saveWhole(AtomicFileSet &files, const std::string &dir,
                   array, error);
 }
 
+/// Copies the `spec.bytes` bytes of buffer `index` to `host`: from device
+/// memory, or for a buffer offloaded to NVMe, read from its file in `store`
+/// through an aligned staging buffer (one buffer at a time).
+bool bufferToHost(const ProgramInfo &info, const std::vector<void *> &buffers,
+                  SwapStore *store, int index, char *host, std::string &error) {
+  const BufferSpec &spec = info.buffers[index];
+  if (spec.storage == BufferStorage::device) {
+    copyToHost(host, buffers[index], spec.bytes);
+    return true;
+  }
+  SwapStaging staging(swapBytes(spec.bytes));
+  if (!store->read(index, staging.data, error))
+    return false;
+  std::memcpy(host, staging.data, spec.bytes);
+  return true;
+}
+
 /// Saves the parameters and optimizer state in `dir` (StateDir.h): each rank
 /// writes its slices of the partitioned buffers into its slice folder, rank
 /// 0 the whole buffers and, last, the index.  No rank's files replace
 /// anything until every rank has written all of its own (a collective
 /// agrees on it); a rank that fails reports why, after every rank removed
-/// what it wrote.
+/// what it wrote.  Buffers offloaded to NVMe are read from `store`; the
+/// files are the same either way.
 void saveState(Communicator &comm, const ProgramInfo &info,
-               const std::vector<void *> &buffers, const std::string &dir) {
+               const std::vector<void *> &buffers, SwapStore *store,
+               const std::string &dir) {
   comm.setContext("--save-state");
   int rank = comm.rank(), ranks = comm.size();
   StateIndex index;
@@ -557,14 +655,14 @@ void saveState(Communicator &comm, const ProgramInfo &info,
       array.type = fileType(spec.type);
       array.shape = {spec.numElements};
       array.data.resize(spec.bytes);
-      copyToHost(array.data.data(), buffers[i], spec.bytes);
-      ok = writeNpy(files,
+      ok = bufferToHost(info, buffers, store, i, array.data.data(), error) &&
+           writeNpy(files,
                     (std::filesystem::path(sliceDir) / spec.file).string(),
                     array, error);
     } else if (rank == 0) {
       std::vector<char> host(spec.bytes);
-      copyToHost(host.data(), buffers[i], spec.bytes);
-      ok = saveWhole(files, dir, spec, std::move(host), error);
+      ok = bufferToHost(info, buffers, store, i, host.data(), error) &&
+           saveWhole(files, dir, spec, std::move(host), error);
     }
   }
   if (ok && anySliced)
@@ -660,6 +758,9 @@ int run(int argc, char **argv) {
   // memory and a device communicator.
   bool cpuDevice = deviceName() == "cpu";
   std::string target = info.target ? info.target : "";
+  // Whatever the device layer linked, such a CUDA program cannot run yet.
+  if (target == "cuda" && !offloadedBuffers(info).empty())
+    fatalOnce(comm, "NVMe offload is not supported on the CUDA target yet");
   if (target == "cpu" && !cpuDevice)
     fatalOnce(comm, "this program was compiled for the cpu target but is "
                     "linked with the device layer of " +
@@ -691,6 +792,18 @@ int run(int argc, char **argv) {
                         " or launch with mpirun -np " +
                         std::to_string(info.worldSize));
   checkProgramInfo(comm, info);
+
+  // Buffers offloaded to NVMe: the folder for their files.
+  std::vector<int> offloaded = offloadedBuffers(info);
+  std::string nvmePath = options.nvmePath;
+  if (nvmePath.empty() && info.swap.path)
+    nvmePath = info.swap.path;
+  if (!offloaded.empty() && nvmePath.empty())
+    fatalOnce(comm, "this program offloads " +
+                        std::to_string(offloaded.size()) +
+                        " buffer(s) to NVMe but has no folder for their "
+                        "files: pass --nvme-path DIR (or compile with "
+                        "zero_optimization.offload_optimizer.nvme_path)");
 
   // Match the --input flags with the program's inputs.
   std::vector<DataInput> dataInputs;
@@ -756,6 +869,8 @@ int run(int argc, char **argv) {
            stagingBytes = 0, persistentBytes = 0;
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
+    if (spec.storage == BufferStorage::nvme)
+      continue; // in a file, not in device memory
     deviceBytes += static_cast<uint64_t>(spec.bytes);
     if (spec.role == BufferRole::input)
       stagingBytes += static_cast<uint64_t>(spec.bytes) *
@@ -801,10 +916,41 @@ int run(int argc, char **argv) {
   if (std::string error;
       !readStateIndex(options.weightsDir, weightsIndex, error))
     fatal(error);
+  // The files of the buffers offloaded to NVMe, in a folder of this rank's
+  // own; removed when the store goes, also when the run ends by fatal() or
+  // SIGTERM, SIGINT or SIGHUP (Swap.h).
+  std::unique_ptr<SwapStore> store;
+  std::unique_ptr<SwapStaging> swapStaging;
+  if (!offloaded.empty()) {
+    std::vector<SwapFile> files;
+    int64_t largest = 0;
+    for (int i : offloaded) {
+      const BufferSpec &spec = info.buffers[i];
+      files.push_back({i, swapFileName(spec.file), swapBytes(spec.bytes)});
+      largest = std::max(largest, swapBytes(spec.bytes));
+    }
+    std::string error;
+    store = SwapStore::create(info.swap, nvmePath, comm.rank(), comm.size(),
+                              std::move(files), error);
+    if (!store)
+      fatal("NVMe offload: " + error);
+    swapStaging = std::make_unique<SwapStaging>(largest);
+  }
   char *pool = static_cast<char *>(deviceAlloc(poolBytes(info)));
   size_t offset = 0;
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
+    if (spec.storage == BufferStorage::nvme) {
+      // Loaded as a device buffer would be, into host staging (the CPU
+      // target's device memory), zero-padded to its file's size.
+      buffers[i] = nullptr;
+      std::memset(swapStaging->data, 0, size_t(swapBytes(spec.bytes)));
+      loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
+                 comm.size(), swapStaging->data);
+      if (std::string error; !store->write(i, swapStaging->data, error))
+        fatal(error);
+      continue;
+    }
     buffers[i] = pool + offset;
     offset += alignedBytes(spec.bytes);
     switch (spec.role) {
@@ -821,6 +967,15 @@ int run(int argc, char **argv) {
       deviceMemset(buffers[i], 0, spec.bytes);
       break;
     }
+  }
+  swapStaging.reset();
+  if (store && comm.rank() == 0) {
+    std::printf("offload: %zu buffer%s, %" PRId64
+                " bytes per rank in %s (NVMe, io_uring, %s)\n",
+                offloaded.size(), offloaded.size() == 1 ? "" : "s",
+                store->totalBytes(), store->folder().c_str(),
+                store->directIo() ? "O_DIRECT" : "buffered");
+    std::fflush(stdout);
   }
   char *arena =
       static_cast<char *>(deviceAlloc(info.arenaBytes + kArenaGuardBytes));
@@ -861,11 +1016,14 @@ int run(int argc, char **argv) {
   context.arena = arena;
   context.comm = &comm;
   context.stream = deviceStream();
+  context.swap = store.get();
 
   const BufferSpec &lossSpec = info.buffers[info.lossBuffer];
   const BufferSpec &lrSpec = info.buffers[info.lrBuffer];
   bool isRoot = comm.rank() == 0;
   comm.resetStats();
+  if (store)
+    store->resetStats();
   double totalSeconds = 0;
   uint64_t measuredArena = 0;
   int64_t skippedSteps = 0;
@@ -890,6 +1048,9 @@ int run(int argc, char **argv) {
                    info.buffers[slot.buffer].bytes);
     }
     sharcProgramStep(&context);
+    // A step leaves no NVMe transfer in flight (and its time covers them).
+    if (store)
+      store->waitAll();
     deviceSynchronize();
     double seconds =
         std::chrono::duration<double>(Clock::now() - start).count();
@@ -977,6 +1138,12 @@ int run(int argc, char **argv) {
     std::printf("summary: collective calls per step planned %" PRIu64
                 " measured %s\n",
                 plannedCalls, perStep(measuredCalls, options.steps).c_str());
+    if (store)
+      std::printf("summary: NVMe bytes per step planned read %" PRIu64
+                  " written %" PRIu64 " measured read %s written %s\n",
+                  info.swap.plannedReadBytes, info.swap.plannedWriteBytes,
+                  perStep(store->bytesRead(), options.steps).c_str(),
+                  perStep(store->bytesWritten(), options.steps).c_str());
     std::fflush(stdout);
     if (measuredArena < uint64_t(info.arenaBytes))
       std::fprintf(stderr,
@@ -996,19 +1163,30 @@ int run(int argc, char **argv) {
       fatal(perStep(measuredCalls, options.steps) +
             " collective calls per step, the plan " +
             std::to_string(plannedCalls));
+    if (store && (store->bytesRead() !=
+                      info.swap.plannedReadBytes * uint64_t(options.steps) ||
+                  store->bytesWritten() !=
+                      info.swap.plannedWriteBytes * uint64_t(options.steps)))
+      fatal("NVMe offload read " + perStep(store->bytesRead(), options.steps) +
+            " and wrote " + perStep(store->bytesWritten(), options.steps) +
+            " bytes per step, the plan " +
+            std::to_string(info.swap.plannedReadBytes) + " and " +
+            std::to_string(info.swap.plannedWriteBytes));
     if (comm.stagingBytes() > uint64_t(info.stagingBytes))
       fatal("the collectives staged " + std::to_string(comm.stagingBytes()) +
             " bytes, past the plan's " + std::to_string(info.stagingBytes));
   }
 
   if (!options.saveStateDir.empty())
-    saveState(comm, info, buffers, options.saveStateDir);
+    saveState(comm, info, buffers, store.get(), options.saveStateDir);
 
   // No rank finalizes MPI (which waits for every rank, without a timeout)
   // before all have finished, --save-state included.
   comm.setContext("the end of the run");
   comm.barrier();
 
+  // The offload files go before MPI_Finalize.
+  store.reset();
   deviceFree(pool);
   deviceFree(arena);
   return 0;

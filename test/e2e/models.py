@@ -404,6 +404,21 @@ def write_data(name: str, rows: int, seed: int, directory, scale: float = 1.0,
     return data, args
 
 
+def export_training_cases(directory, rows: int = 37, seed: int = 5):
+    """Every model of MODEL_NAMES exported as DIRECTORY/NAME/NAME.onnx with
+    `rows` rows of data (write_data; 37 rows by default: the data wraps
+    mid-step at every world size); returns name -> (model path, --input
+    args)."""
+    cases = {}
+    for name in MODEL_NAMES:
+        (directory / name).mkdir()
+        path = directory / name / f"{name}.onnx"
+        export(make_training_case(name), path)
+        _, inputs = write_data(name, rows, seed, directory / name)
+        cases[name] = (path, inputs)
+    return cases
+
+
 def make_epilogue_model(path):
     """A classifier whose GEMMs all end in cuBLASLt-style epilogues: ONNX
     Gelu (opset 20, tanh approximation) and Relu after bias adds."""

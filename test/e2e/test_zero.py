@@ -52,16 +52,7 @@ def mpirun(ranks, *args):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """name -> (model path, --input args)."""
-    directory = tmp_path_factory.mktemp("zero")
-    cases = {}
-    for name in models.MODEL_NAMES:
-        (directory / name).mkdir()
-        path = directory / name / f"{name}.onnx"
-        models.export(models.make_training_case(name), path)
-        # 37 rows: the data wraps mid-step at every world size.
-        _, inputs = models.write_data(name, 37, 5, directory / name)
-        cases[name] = (path, inputs)
-    return cases
+    return models.export_training_cases(tmp_path_factory.mktemp("zero"))
 
 
 def steps_of(result):

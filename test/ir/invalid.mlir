@@ -964,3 +964,59 @@ func.func @reduce_scatter_start_never_waited(%g: tensor<6x3xf32>) {
   %f = sharc.reduce_scatter_start %g {kind = #sharc.collective_kind<sum>, ranks = 2} : (tensor<6x3xf32>) -> !sharc.future<tensor<3x3xf32>>
   return
 }
+
+// -----
+
+func.func @swap_in_not_offloaded(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">}) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.swap_in_start' op the operand (argument #0) is not marked 'sharc.storage = #sharc.storage<nvme>'}}
+  %f = sharc.swap_in_start %m : tensor<4xf32>
+  %0 = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @swap_in_not_an_argument(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = sharc.neg %x : tensor<4xf32>
+  // expected-error @+1 {{'sharc.swap_in_start' op the operand must be an argument of the enclosing function}}
+  %f = sharc.swap_in_start %y : tensor<4xf32>
+  %0 = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @below {{argument #0: 'sharc.storage' applies to training state (sharc.state) only}}
+func.func @storage_not_state(%x: tensor<4xf32> {sharc.storage = #sharc.storage<nvme>}) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @offloaded_read_directly(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">, sharc.storage = #sharc.storage<nvme>}) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.neg' op reads argument #0, which is offloaded (#sharc.storage<nvme>); read it through 'sharc.swap_in_start'}}
+  %0 = sharc.neg %m : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @stored_value_read(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">, sharc.storage = #sharc.storage<nvme>}) -> tensor<4xf32> {
+  %f = sharc.swap_in_start %m : tensor<4xf32>
+  %v = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  %n = sharc.neg %v : tensor<4xf32>
+  // expected-error @+1 {{'sharc.swap_out_start' op stored value is read by 'sharc.neg'; only the function's return may name it (read it back with sharc.swap_in_start)}}
+  %w = sharc.swap_out_start %n to %m : tensor<4xf32>
+  %s = sharc.wait %w : !sharc.future<tensor<4xf32>>
+  %t = sharc.neg %s : tensor<4xf32>
+  return %t : tensor<4xf32>
+}
+
+// -----
+
+func.func @swap_out_types(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">, sharc.storage = #sharc.storage<nvme>}, %n: tensor<4xf64>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.swap_out_start' op failed to verify that all of {value, target} have same type}}
+  %w = "sharc.swap_out_start"(%n, %m) : (tensor<4xf64>, tensor<4xf32>) -> !sharc.future<tensor<4xf64>>
+  %s = sharc.wait %w : !sharc.future<tensor<4xf64>>
+  return %m : tensor<4xf32>
+}

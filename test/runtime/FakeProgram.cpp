@@ -20,10 +20,21 @@
 // with SHARC_FAKE_MISPLAN=2 it writes one float past the planned arena;
 // with SHARC_FAKE_SLEEP_MS=T every step first sleeps T milliseconds.
 //
+// Compiled with SHARC_FAKE_MOMENTUM=1, the update is SGD with momentum 0.9
+// (v = 0.9 v + grad, w -= lr v) and the program has an eighth buffer, state
+// `w.momentum` f32 [4], offloaded to NVMe (ZeRO-Offload, runtime/Swap.h)
+// unless SHARC_FAKE_OFFLOAD=0: each step starts reading its file (4096
+// bytes) into the arena at offset 4096 before the forward computation, waits
+// for it before the update, and writes it back (arena 8192 bytes; 4096 bytes
+// read and 4096 written per step).  Offloaded, the compiled-in nvme_path is
+// SHARC_FAKE_NVME_PATH (default none), the target SHARC_FAKE_TARGET (default
+// cpu), and SHARC_FAKE_MISPLAN=3 reads the file once more than planned.
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime/Errors.h"
 #include "runtime/Program.h"
+#include "runtime/Swap.h"
 
 #include <chrono>
 #include <cstdint>
@@ -33,6 +44,9 @@
 
 #ifndef SHARC_FAKE_WORLD_SIZE
 #define SHARC_FAKE_WORLD_SIZE 1
+#endif
+#ifndef SHARC_FAKE_MOMENTUM
+#define SHARC_FAKE_MOMENTUM 0
 #endif
 
 using namespace sharc::rt;
@@ -45,19 +59,29 @@ constexpr int kFeatures = 4;
 constexpr double kLearningRate = 0.1;
 constexpr float kTwo = 2.0f;
 
-enum : int { kW, kStep, kX, kY, kLoss, kLr, kConst0, kNumBuffers };
+constexpr bool kMomentumProgram = SHARC_FAKE_MOMENTUM;
+constexpr float kMomentum = 0.9f;
+
+enum : int { kW, kStep, kX, kY, kLoss, kLr, kConst0, kVelocity };
+constexpr int kNumBuffers = kMomentumProgram ? 8 : 7;
 
 constexpr int64_t kGradOffset = 0;
 constexpr int64_t kResidualOffset = kGradOffset + kFeatures * sizeof(float);
 constexpr int64_t kLossOffset = kResidualOffset + kRows * sizeof(float);
 constexpr int64_t kArenaBytes = kLossOffset + sizeof(float);
+/// Offloaded momentum: its file (swapBytes(16) = 4096 bytes) is read into
+/// the arena here.
+constexpr int64_t kVelocityOffset = kSwapAlignment;
+constexpr int64_t kVelocityBytes = kFeatures * sizeof(float);
+constexpr int64_t kOffloadArenaBytes =
+    kVelocityOffset + swapBytes(kVelocityBytes);
 
 /// nccl-tests all-reduce bytes of a `bytes`-byte buffer.
 constexpr uint64_t allReduceBytes(uint64_t bytes) {
   return 2 * (kWorldSize - 1) * bytes / kWorldSize;
 }
 
-const BufferSpec kBuffers[kNumBuffers] = {
+BufferSpec kBuffers[8] = {
     {"w",
      "w",
      "w.npy",
@@ -149,9 +173,23 @@ const BufferSpec kBuffers[kNumBuffers] = {
      false,
      0,
      {}},
+    {"w.momentum",
+     "",
+     "w.momentum.npy",
+     BufferRole::state,
+     DType::f32,
+     1,
+     {kFeatures},
+     kFeatures,
+     kVelocityBytes,
+     nullptr,
+     false,
+     1,
+     {kFeatures},
+     BufferStorage::device},
 };
 
-const ProgramInfo kInfo = {
+ProgramInfo kInfo = {
     /*abiVersion=*/kProgramAbiVersion,
     /*model=*/"fake-linear-regression.onnx",
     /*target=*/"cpu",
@@ -178,11 +216,30 @@ const ProgramInfo kInfo = {
      0, 0, 0},
     /*numKernels=*/1,
     /*numGemmCalls=*/0,
+    /*swap=*/{"", 4096, 8, false, true, 0, 0},
 };
+
+/// Whether w.momentum is offloaded to NVMe (SHARC_FAKE_OFFLOAD, default 1).
+bool offloaded() {
+  const char *value = std::getenv("SHARC_FAKE_OFFLOAD");
+  return kMomentumProgram && !(value && std::strcmp(value, "0") == 0);
+}
 
 } // namespace
 
-extern "C" const ProgramInfo *sharcProgramInfo() { return &kInfo; }
+extern "C" const ProgramInfo *sharcProgramInfo() {
+  if (offloaded()) {
+    kBuffers[kVelocity].storage = BufferStorage::nvme;
+    kInfo.arenaBytes = kOffloadArenaBytes;
+    kInfo.swap.plannedReadBytes = uint64_t(swapBytes(kVelocityBytes));
+    kInfo.swap.plannedWriteBytes = uint64_t(swapBytes(kVelocityBytes));
+    if (const char *path = std::getenv("SHARC_FAKE_NVME_PATH"))
+      kInfo.swap.path = path;
+    if (const char *target = std::getenv("SHARC_FAKE_TARGET"))
+      kInfo.target = target;
+  }
+  return &kInfo;
+}
 
 extern "C" void sharcProgramStep(const StepContext *context) {
   if (reinterpret_cast<uintptr_t>(context->arena) % 256 != 0)
@@ -197,6 +254,25 @@ extern "C" void sharcProgramStep(const StepContext *context) {
   }
   if (const char *sleepMs = std::getenv("SHARC_FAKE_SLEEP_MS"))
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(sleepMs)));
+
+  // The offloaded momentum: its read overlaps the forward computation.
+  bool offload = offloaded();
+  float *velocity = nullptr;
+  uint64_t velocityRead = 0;
+  if (kMomentumProgram && offload) {
+    if (!context->swap || context->buffers[kVelocity])
+      fatal("fake program: w.momentum is not offloaded as planned");
+    if (reinterpret_cast<uintptr_t>(context->arena) % kSwapAlignment != 0)
+      fatal("fake program: the arena is not aligned to 4096 bytes");
+    velocity = reinterpret_cast<float *>(context->arena + kVelocityOffset);
+    velocityRead = context->swap->startRead(kVelocity, velocity);
+    if (misplanValue && std::strcmp(misplanValue, "3") == 0)
+      context->swap->wait(context->swap->startRead(kVelocity, velocity));
+  } else if (kMomentumProgram) {
+    if (context->swap)
+      fatal("fake program: a swap store without offloaded buffers");
+    velocity = static_cast<float *>(context->buffers[kVelocity]);
+  }
 
   auto *w = static_cast<float *>(context->buffers[kW]);
   auto *step = static_cast<int64_t *>(context->buffers[kStep]);
@@ -234,8 +310,19 @@ extern "C" void sharcProgramStep(const StepContext *context) {
   if (misplan)
     context->comm->broadcast(lossSlot, 1, DType::f32, 0);
 
-  for (int j = 0; j < kFeatures; ++j)
-    w[j] -= float(kLearningRate) * (grad[j] / kWorldSize);
+  if (kMomentumProgram) {
+    if (offload)
+      context->swap->wait(velocityRead);
+    for (int j = 0; j < kFeatures; ++j) {
+      velocity[j] = kMomentum * velocity[j] + grad[j] / kWorldSize;
+      w[j] -= float(kLearningRate) * velocity[j];
+    }
+    if (offload)
+      context->swap->wait(context->swap->startWrite(kVelocity, velocity));
+  } else {
+    for (int j = 0; j < kFeatures; ++j)
+      w[j] -= float(kLearningRate) * (grad[j] / kWorldSize);
+  }
   *loss = *lossSlot / kWorldSize;
   *lr = kLearningRate;
   *step += 1;

@@ -5,7 +5,9 @@ linear regression (param w f32[4], state step i64, inputs x f32[rows, 4] and
 y f32[rows], micro-batch 2, GAS 1, lr 0.1) compiled for 1 rank
 ($SHARC_FAKE_TRAIN_NP1) and for 2 ranks ($SHARC_FAKE_TRAIN_NP2).  They run
 under $SHARC_MPIEXEC (default mpirun); losses and saved state are compared with
-the same training computed by numpy.
+the same training computed by numpy.  The NVMe variants
+($SHARC_FAKE_TRAIN_NVME_NP1, _NP2) train with momentum, whose state
+w.momentum is offloaded to NVMe: files of each rank's own under --nvme-path.
 """
 
 import os
@@ -69,10 +71,13 @@ def data(tmp_path):
     return tmp_path, x, y
 
 
-def reference(x, y, w, ranks, steps, first_step=0):
+def reference(x, y, w, ranks, steps, first_step=0, v=None):
     """Losses of `steps` SGD steps on the global batches of the sharding rule,
-    and the final weights (float64)."""
+    and the final weights (float64); with a momentum `v`, SGD with momentum
+    (v = MOMENTUM v + grad, w -= lr v), and the final momentum too."""
     w = np.asarray(w, np.float64).copy()
+    if v is not None:
+        v = np.asarray(v, np.float64).copy()
     rows = MICRO_BATCH * ranks
     losses = []
     for k in range(first_step, first_step + steps):
@@ -80,8 +85,13 @@ def reference(x, y, w, ranks, steps, first_step=0):
         xb, yb = x[index].astype(np.float64), y[index].astype(np.float64)
         residual = xb @ w - yb
         losses.append(np.mean(residual**2))
-        w -= LEARNING_RATE * 2 * xb.T @ residual / rows
-    return np.array(losses), w
+        grad = 2 * xb.T @ residual / rows
+        if v is None:
+            w -= LEARNING_RATE * grad
+        else:
+            v = MOMENTUM * v + grad
+            w -= LEARNING_RATE * v
+    return (np.array(losses), w) if v is None else (np.array(losses), w, v)
 
 
 def parse(stdout: str):
@@ -94,6 +104,8 @@ def parse(stdout: str):
                           float(match[4]), float(match[5])))
         elif line.startswith("summary: "):
             summary.append(line)
+        elif line.startswith("offload: "):
+            continue  # NVMe offload's start line (test_nvme_*)
         else:
             pytest.fail(f"unexpected output line: {line!r}")
     return steps, summary
@@ -456,3 +468,292 @@ def test_stopped_rank_ends_the_job(data, stopped):
                rf"\(--collective-timeout\); no answer from rank {stopped} "
                r"\(stopped, hung, or busy outside any collective\)")
     assert re.search(pattern, stderr), stderr
+
+
+# --- NVMe offload (runtime/Swap.h) ---------------------------------------------
+
+MOMENTUM = 0.9
+OFFLOAD_LINE = re.compile(r"^offload: 1 buffer, 4096 bytes per rank in (\S+) "
+                          r"\(NVMe, io_uring, (O_DIRECT|buffered)\)$", re.MULTILINE)
+NVME_SUMMARY = ("summary: NVMe bytes per step planned read 4096 written 4096 "
+                "measured read 4096 written 4096")
+
+
+def nvme_binary(ranks: int) -> pathlib.Path:
+    path = pathlib.Path(os.environ.get(f"SHARC_FAKE_TRAIN_NVME_NP{ranks}",
+                                       BUILD / f"sharc-fake-train-nvme-np{ranks}"))
+    assert path.is_file(), f"{path} not built"
+    return path
+
+
+@pytest.fixture
+def nvme_data(data):
+    """`data` with an initial momentum and an empty folder `nvme` for the
+    offload files."""
+    directory, x, y = data
+    np.save(directory / "weights" / "w.momentum.npy",
+            np.array([0.25, -0.5, 0.125, 0.0625], np.float32))
+    (directory / "nvme").mkdir()
+    return directory, x, y
+
+
+def swap_folders(nvme: pathlib.Path, ranks: int):
+    """The ranks' offload folders in `nvme`, by rank."""
+    folders = {}
+    for entry in nvme.iterdir():
+        match = re.fullmatch(rf"sharc-swap-rank-(\d+)-of-{ranks}\.\d+", entry.name)
+        if match:
+            folders[int(match[1])] = entry
+    return folders
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_nvme_losses_state_and_summary(nvme_data, ranks):
+    directory, x, y = nvme_data
+    nvme = directory / "nvme"
+    result = mpirun(ranks, nvme_binary(ranks), *inputs(directory), "--steps", 5,
+                    "--weights", directory / "weights", "--nvme-path", nvme,
+                    "--save-state", directory / "saved")
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr
+    match = OFFLOAD_LINE.search(result.stdout)
+    assert match, result.stdout
+    folder = pathlib.Path(match[1])
+    assert folder.parent == nvme
+    assert re.fullmatch(rf"sharc-swap-rank-0-of-{ranks}\.\d+", folder.name), folder
+    lines, summary = parse(result.stdout)
+    w0 = np.load(directory / "weights" / "w.npy")
+    v0 = np.load(directory / "weights" / "w.momentum.npy")
+    expected, w_final, v_final = reference(x, y, w0, ranks, 5, v=v0)
+    np.testing.assert_allclose([line[1] for line in lines], expected, rtol=1e-5, atol=1e-6)
+    assert summary[1] == "summary: arena bytes planned 8192 measured 8192"
+    assert summary[-1] == NVME_SUMMARY, summary
+    assert len(summary) == 6, summary
+    saved = directory / "saved"
+    assert sorted(p.name for p in saved.iterdir()) == [
+        "sharc-state.txt", "step.npy", "w.momentum.npy", "w.npy"]
+    np.testing.assert_allclose(np.load(saved / "w.npy"), w_final, rtol=1e-5, atol=1e-6)
+    momentum = np.load(saved / "w.momentum.npy")
+    assert momentum.dtype == np.float32 and momentum.shape == (4,)
+    np.testing.assert_allclose(momentum, v_final, rtol=1e-5, atol=1e-6)
+    assert np.load(saved / "step.npy") == 5
+    # Every rank's folder is gone with the run.
+    assert list(nvme.iterdir()) == []
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_nvme_state_loads_with_and_without_offload(nvme_data, ranks):
+    """A state saved with offload resumes without it and the other way
+    round: the state folder is the same."""
+    directory, x, y = nvme_data
+    w0 = np.load(directory / "weights" / "w.npy")
+    v0 = np.load(directory / "weights" / "w.momentum.npy")
+    losses, w5, v5 = reference(x, y, w0, ranks, 5, v=v0)
+    common = [*inputs(directory), "--nvme-path", directory / "nvme"]
+    plain = {"SHARC_FAKE_OFFLOAD": "0"}
+    for first, second in [({}, plain), (plain, {})]:
+        tag = "offloaded" if not first else "plain"
+        result = mpirun(ranks, nvme_binary(ranks), *common, "--steps", 3, "--weights",
+                        directory / "weights", "--save-state", directory / tag, env=first)
+        assert result.returncode == 0, result.stderr
+        assert bool(OFFLOAD_LINE.search(result.stdout)) == (not first)
+        result = mpirun(ranks, nvme_binary(ranks), *common, "--steps", 2, "--weights",
+                        directory / tag, "--save-state", directory / (tag + "-resumed"),
+                        env=second)
+        assert result.returncode == 0, result.stderr
+        assert bool(OFFLOAD_LINE.search(result.stdout)) == (not second)
+        lines, summary = parse(result.stdout)
+        assert [line[0] for line in lines] == [4, 5]
+        np.testing.assert_allclose([line[1] for line in lines], losses[3:], rtol=1e-5,
+                                   atol=1e-6)
+        assert (NVME_SUMMARY in summary) == (not second)
+        resumed = directory / (tag + "-resumed")
+        np.testing.assert_allclose(np.load(resumed / "w.npy"), w5, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.load(resumed / "w.momentum.npy"), v5, rtol=1e-5,
+                                   atol=1e-6)
+    # The same files, byte for byte, whether w.momentum was offloaded or not.
+    for name in ["w.npy", "w.momentum.npy", "step.npy"]:
+        assert (directory / "offloaded" / name).read_bytes() == \
+            (directory / "plain" / name).read_bytes(), name
+    assert list((directory / "nvme").iterdir()) == []
+
+
+def test_nvme_files_exist_while_running(nvme_data):
+    """While the run goes, each rank has its own folder (mode 0700) with a
+    4096-byte file; both are gone after."""
+    directory, _, _ = nvme_data
+    nvme = directory / "nvme"
+    command = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+               str(nvme_binary(2)), *inputs(directory), "--steps", "12", "--weights",
+               str(directory / "weights"), "--nvme-path", str(nvme)]
+    environment = dict(os.environ, SHARC_FAKE_SLEEP_MS="250")
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=environment)
+    try:
+        seen = {}
+        deadline = time.monotonic() + TIMEOUT
+        while len(seen) < 2 and time.monotonic() < deadline and launcher.poll() is None:
+            for rank, folder in swap_folders(nvme, 2).items():
+                try:
+                    files = {p.name: p.stat().st_size for p in folder.iterdir()}
+                    mode = folder.stat().st_mode & 0o7777
+                except FileNotFoundError:
+                    continue
+                if files:
+                    seen[rank] = (files, mode)
+            time.sleep(0.05)
+        stdout, stderr = launcher.communicate(timeout=TIMEOUT)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+    assert launcher.returncode == 0, stderr
+    assert seen == {0: ({"w.momentum.swp": 4096}, 0o700),
+                    1: ({"w.momentum.swp": 4096}, 0o700)}, seen
+    assert NVME_SUMMARY in stdout
+    assert list(nvme.iterdir()) == []
+
+
+def test_nvme_path_from_the_program_or_the_flag(nvme_data):
+    """The path compiled into the program (offload_optimizer.nvme_path) is
+    the default; --nvme-path overrides it."""
+    directory, _, _ = nvme_data
+    compiled, flag = directory / "compiled", directory / "flag"
+    compiled.mkdir()
+    flag.mkdir()
+    args = [*inputs(directory), "--weights", directory / "weights", "--steps", 1]
+    env = {"SHARC_FAKE_NVME_PATH": str(compiled)}
+    result = mpirun(1, nvme_binary(1), *args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert pathlib.Path(OFFLOAD_LINE.search(result.stdout)[1]).parent == compiled
+    result = mpirun(1, nvme_binary(1), *args, "--nvme-path", flag, env=env)
+    assert result.returncode == 0, result.stderr
+    assert pathlib.Path(OFFLOAD_LINE.search(result.stdout)[1]).parent == flag
+    assert list(compiled.iterdir()) == [] and list(flag.iterdir()) == []
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_nvme_path_errors(nvme_data, ranks):
+    directory, _, _ = nvme_data
+    args = [*inputs(directory), "--weights", directory / "weights"]
+    result = mpirun(ranks, nvme_binary(ranks), *args)
+    expect_failure(result, "this program offloads 1 buffer(s) to NVMe but has no folder "
+                   "for their files: pass --nvme-path DIR (or compile with "
+                   "zero_optimization.offload_optimizer.nvme_path)")
+    assert result.stderr.count("sharc: rank ") == 1, result.stderr
+    missing = directory / "missing"
+    result = mpirun(ranks, nvme_binary(ranks), *args, "--nvme-path", missing)
+    expect_failure(result, f"NVMe offload: {missing}: No such file or directory (the "
+                   "offload folder must be an existing directory)")
+    (directory / "file").write_text("x")
+    result = mpirun(ranks, nvme_binary(ranks), *args, "--nvme-path", directory / "file")
+    expect_failure(result, f"NVMe offload: {directory / 'file'}: Not a directory")
+    result = mpirun(ranks, nvme_binary(ranks), *args, "--nvme-path=")
+    expect_failure(result, "--nvme-path: empty directory name")
+    result = mpirun(1, nvme_binary(1), "--help")
+    assert "[--nvme-path DIR]" in result.stdout
+
+
+def test_nvme_is_not_supported_on_cuda(nvme_data):
+    directory, _, _ = nvme_data
+    result = mpirun(1, nvme_binary(1), *inputs(directory), "--nvme-path",
+                    directory / "nvme", env={"SHARC_FAKE_TARGET": "cuda"})
+    expect_failure(result, "NVMe offload is not supported on the CUDA target yet")
+
+
+def test_nvme_misplanned_traffic_fails(nvme_data):
+    """NVMe bytes that differ from the plan end the run after the summary,
+    like collectives; fatal() removes the files."""
+    directory, _, _ = nvme_data
+    result = mpirun(1, nvme_binary(1), *inputs(directory), "--steps", 2, "--weights",
+                    directory / "weights", "--nvme-path", directory / "nvme",
+                    env={"SHARC_FAKE_MISPLAN": "3"})
+    expect_failure(result, "error: NVMe offload read 8192 and wrote 4096 bytes per step, "
+                   "the plan 4096 and 4096")
+    _, summary = parse(result.stdout)
+    assert ("summary: NVMe bytes per step planned read 4096 written 4096 measured read "
+            "8192 written 4096") in summary
+    assert list((directory / "nvme").iterdir()) == []
+
+
+def run_until_folders(directory, extra_env):
+    """Starts a 2-rank NVMe run that goes on until stopped; returns the
+    launcher and the ranks' folders once both exist."""
+    nvme = directory / "nvme"
+    command = [MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+               str(nvme_binary(2)), *inputs(directory), "--steps", str(10**15),
+               "--log-every", str(10**15), "--weights", str(directory / "weights"),
+               "--nvme-path", str(nvme)]
+    environment = dict(os.environ, **extra_env)
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=environment)
+    deadline = time.monotonic() + TIMEOUT
+    folders = {}
+    while time.monotonic() < deadline and launcher.poll() is None:
+        folders = swap_folders(nvme, 2)
+        if len(folders) == 2 and all((f / "w.momentum.swp").exists()
+                                     for f in folders.values()):
+            break
+        time.sleep(0.05)
+    return launcher, folders
+
+
+def stop(launcher, ranks):
+    """Ends what is left of the processes this test started."""
+    if launcher.poll() is None:
+        launcher.kill()
+        launcher.communicate()
+    for pid, started in ranks.values():
+        try:
+            if stat_fields(pid)[19] == started:
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, IndexError):
+            pass
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_nvme_signalled_rank_removes_every_ranks_files(nvme_data, sig):
+    """A rank that receives SIGTERM, SIGINT or SIGHUP removes its files and
+    ends by the signal; mpirun then sends SIGTERM to the other rank, which
+    removes its own."""
+    directory, _, _ = nvme_data
+    launcher, folders = run_until_folders(directory, {"SHARC_FAKE_SLEEP_MS": "50"})
+    ranks = {}
+    try:
+        assert sorted(folders) == [0, 1], (folders, launcher.poll())
+        deadline = time.monotonic() + TIMEOUT
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            ranks = rank_processes(launcher.pid, nvme_binary(2))
+        assert sorted(ranks) == [0, 1], ranks
+        os.kill(ranks[1][0], sig)
+        _, stderr = launcher.communicate(timeout=TIMEOUT)
+    finally:
+        stop(launcher, ranks)
+    assert launcher.returncode != 0, stderr
+    assert list((directory / "nvme").iterdir()) == []
+
+
+def test_nvme_truncated_file_is_fatal_and_removes_every_ranks_files(nvme_data):
+    """Rank 1's file truncated under the run: its next read fails, fatal()
+    names the file, the offset and what happened, and every rank's files
+    go."""
+    directory, _, _ = nvme_data
+    launcher, folders = run_until_folders(directory, {"SHARC_FAKE_SLEEP_MS": "50"})
+    try:
+        assert sorted(folders) == [0, 1], (folders, launcher.poll())
+        victim = folders[1] / "w.momentum.swp"
+        deadline = time.monotonic() + TIMEOUT
+        while launcher.poll() is None and time.monotonic() < deadline:
+            try:
+                os.truncate(victim, 0)
+            except FileNotFoundError:
+                break
+            time.sleep(0.01)
+        _, stderr = launcher.communicate(timeout=TIMEOUT)
+    finally:
+        stop(launcher, {})
+    assert launcher.returncode != 0, stderr
+    assert re.search(rf"sharc: rank 1: error: NVMe offload: {re.escape(str(victim))}: read "
+                     r"\d+ of 4096 bytes at offset 0 \(the file is shorter than the 4096 "
+                     r"bytes sharc wrote: was it truncated under the run\?\)", stderr), stderr
+    assert list((directory / "nvme").iterdir()) == []

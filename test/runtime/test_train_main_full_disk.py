@@ -3,16 +3,19 @@ full disk: a tmpfs mounted on a directory of the test's own and filled (or,
 where mounting is not permitted, the SHARC_TEST_WRITE_LIMIT hook; see
 test/full_disk.py), with the fake program and helpers of test_train_main.py.
 The save must fail naming the file and the reason, exit non-zero and leave
-the previous state byte-identical, without temporary files.
+the previous state byte-identical, without temporary files.  NVMe offload's
+files, reserved whole at start-up, must fail the same way and leave nothing.
 """
 
 import pathlib
+import re
 import sys
 
 import numpy as np
 import pytest
 
-from test_train_main import binary, data, expect_failure, inputs, mpirun  # noqa: F401
+from test_train_main import (binary, data, expect_failure, inputs, mpirun,  # noqa: F401
+                             nvme_binary, nvme_data)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import full_disk  # noqa: E402
@@ -57,4 +60,20 @@ def test_save_state_to_a_new_directory_on_a_full_disk(data, disk):
                     "--save-state", disk.path / "new" / "state", env=disk.env())
     expect_failure(result, f"--save-state: {disk.path / 'new' / 'state' / 'w.npy'}: "
                    "No space left on device")
+    assert sorted(p.name for p in disk.path.iterdir()) == before
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_nvme_offload_files_on_a_full_disk(nvme_data, disk, ranks):
+    """No room for the offload files: each rank's error names its file and
+    the reason, and no folder is left."""
+    directory, _, _ = nvme_data
+    disk.fill(0)
+    before = sorted(p.name for p in disk.path.iterdir())
+    result = mpirun(ranks, nvme_binary(ranks), *inputs(directory), "--weights",
+                    directory / "weights", "--nvme-path", disk.path, env=disk.env())
+    assert result.returncode != 0, result.stdout
+    assert re.search(rf"sharc: rank \d: error: NVMe offload: {re.escape(str(disk.path))}/"
+                     rf"sharc-swap-rank-\d-of-{ranks}\.\d+/w\.momentum\.swp: cannot reserve "
+                     r"4096 bytes: No space left on device", result.stderr), result.stderr
     assert sorted(p.name for p in disk.path.iterdir()) == before

@@ -274,7 +274,7 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
     argv.append({"-o", binary.str()});
     for (const std::string &lib : splitList(SHARC_CUDA_RUNTIME_LIBS))
       argv.push_back(lib);
-    // NCCL, cuBLASLt, cudart, MPI, BLAS and the rpath flags.
+    // NCCL, cuBLASLt, cudart, MPI, BLAS, liburing and the rpath flags.
     for (const std::string &lib : splitList(SHARC_CUDA_LINK_LIBS))
       argv.push_back(lib);
     return argv;
@@ -299,6 +299,9 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
   for (const std::string &lib : splitList(SHARC_MPI_LIBS))
     argv.push_back(lib);
   for (const std::string &lib : splitList(SHARC_BLAS_LIBS))
+    argv.push_back(lib);
+  // NVMe offload's io_uring (runtime/Swap.cpp).
+  for (const std::string &lib : splitList(SHARC_URING_LIBS))
     argv.push_back(lib);
   return argv;
 }
@@ -341,6 +344,17 @@ llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
   return array;
 }
 
+/// The bytes of device memory a rank holds (on the CPU target, host
+/// memory): the arena, the communicator's staging and every persistent
+/// buffer not offloaded to NVMe.
+int64_t deviceBytes(const ProgramReport &report) {
+  int64_t bytes = report.arenaBytes + report.stagingBytes;
+  for (const ReportBuffer &buffer : report.buffers)
+    if (!buffer.offloaded)
+      bytes += buffer.bytes;
+  return bytes;
+}
+
 /// Prints the --report lines of `report` to `os`.
 void printReport(const ProgramReport &report, const EmitOptions &options,
                  llvm::raw_ostream &os) {
@@ -358,6 +372,15 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
   os << "report: per rank: parameter bytes " << report.paramBytes
      << ", gradient bytes " << report.gradientBytes
      << ", optimizer state bytes " << report.stateBytes << "\n";
+  // Where each rank's bytes live, and what moves between the places.
+  os << "report: per rank memory: " << options.target << " device "
+     << deviceBytes(report) << " bytes (arena, staging and buffers"
+     << (options.target == "cpu" ? "; the CPU target's device memory is the "
+                                   "host's"
+                                 : "")
+     << "), pinned host 0, NVMe " << report.nvmeBytes
+     << "; moved per step: PCIe 0, NVMe read " << report.swapReadBytes
+     << " written " << report.swapWriteBytes << "\n";
   if (options.zeroStage == 1 || options.zeroStage == 2)
     os << "report: ZeRO stage " << options.zeroStage
        << ": each rank holds the optimizer state of its slice of every "
@@ -480,8 +503,13 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   FailureOr<TrainingOptions> options = resolveTrainingOptions(model.entry);
   if (failed(options))
     return 1;
-  bool offload = options->offloadOptimizer != OffloadDevice::none ||
+  bool nvme = options->offloadOptimizer == OffloadDevice::nvme;
+  bool offload = (options->offloadOptimizer != OffloadDevice::none && !nvme) ||
                  options->offloadParam != OffloadDevice::none;
+  if (cuda && nvme)
+    return fail("zero_optimization.offload_optimizer: offload to NVMe is "
+                "not supported yet on the CUDA target (it is on the CPU "
+                "target)");
   if (cuda && offload)
     return fail(Twine("zero_optimization.") +
                 (options->offloadOptimizer != OffloadDevice::none
@@ -507,7 +535,9 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                                                         : options->overlapComm;
   buildCompilePipeline(pm, flags->fuse, overlap,
                        {options->maxReuseDistance, options->prefetchBucketSize,
-                        options->maxLiveParameters});
+                        options->maxLiveParameters},
+                       {nvme, options->subGroupSize, options->pipelineRead,
+                        options->pipelineWrite});
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
@@ -518,6 +548,11 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   EmitOptions emit = *programOptions;
   emit.target = cuda ? "cuda" : "cpu";
   emit.model = modelPath.str();
+  emit.nvmePath = options->nvmePath;
+  emit.aioBlockSize = options->aio.blockSize;
+  emit.aioQueueDepth = options->aio.queueDepth;
+  emit.aioSingleSubmit = options->aio.singleSubmit;
+  emit.aioOverlapEvents = options->aio.overlapEvents;
   std::string source;
   ProgramReport report;
   {
@@ -543,6 +578,16 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << "): on the CPU target the device memory is the host's, "
                       "so nothing moves and the bytes above stay where they "
                       "are\n";
+    if (nvme)
+      llvm::outs() << "report: ZeRO-Offload to NVMe (optimizer state): each "
+                      "rank keeps its optimizer state in files under '"
+                   << options->nvmePath
+                   << "' and streams it through the update in sub-groups of "
+                      "at least "
+                   << options->subGroupSize << " elements (reads "
+                   << (options->pipelineRead ? "" : "not ")
+                   << "pipelined, writes "
+                   << (options->pipelineWrite ? "" : "not ") << "pipelined)\n";
   };
   if (plan) {
     printAll();
@@ -572,6 +617,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                              {"bytes", buffer.bytes}};
     if (buffer.role == "param")
       entry["trainable"] = buffer.trainable;
+    entry["storage"] = buffer.offloaded ? "nvme" : "device";
     if (buffer.fileShape != buffer.shape)
       entry["file_shape"] = shapeJson(buffer.fileShape);
     if (buffer.role == "param" || buffer.role == "state") {
@@ -616,6 +662,11 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"optimizer_state_bytes", report.stateBytes},
       {"compute_copy_bytes", report.computeCopyBytes},
       {"gathered_parameter_peak_bytes", report.gatheredParameterPeakBytes},
+      {"device_bytes", deviceBytes(report)},
+      {"nvme_bytes", report.nvmeBytes},
+      {"nvme_read_bytes_per_step", static_cast<int64_t>(report.swapReadBytes)},
+      {"nvme_write_bytes_per_step",
+       static_cast<int64_t>(report.swapWriteBytes)},
       {"kernels", report.numKernels},
       {"gemm_calls_per_step", report.numGemmCalls},
       {"gemm_epilogues_per_step", report.numGemmEpilogues},

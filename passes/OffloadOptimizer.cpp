@@ -1,0 +1,263 @@
+//===- OffloadOptimizer.cpp - sharc-offload-optimizer ---------------------===//
+//
+// ZeRO-Offload to NVMe as a rewrite of the step: each parameter's optimizer
+// state (Adam's moments, SGD's momentum) lives in a file of its rank's between
+// steps.  The update reads it through a swap-in (start, wait) placed before
+// its first reader and writes the new value through a swap-out (start, wait)
+// placed after the op that computes it; the parameters form sub-groups, as
+// DeepSpeed's stage 3 forms them, so that the arena holds the state of a
+// sub-group or two at a time, and the next sub-group's reads overlap the
+// current one's update (docs/offload.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "ir/SharcOps.h"
+
+#include "llvm/ADT/MapVector.h"
+
+namespace sharc {
+#define GEN_PASS_DEF_OFFLOADOPTIMIZER
+#include "passes/Passes.h.inc"
+} // namespace sharc
+
+using namespace mlir;
+using namespace sharc;
+
+namespace {
+
+/// One offloaded argument: its value before the step and the value the step
+/// returns for it.
+struct OffloadedState {
+  BlockArgument arg;
+  /// The return operand that is the argument's new value.
+  unsigned result;
+  Value newValue;
+  /// The earliest op of the block that reads the argument (null if none).
+  Operation *firstReader = nullptr;
+};
+
+/// The optimizer state of one parameter.
+struct Unit {
+  SmallVector<OffloadedState> states;
+  /// Elements of one state tensor: this rank's slice of the parameter.
+  int64_t elements = 0;
+  /// Where the unit's update starts: its earliest reader, or the earliest
+  /// op computing a new value when nothing reads the old one.
+  Operation *anchor = nullptr;
+};
+
+/// True when `a` runs before `b` (ops of one block; null runs last).
+bool runsBefore(Operation *a, Operation *b) {
+  if (!a || !b)
+    return a && !b;
+  return a != b && a->isBeforeInBlock(b);
+}
+
+/// The ops of `block` where `arg` is read: the top-level op containing each
+/// user, or, for an op computed inside its users' kernels, those users'.
+FailureOr<SmallVector<Operation *>> readersOf(BlockArgument arg, Block &block) {
+  SmallVector<Operation *> readers;
+  for (Operation *user : arg.getUsers()) {
+    Operation *top = block.findAncestorOpInBlock(*user);
+    if (!top || isa<MicroBatchLoopOp>(top))
+      return failure();
+    if (isa<func::ReturnOp>(top))
+      continue;
+    if (top->hasAttr("sharc.fuse_into"))
+      llvm::append_range(readers, readSites(top, block));
+    else
+      readers.push_back(top);
+  }
+  return readers;
+}
+
+} // namespace
+
+LogicalResult
+sharc::offloadOptimizerState(func::FuncOp func,
+                             const OptimizerOffloadOptions &options) {
+  if (func.getSymName() != "train_step" || func.isExternal())
+    return success();
+  if (!func.getBody().hasOneBlock())
+    return func.emitError()
+           << "sharc-offload-optimizer: @train_step has "
+           << func.getBody().getBlocks().size() << " blocks; it needs one";
+  if (options.subGroupSize < 1)
+    return func.emitError() << "sharc-offload-optimizer: sub-group-size must "
+                               "be positive, got "
+                            << options.subGroupSize;
+  Block &block = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  MLIRContext *context = func.getContext();
+  auto nvme = StorageAttr::get(context, Storage::nvme);
+
+  // The units, by parameter, in the order their updates run.
+  llvm::MapVector<StringRef, Unit> units;
+  for (BlockArgument arg : block.getArguments()) {
+    unsigned index = arg.getArgNumber();
+    auto state = func.getArgAttrOfType<StateAttr>(
+        index, SharcDialect::getStateAttrName());
+    if (!state || state.getParam().empty() ||
+        func.getArgAttr(index, SharcDialect::getStorageAttrName()))
+      continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    OffloadedState entry{arg, 0, Value()};
+    std::optional<unsigned> result;
+    for (unsigned r = 0, e = func.getNumResults(); r < e; ++r)
+      if (func.getResultAttr(r, SharcDialect::getStateAttrName()) == state)
+        result = r;
+    if (!result)
+      return func.emitError()
+             << "sharc-offload-optimizer: argument #" << index << " (" << state
+             << ") has no result holding its new value";
+    entry.result = *result;
+    entry.newValue = ret.getOperand(*result);
+    FailureOr<SmallVector<Operation *>> readers = readersOf(arg, block);
+    if (failed(readers))
+      return func.emitError()
+             << "sharc-offload-optimizer: argument #" << index << " (" << state
+             << ") is read inside the micro-batch loop; only state the "
+                "update reads once per step can be offloaded";
+    for (Operation *reader : *readers)
+      if (!entry.firstReader || reader->isBeforeInBlock(entry.firstReader))
+        entry.firstReader = reader;
+    Operation *producer = nullptr;
+    if (entry.newValue != arg) {
+      producer = entry.newValue.getDefiningOp();
+      if (!producer || producer->getBlock() != &block)
+        return func.emitError()
+               << "sharc-offload-optimizer: the new value of argument #"
+               << index << " (" << state
+               << ") is not computed by an op of the step's body";
+    }
+    Unit &unit = units[state.getParam()];
+    unit.elements = std::max(unit.elements, type.getNumElements());
+    for (Operation *op : {entry.firstReader, producer})
+      if (op && (!unit.anchor || op->isBeforeInBlock(unit.anchor)))
+        unit.anchor = op;
+    unit.states.push_back(entry);
+  }
+  if (units.empty())
+    return success();
+  SmallVector<Unit *> ordered;
+  for (auto &[name, unit] : units)
+    ordered.push_back(&unit);
+  llvm::stable_sort(ordered, [](Unit *a, Unit *b) {
+    return runsBefore(a->anchor, b->anchor);
+  });
+
+  // Sub-groups: consecutive units, each group closed once it holds at least
+  // subGroupSize elements (DeepSpeed 0.19.8's _create_fp16_sub_groups).
+  SmallVector<SmallVector<Unit *>> groups(1);
+  int64_t elements = 0;
+  for (Unit *unit : ordered) {
+    groups.back().push_back(unit);
+    elements += unit->elements;
+    if (elements >= options.subGroupSize && unit != ordered.back()) {
+      groups.emplace_back();
+      elements = 0;
+    }
+  }
+
+  OpBuilder builder(context);
+  // The reads of a group start where `readPoint` says (or just before the
+  // group's first reader), its waits stand just before that reader; with
+  // pipelineRead the next group's reads start right after them.
+  Operation *readPoint = nullptr;
+  // The waits of the previous group's writes, to be placed before this
+  // group's first write (pipelineWrite).
+  SmallVector<std::pair<SwapOutStartOp, unsigned>> pendingWrites;
+  auto placeWrites = [&](Operation *before) {
+    for (auto [start, result] : pendingWrites) {
+      builder.setInsertionPoint(before ? before : start->getNextNode());
+      if (before && before->isBeforeInBlock(start))
+        builder.setInsertionPointAfter(start);
+      auto wait = WaitOp::create(builder, start.getLoc(), start.getFuture());
+      ret.setOperand(result, wait.getResult());
+    }
+    pendingWrites.clear();
+  };
+  for (SmallVector<Unit *> &group : groups) {
+    // Reads.
+    Operation *first = nullptr;
+    for (Unit *unit : group)
+      for (OffloadedState &state : unit->states)
+        if (runsBefore(state.firstReader, first))
+          first = state.firstReader;
+    SmallVector<std::pair<SwapInStartOp, BlockArgument>> reads;
+    if (first) {
+      if (readPoint && !first->isBeforeInBlock(readPoint))
+        builder.setInsertionPointAfter(readPoint);
+      else
+        builder.setInsertionPoint(first);
+      for (Unit *unit : group)
+        for (OffloadedState &state : unit->states)
+          if (state.firstReader)
+            reads.push_back(
+                {SwapInStartOp::create(builder, state.arg.getLoc(), state.arg),
+                 state.arg});
+      builder.setInsertionPoint(first);
+      Operation *lastWait = nullptr;
+      for (auto [start, arg] : reads) {
+        auto wait = WaitOp::create(builder, start.getLoc(), start.getFuture());
+        arg.replaceUsesWithIf(wait.getResult(), [&](OpOperand &use) {
+          return use.getOwner() != start.getOperation() &&
+                 !isa<func::ReturnOp>(use.getOwner());
+        });
+        lastWait = wait;
+      }
+      readPoint = options.pipelineRead ? lastWait : nullptr;
+    }
+    // Writes: each new value right after the op computing it.
+    SwapOutStartOp firstWrite;
+    SmallVector<std::pair<SwapOutStartOp, unsigned>> writes;
+    // After the producer, in the order of the arguments.
+    DenseMap<Operation *, Operation *> lastWriteAfter;
+    for (Unit *unit : group)
+      for (OffloadedState &state : unit->states) {
+        if (state.newValue == state.arg)
+          continue;
+        Operation *producer = state.newValue.getDefiningOp();
+        builder.setInsertionPointAfter(
+            lastWriteAfter.lookup_or(producer, producer));
+        auto start = SwapOutStartOp::create(builder, state.newValue.getLoc(),
+                                            state.newValue, state.arg);
+        lastWriteAfter[producer] = start;
+        writes.push_back({start, state.result});
+        if (!firstWrite || start->isBeforeInBlock(firstWrite))
+          firstWrite = start;
+      }
+    // One group's writes in flight: the previous group's are waited for
+    // before this group's first write starts.
+    placeWrites(firstWrite);
+    pendingWrites = std::move(writes);
+    if (!options.pipelineWrite)
+      placeWrites(nullptr);
+  }
+  placeWrites(ret);
+  for (auto &[name, unit] : units)
+    for (OffloadedState &state : unit.states)
+      func.setArgAttr(state.arg.getArgNumber(),
+                      SharcDialect::getStorageAttrName(), nvme);
+  return success();
+}
+
+namespace {
+struct OffloadOptimizerPass
+    : sharc::impl::OffloadOptimizerBase<OffloadOptimizerPass> {
+  using OffloadOptimizerBase::OffloadOptimizerBase;
+
+  void runOnOperation() override {
+    OptimizerOffloadOptions options;
+    options.nvme = true;
+    options.subGroupSize = subGroupSize;
+    options.pipelineRead = pipelineRead;
+    options.pipelineWrite = pipelineWrite;
+    for (auto func : getOperation().getOps<func::FuncOp>())
+      if (failed(offloadOptimizerState(func, options)))
+        return signalPassFailure();
+  }
+};
+} // namespace
