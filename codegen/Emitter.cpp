@@ -74,6 +74,16 @@ void ProgramEmitter::launch(const KernelText &kernel, int64_t count) {
       kernelNames.try_emplace(text, "K" + str(kernelNames.size()));
   if (inserted)
     kernelDefinitions += "struct " + it->second + text + "\n";
+  // A kernel of an op run on the host (ZeRO-Offload to the CPU): by the
+  // host's threads, on host memory, never grouped with device launches.
+  if (hostLaunch) {
+    body() += "  sharc::kern::launchHost(ctx, " + str(count) + ", " +
+              str(kernel.work) + ", " + it->second + "{" +
+              llvm::join(kernel.arguments, ", ") + "});\n";
+    report.numKernelLaunches += repeat;
+    ++computeCalls;
+    return;
+  }
   // Join the pending run when this is the same kernel, it writes only
   // persistent buffers (distinct allocations, never arena memory that the
   // plan may share with what the run reads), and it touches nothing the run
@@ -168,8 +178,10 @@ LogicalResult ProgramEmitter::collectBuffers() {
              << "code generation: argument '" << buffer.name << "' has type "
              << arg.getType() << "; f16/bf16 programs are not supported yet";
     if (auto storage = step.getArgAttrOfType<StorageAttr>(
-            i, SharcDialect::getStorageAttrName()))
+            i, SharcDialect::getStorageAttrName())) {
       buffer.offloaded = storage.getValue() == Storage::nvme;
+      buffer.inHost = storage.getValue() == Storage::host;
+    }
     // A ZeRO slice (sharc-zero): its file holds the whole tensor.
     buffer.fileShape = buffer.shape;
     if (SliceAttr slice = getSliceAttr(step, i)) {
@@ -294,7 +306,12 @@ FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
   if (!offsets || offsets.size() <= index || offsets[index] < 0)
     return op->emitError() << "code generation: result " << index
                            << " has no arena offset (run sharc-plan-memory)";
-  return "(ctx->arena + " + str(offsets[index]) + ")";
+  // Values in host memory (ZeRO-Offload to the CPU) are in the host arena.
+  auto transfer = dyn_cast<TransferStartOp>(op);
+  bool host = op->hasAttr("sharc.on_host") ||
+              (transfer && transfer.getTo() == Storage::host);
+  return std::string(host ? "(ctx->hostArena + " : "(ctx->arena + ") +
+         str(offsets[index]) + ")";
 }
 
 FailureOr<std::string> ProgramEmitter::typedPointer(Value value) {
@@ -457,6 +474,24 @@ LogicalResult ProgramEmitter::emitSwap(Operation *op, Value argument,
   return success();
 }
 
+LogicalResult ProgramEmitter::emitTransfer(TransferStartOp op) {
+  FailureOr<std::string> src = pointerTo(op.getOperand()),
+                         dest = pointerTo(op.getFuture());
+  if (failed(src) || failed(dest))
+    return failure();
+  bool toHost = op.getTo() == Storage::host;
+  uint64_t bytes = tensorType(op.getOperand()).getNumElements() *
+                   elementBytes(elementOf(op.getOperand()));
+  std::string ticket = "ticket" + str(tickets.size());
+  tickets[op.getFuture()] = ticket;
+  transferFutures.insert(op.getFuture());
+  body() += "  const uint64_t " + ticket +
+            " = sharc::kern::transferStart(ctx, " + *dest + ", " + *src + ", " +
+            str(bytes) + ", " + (toHost ? "true" : "false") + ");\n";
+  report.transferBytes += repeat * bytes;
+  return success();
+}
+
 LogicalResult ProgramEmitter::emitWait(WaitOp op) {
   auto ticket = tickets.find(op.getFuture());
   if (ticket == tickets.end())
@@ -464,6 +499,10 @@ LogicalResult ProgramEmitter::emitWait(WaitOp op) {
                              "has not started";
   if (swapFutures.contains(op.getFuture())) {
     body() += "  ctx->swap->wait(" + ticket->second + ");\n";
+    return success();
+  }
+  if (transferFutures.contains(op.getFuture())) {
+    body() += "  sharc::kern::transferWait(ctx, " + ticket->second + ");\n";
     return success();
   }
   body() += "  ctx->comm->wait(" + ticket->second + ");\n";
@@ -567,8 +606,12 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
            AllGatherOp, AllGatherStartOp, WaitOp, func::ReturnOp>(op))
     return op->emitError() << "code generation: '" << op->getName()
                            << "' on f16/bf16 tensors is not supported yet";
-  if (isFusibleElementwiseOp(op) || isa<FusionOp>(op))
-    return emitElementwise(op);
+  if (isFusibleElementwiseOp(op) || isa<FusionOp>(op)) {
+    hostLaunch = op->hasAttr("sharc.on_host");
+    LogicalResult emitted = emitElementwise(op);
+    hostLaunch = false;
+    return emitted;
+  }
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ConstantOp) { return success(); })
       .Case([&](MatmulOp op) {
@@ -691,6 +734,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
         return emitSliceCollective(op, op.getRanks(), std::nullopt);
       })
       .Case([&](ShardOp op) { return emitShard(op); })
+      .Case([&](TransferStartOp op) { return emitTransfer(op); })
       .Case([&](SwapInStartOp op) {
         return emitSwap(op, op.getOperand(), op.getFuture(), /*read=*/true);
       })
@@ -755,8 +799,9 @@ LogicalResult ProgramEmitter::emitReturn(func::ReturnOp ret) {
     int64_t bytes = numElements(buffer.shape) * elementBytes(buffer.element);
     std::string dest = "ctx->buffers[" + str(target) + "]";
     if (*src != dest)
-      body() += "  sharc::kern::copy(ctx, " + dest + ", " + *src + ", " +
-                str(bytes) + ");\n";
+      body() += std::string("  sharc::kern::") +
+                (buffer.inHost ? "copyHost(" : "copy(ctx, ") + dest + ", " +
+                *src + ", " + str(bytes) + ");\n";
   }
   return success();
 }
@@ -836,6 +881,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
 
   report.numKernels = static_cast<int>(kernelNames.size());
   report.arenaBytes = *arenaBytes;
+  if (auto host = step->getAttrOfType<IntegerAttr>("sharc.host_arena_bytes"))
+    report.hostArenaBytes = host.getInt();
   // Every parameter and state buffer gets a file of its own, whatever the
   // model calls its tensors (an initializer named "step", names that differ
   // only in characters a file name cannot hold).
@@ -860,8 +907,11 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.trainable = buffer.trainable;
     entry.initialValue = buffer.initialValue;
     entry.offloaded = buffer.offloaded;
+    entry.inHost = buffer.inHost;
     if (buffer.offloaded)
       report.nvmeBytes += rt::swapBytes(entry.bytes);
+    if (buffer.inHost)
+      report.hostBytes += entry.bytes;
     if (buffer.role == "param") {
       report.paramBytes += entry.bytes;
       // From ZeRO stage 2 on a rank keeps only its slice of each gradient
@@ -919,7 +969,10 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     for (auto [d, size] : llvm::enumerate(buffer.fileShape))
       os << (d ? ", " : "") << size;
     os << "}, sharc::rt::BufferStorage::"
-       << (buffer.offloaded ? "nvme" : "device") << "},\n";
+       << (buffer.offloaded ? "nvme"
+           : buffer.inHost  ? "host"
+                            : "device")
+       << "},\n";
   }
   os << "};\n\n";
   os << "const sharc::rt::ProgramInfo info = {\n"
@@ -941,7 +994,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << ", " << options.aioQueueDepth << ", "
      << (options.aioSingleSubmit ? "true" : "false") << ", "
      << (options.aioOverlapEvents ? "true" : "false") << ", "
-     << report.swapReadBytes << "u, " << report.swapWriteBytes << "u}"
+     << report.swapReadBytes << "u, " << report.swapWriteBytes << "u},\n  "
+     << report.hostArenaBytes << ", " << report.transferBytes << "u"
      << "};\n} // namespace\n\n";
   os << "extern \"C\" const sharc::rt::ProgramInfo *sharcProgramInfo() {\n"
      << "  return &info;\n}\n\n"

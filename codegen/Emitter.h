@@ -64,6 +64,9 @@ struct ReportBuffer {
   /// True for state that lives on NVMe between steps (sharc-offload-
   /// optimizer), not in device memory.
   bool offloaded = false;
+  /// True for state that lives in (pinned) host memory (ZeRO-Offload to the
+  /// CPU: `#sharc.storage<host>`).
+  bool inHost = false;
   /// State only: the value of every element before the first step
   /// (`#sharc.state<..., init = V>`).
   double initialValue = 0;
@@ -111,6 +114,12 @@ struct ProgramReport {
   uint64_t swapReadBytes = 0;
   uint64_t swapWriteBytes = 0;
   int64_t nvmeBytes = 0;
+  /// ZeRO-Offload to the CPU: the bytes of the buffers kept in host memory
+  /// and of the host arena (the values of the ops run on the host), and the
+  /// bytes copied between device and host memory per step (PCIe on CUDA).
+  int64_t hostBytes = 0;
+  int64_t hostArenaBytes = 0;
+  uint64_t transferBytes = 0;
   /// The host communicator's staging (CPU target): the largest reduction's
   /// every-rank parts, N ceil(count / N) elements (runtime/Communicator.cpp,
   /// reduceSlicesAs); 0 on CUDA (NCCL reduces in place) and on one rank.

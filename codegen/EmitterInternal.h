@@ -254,6 +254,9 @@ private:
     /// set by sharc-offload-optimizer), read and written whole through
     /// ctx->swap.
     bool offloaded = false;
+    /// True when the buffer lives in (pinned) host memory
+    /// (`#sharc.storage<host>`): only kernels run on the host touch it.
+    bool inHost = false;
   };
 
   LogicalResult collectBuffers();
@@ -353,6 +356,9 @@ private:
   /// into `memory` (the future's), or a write from `memory` (the new value).
   LogicalResult emitSwap(Operation *op, Value argument, Value memory,
                          bool read);
+  /// A started copy between device and host memory (ZeRO-Offload to the
+  /// CPU), whose future its wait names.
+  LogicalResult emitTransfer(TransferStartOp op);
   /// Fails unless a collective (or shard) over `ranks` ranks matches the
   /// world size the program is compiled for.
   LogicalResult checkGroup(Operation *op, int64_t ranks);
@@ -404,8 +410,12 @@ private:
   /// The ticket variable of each started collective, by its future.
   llvm::DenseMap<Value, std::string> tickets;
   /// The futures of started NVMe reads and writes (waited for through
-  /// ctx->swap, not ctx->comm).
-  llvm::DenseSet<Value> swapFutures;
+  /// ctx->swap, not ctx->comm) and of copies between device and host memory
+  /// (sharc::kern::transferWait).
+  llvm::DenseSet<Value> swapFutures, transferFutures;
+  /// True while the kernels of an op that runs on the host (`sharc.on_host`)
+  /// are emitted: launch() emits them as host launches.
+  bool hostLaunch = false;
   /// Compute calls (kernel launches and GEMM calls) emitted so far, and for
   /// each started collective, by its future, the count at its start and its
   /// report entry (ProgramReport::schedule, filled in at its wait).

@@ -159,8 +159,9 @@ std::optional<LogicalResult> eval::evalCollectiveOp(const OpCall &call) {
         call.result() = call.operand(0);
         return success();
       })
-      // Offloaded state moves between a file and device memory unchanged.
-      .Case<SwapInStartOp, SwapOutStartOp>([&](Operation *) {
+      // Offloaded state moves between a file, host and device memory
+      // unchanged.
+      .Case<SwapInStartOp, SwapOutStartOp, TransferStartOp>([&](Operation *) {
         call.result() = call.operand(0);
         return success();
       })

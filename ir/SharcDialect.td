@@ -155,7 +155,8 @@ def Sharc_CollectiveKindAttr
 
 def Sharc_Storage : I32EnumAttr<"Storage",
     "where a training-state argument lives between steps", [
-    I32EnumAttrCase<"device", 0>, I32EnumAttrCase<"nvme", 1>]> {
+    I32EnumAttrCase<"device", 0>, I32EnumAttrCase<"nvme", 1>,
+    I32EnumAttrCase<"host", 2>]> {
   let cppNamespace = "::sharc";
   let genSpecializedAttr = 0;
 }
@@ -167,7 +168,10 @@ def Sharc_StorageAttr : EnumAttr<Sharc_Dialect, Sharc_Storage, "storage"> {
     the state lives in a file of this rank's on NVMe, not in device memory.
     The step reads it only through `sharc.swap_in_start` and writes its new
     value only through `sharc.swap_out_start`; the verifier checks both.
-    `device` (the default when the attribute is absent) is device memory.
+    `host`: the state lives in (pinned) host memory, and only ops that run
+    on the host (marked `sharc.on_host`) read it; `sharc.transfer_start`
+    copies values between the two memories.  `device` (the default when the
+    attribute is absent) is device memory.
   }];
   let assemblyFormat = "`<` $value `>`";
 }

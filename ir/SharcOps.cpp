@@ -106,6 +106,8 @@ LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
                 "only";
     if (region.empty() || storage.getValue() == Storage::device)
       return success();
+    if (storage.getValue() == Storage::host)
+      return verifyHostValueUses(region.front().getArgument(argIndex));
     // An offloaded argument has no device memory: it is read by swapping it
     // in and written by swapping its new value out, nothing else.
     for (OpOperand &use : region.front().getArgument(argIndex).getUses()) {
@@ -195,6 +197,23 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << name << "' applies to transposes only";
     return success();
   }
+  if (name == "sharc.on_host") {
+    // ZeRO-Offload to the CPU: a kernel run by the host's threads, on values
+    // in host memory only (splat constants are inside a fusion's body).
+    if (!isa<UnitAttr>(value) || !isa<FusionOp>(op))
+      return op->emitError()
+             << "'" << name << "' is a unit attribute of sharc.fusion";
+    for (auto [i, operand] : llvm::enumerate(op->getOperands()))
+      if (!isHostValue(operand))
+        return op->emitError()
+               << "runs on the host (sharc.on_host) but operand #" << i
+               << " is in device memory; transfer it to the host first "
+                  "(sharc.transfer_start)";
+    for (Value result : op->getResults())
+      if (failed(verifyHostValueUses(result)))
+        return failure();
+    return success();
+  }
   if (name == "sharc.parameter_gather") {
     if (!isa<UnitAttr>(value) || !isa<AllGatherOp, AllGatherStartOp>(op))
       return op->emitError() << "'" << name
@@ -232,7 +251,7 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
              << TrainingOptions::kMaxZeroStage << "] on a function";
     return success();
   }
-  if (name == "sharc.arena_bytes") {
+  if (name == "sharc.arena_bytes" || name == "sharc.host_arena_bytes") {
     if (!isa<FunctionOpInterface>(op))
       return op->emitError() << "'" << name << "' applies to functions only";
     return nonNegative();
@@ -453,6 +472,65 @@ std::optional<unsigned> sharc::getUpdatedArgument(Operation *op,
         return i;
   }
   return std::nullopt;
+}
+
+bool sharc::isHostValue(Value value) {
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto func =
+        dyn_cast_or_null<FunctionOpInterface>(arg.getOwner()->getParentOp());
+    if (!func || arg.getOwner() != &func.getFunctionBody().front())
+      return false;
+    auto storage = func.getArgAttrOfType<StorageAttr>(
+        arg.getArgNumber(), SharcDialect::getStorageAttrName());
+    return storage && storage.getValue() == Storage::host;
+  }
+  Operation *def = value.getDefiningOp();
+  if (def->hasAttr("sharc.on_host"))
+    return true;
+  if (auto reshape = dyn_cast<ReshapeOp>(def))
+    return isHostValue(reshape.getOperand());
+  if (auto wait = dyn_cast<WaitOp>(def))
+    if (auto transfer = wait.getFuture().getDefiningOp<TransferStartOp>())
+      return transfer.getTo() == Storage::host;
+  return false;
+}
+
+LogicalResult sharc::verifyHostValueUses(Value value) {
+  for (OpOperand &use : value.getUses()) {
+    Operation *user = use.getOwner();
+    if (user->hasAttr("sharc.on_host"))
+      continue;
+    if (isa<ReshapeOp>(user)) {
+      if (failed(verifyHostValueUses(user->getResult(0))))
+        return failure();
+      continue;
+    }
+    if (auto transfer = dyn_cast<TransferStartOp>(user);
+        transfer && transfer.getTo() == Storage::device)
+      continue;
+    if (isa<func::ReturnOp>(user)) {
+      // Written into the buffer of state kept in host memory.
+      auto func = user->getParentOfType<FunctionOpInterface>();
+      std::optional<unsigned> updated =
+          getUpdatedArgument(func, use.getOperandNumber());
+      StorageAttr storage =
+          updated ? func.getArgAttrOfType<StorageAttr>(
+                        *updated, SharcDialect::getStorageAttrName())
+                  : StorageAttr();
+      if (storage && storage.getValue() == Storage::host)
+        continue;
+      return user->emitOpError()
+             << "returns a value in host memory as result #"
+             << use.getOperandNumber()
+             << ", whose buffer is device memory; transfer it to the device "
+                "first (sharc.transfer_start)";
+    }
+    return user->emitOpError()
+           << "reads a value in host memory but does not run on the host "
+              "(sharc.on_host); transfer it to the device first "
+              "(sharc.transfer_start)";
+  }
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -865,6 +943,23 @@ LogicalResult SwapOutStartOp::verify() {
       return emitOpError() << "stored value is read by '" << user->getName()
                            << "'; only the function's return may name it "
                               "(read it back with sharc.swap_in_start)";
+  return success();
+}
+
+LogicalResult TransferStartOp::verify() {
+  if (getTo() == Storage::nvme)
+    return emitOpError() << "transfers between device and host memory; "
+                            "NVMe is reached through sharc.swap_in_start and "
+                            "sharc.swap_out_start";
+  if (failed(verifyWaitedOnce(*this, getFuture())))
+    return failure();
+  bool toHost = getTo() == Storage::host;
+  if (isHostValue(getOperand()) == toHost)
+    return emitOpError() << "copies a value already in "
+                         << (toHost ? "host" : "device") << " memory to "
+                         << (toHost ? "the host" : "the device");
+  if (toHost)
+    return verifyHostValueUses((*getFuture().user_begin())->getResult(0));
   return success();
 }
 

@@ -143,6 +143,18 @@ mlir::Operation *getLastGatheredReader(mlir::Value gathered,
 std::optional<unsigned> getUpdatedArgument(mlir::Operation *func,
                                            unsigned result);
 
+/// ZeRO-Offload to the CPU: true when `value` is in host memory: an argument
+/// kept there (`#sharc.storage<host>`), a result of an op that runs on the
+/// host (`sharc.on_host`), the wait of a `sharc.transfer_start` to the host,
+/// or a reshape (a view) of one of these.
+bool isHostValue(mlir::Value value);
+
+/// Checks that every reader of `value`, a value in host memory, may read it:
+/// an op that runs on the host, a reshape (whose readers are checked in
+/// turn), a transfer to the device, or the return of the new value of state
+/// kept in host memory.  Reports the first other reader as an error.
+mlir::LogicalResult verifyHostValueUses(mlir::Value value);
+
 } // namespace sharc
 
 #endif // SHARC_IR_SHARCOPS_H

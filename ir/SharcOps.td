@@ -820,6 +820,35 @@ def Sharc_SwapOutStartOp : Sharc_Op<"swap_out_start", [
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Host memory (ZeRO-Offload to the CPU)
+//===----------------------------------------------------------------------===//
+
+def Sharc_TransferStartOp : Sharc_Op<"transfer_start", [
+    TypesMatchWith<"the future holds a tensor of the operand's type",
+                   "operand", "future",
+                   "::sharc::FutureType::get(::llvm::cast<::mlir::RankedTensorType>($_self))">]> {
+  let summary = "starts copying a tensor between device and host memory";
+  let description = [{
+    Copies `operand` to the memory `to` names (`host`: pinned host memory,
+    from device memory; `device`: device memory, from host memory); the one
+    `sharc.wait` of the returned future (in the same block) gives the copy.
+    A value in host memory is read only by ops that run on the host (marked
+    `sharc.on_host`), by a transfer back, or returned as the new value of
+    state kept in host memory (`#sharc.storage<host>`); the verifier checks
+    it.  The operand is read until the wait.  Evaluated, it is the operand.
+
+    ```mlir
+    %f = sharc.transfer_start %grad to <host> : tensor<1024xf32>
+    %g = sharc.wait %f : !sharc.future<tensor<1024xf32>>
+    ```
+  }];
+  let arguments = (ins Sharc_Tensor:$operand, Sharc_StorageAttr:$to);
+  let results = (outs Sharc_FutureType:$future);
+  let assemblyFormat = "$operand `to` $to attr-dict `:` type($operand)";
+  let hasVerifier = 1;
+}
+
 def Sharc_ShardOp : Sharc_Op<"shard", [Pure, InferTypeOpAdaptor]> {
   let summary = "this rank's slice of dimension 0, without communication";
   let description = [{

@@ -40,6 +40,9 @@ struct Buffer {
   /// The alignment of its offset: the pass's, or kSwapAlignment for memory
   /// that NVMe offload reads into or writes from (O_DIRECT).
   int64_t alignment = 0;
+  /// In the host arena (a value in host memory: ZeRO-Offload to the CPU)
+  /// rather than the device's.
+  bool host = false;
 };
 
 bool liveTogether(const Buffer &a, const Buffer &b) {
@@ -60,7 +63,7 @@ void place(Buffer &buffer, ArrayRef<Buffer *> placed) {
   int64_t alignment = buffer.alignment;
   SmallVector<Buffer *> conflicts;
   for (Buffer *other : placed)
-    if (liveTogether(buffer, *other))
+    if (other->host == buffer.host && liveTogether(buffer, *other))
       conflicts.push_back(other);
   llvm::sort(conflicts,
              [](Buffer *a, Buffer *b) { return a->offset < b->offset; });
@@ -234,6 +237,9 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
       Buffer buffer{result, nullptr, alignUp(bytes, alignment),
                     bytes,  at,      lastUse(result, at)};
       buffer.alignment = alignment;
+      auto transfer = dyn_cast<TransferStartOp>(op);
+      buffer.host = op.hasAttr("sharc.on_host") ||
+                    (transfer && transfer.getTo() == Storage::host);
       // NVMe offload reads whole file blocks, to memory aligned for
       // O_DIRECT.
       if (isa<SwapInStartOp>(op)) {
@@ -271,11 +277,12 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     for (Operation *user : op->getResult(0).getUsers())
       buffer.last = std::max(buffer.last, useIndex(user, *op->getBlock()));
   }
-  // A started reduce-scatter, all-gather or NVMe write reads its operand
-  // until its wait; an NVMe write reads whole file blocks, from memory
-  // aligned for O_DIRECT.
+  // A started reduce-scatter, all-gather, NVMe write or transfer between
+  // device and host memory reads its operand until its wait; an NVMe write
+  // reads whole file blocks, from memory aligned for O_DIRECT.
   for (Operation *op : order.ops) {
-    if (!isa<ReduceScatterStartOp, AllGatherStartOp, SwapOutStartOp>(op))
+    if (!isa<ReduceScatterStartOp, AllGatherStartOp, SwapOutStartOp,
+             TransferStartOp>(op))
       continue;
     Value root = aliasRoot(op->getOperand(0));
     root = sharesWith.lookup_or(root, root);
@@ -298,18 +305,19 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
   llvm::stable_sort(sorted,
                     [](Buffer *a, Buffer *b) { return a->size > b->size; });
   SmallVector<Buffer *> placed;
-  int64_t arenaBytes = 0;
+  int64_t arenaBytes = 0, hostArenaBytes = 0;
   for (Buffer *buffer : sorted) {
     place(*buffer, placed);
     placed.push_back(buffer);
     // The peak is the highest byte in use; padding after the topmost
     // tensor is never touched.
-    arenaBytes = std::max(arenaBytes, buffer->offset + buffer->bytes);
+    int64_t &peak = buffer->host ? hostArenaBytes : arenaBytes;
+    peak = std::max(peak, buffer->offset + buffer->bytes);
   }
 
   for (auto [i, a] : llvm::enumerate(buffers))
     for (const Buffer &b : ArrayRef(buffers).drop_front(i + 1))
-      if (liveTogether(a, b) && overlapInMemory(a, b))
+      if (a.host == b.host && liveTogether(a, b) && overlapInMemory(a, b))
         return func.emitError()
                << "sharc-plan-memory: internal error: the plan overlaps two "
                   "live values";
@@ -341,6 +349,9 @@ LogicalResult planFunction(func::FuncOp func, int64_t alignment) {
     op->setAttr("sharc.offsets", builder.getDenseI64ArrayAttr(resultOffsets));
   }
   func->setAttr("sharc.arena_bytes", builder.getI64IntegerAttr(arenaBytes));
+  if (llvm::any_of(buffers, [](const Buffer &buffer) { return buffer.host; }))
+    func->setAttr("sharc.host_arena_bytes",
+                  builder.getI64IntegerAttr(hostArenaBytes));
   return success();
 }
 

@@ -16,6 +16,7 @@
 #include "ir/SharcOps.h"
 
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace sharc {
 #define GEN_PASS_DEF_OFFLOADOPTIMIZER
@@ -71,6 +72,102 @@ FailureOr<SmallVector<Operation *>> readersOf(BlockArgument arg, Block &block) {
       readers.push_back(top);
   }
   return readers;
+}
+
+/// ZeRO-Offload to the CPU: the state of `units` stays in host memory, and
+/// the ops that read it (the optimizer update's fusions) run on the host.
+/// Each operand of those ops in device memory is copied to the host (its
+/// transfer starts right after the op computing it, or before the first
+/// host op reading it for an argument, and is waited for before that op);
+/// each of their results that an op in device memory reads (or the step
+/// returns into device memory) is copied back (started right after it,
+/// waited for before its first such reader).
+LogicalResult placeOnHost(func::FuncOp func, ArrayRef<Unit *> units) {
+  Block &block = func.getBody().front();
+  MLIRContext *context = func.getContext();
+  auto host = StorageAttr::get(context, Storage::host);
+  auto device = StorageAttr::get(context, Storage::device);
+  SetVector<Operation *> hostOps;
+  for (Unit *unit : units)
+    for (OffloadedState &state : unit->states) {
+      func.setArgAttr(state.arg.getArgNumber(),
+                      SharcDialect::getStorageAttrName(), host);
+      for (Operation *user : state.arg.getUsers()) {
+        Operation *top = block.findAncestorOpInBlock(*user);
+        if (isa<func::ReturnOp>(top))
+          continue;
+        if (!isa<FusionOp>(top) || top->hasAttr("sharc.fuse_into") ||
+            top->hasAttr("sharc.gemm_epilogue"))
+          return top->emitError()
+                 << "sharc-offload-optimizer: reads optimizer state kept in "
+                    "host memory but is not a kernel of its own that can run "
+                    "on the host";
+        hostOps.insert(top);
+      }
+    }
+  // In program order, so that a host op's operands from another host op
+  // are known to be host values.
+  SmallVector<Operation *> ordered(hostOps.begin(), hostOps.end());
+  llvm::sort(ordered,
+             [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  for (Operation *op : ordered)
+    op->setAttr("sharc.on_host", UnitAttr::get(context));
+  OpBuilder builder(context);
+  DenseMap<Value, Value> onHost;
+  for (Operation *op : ordered) {
+    for (OpOperand &operand : op->getOpOperands()) {
+      Value value = operand.get();
+      if (isHostValue(value))
+        continue;
+      Value &copy = onHost[value];
+      if (!copy) {
+        Operation *def = value.getDefiningOp();
+        if (def && def->getBlock() == &block)
+          builder.setInsertionPointAfter(def);
+        else
+          builder.setInsertionPoint(op);
+        auto start =
+            TransferStartOp::create(builder, value.getLoc(), value, host);
+        builder.setInsertionPoint(op);
+        copy = WaitOp::create(builder, value.getLoc(), start.getFuture());
+      }
+      operand.set(copy);
+    }
+  }
+  for (Operation *op : ordered)
+    for (Value result : op->getResults()) {
+      // Readers in device memory: ops not on the host, and the return of
+      // anything but state kept in host memory.
+      SmallVector<OpOperand *> deviceUses;
+      for (OpOperand &use : result.getUses()) {
+        Operation *user = use.getOwner();
+        if (user->hasAttr("sharc.on_host"))
+          continue;
+        if (isa<func::ReturnOp>(user))
+          if (std::optional<unsigned> updated =
+                  getUpdatedArgument(func, use.getOperandNumber()))
+            if (func.getArgAttr(*updated, SharcDialect::getStorageAttrName()) ==
+                host)
+              continue;
+        deviceUses.push_back(&use);
+      }
+      if (deviceUses.empty())
+        continue;
+      Operation *first = nullptr;
+      for (OpOperand *use : deviceUses) {
+        Operation *top = block.findAncestorOpInBlock(*use->getOwner());
+        if (!first || top->isBeforeInBlock(first))
+          first = top;
+      }
+      builder.setInsertionPointAfter(op);
+      auto start =
+          TransferStartOp::create(builder, result.getLoc(), result, device);
+      builder.setInsertionPoint(first);
+      auto wait = WaitOp::create(builder, result.getLoc(), start.getFuture());
+      for (OpOperand *use : deviceUses)
+        use->set(wait.getResult());
+    }
+  return success();
 }
 
 } // namespace
@@ -147,6 +244,8 @@ sharc::offloadOptimizerState(func::FuncOp func,
   llvm::stable_sort(ordered, [](Unit *a, Unit *b) {
     return runsBefore(a->anchor, b->anchor);
   });
+  if (options.device == OffloadDevice::cpu)
+    return placeOnHost(func, ordered);
 
   // Sub-groups: consecutive units, each group closed once it holds at least
   // subGroupSize elements (DeepSpeed 0.19.8's _create_fp16_sub_groups).
@@ -251,7 +350,16 @@ struct OffloadOptimizerPass
 
   void runOnOperation() override {
     OptimizerOffloadOptions options;
-    options.nvme = true;
+    if (device == "cpu")
+      options.device = OffloadDevice::cpu;
+    else if (device == "nvme")
+      options.device = OffloadDevice::nvme;
+    else {
+      getOperation().emitError()
+          << "sharc-offload-optimizer: device must be cpu or nvme, not '"
+          << device << "'";
+      return signalPassFailure();
+    }
     options.subGroupSize = subGroupSize;
     options.pipelineRead = pipelineRead;
     options.pipelineWrite = pipelineWrite;

@@ -221,10 +221,12 @@ struct ParameterGatherOptions {
   int64_t maxLiveParameters = 1000000000;
 };
 
-/// ZeRO-Offload of the optimizer state to NVMe (sharc-offload-optimizer):
-/// off unless `nvme`; the rest are the pass's options.
+/// ZeRO-Offload of the optimizer state (sharc-offload-optimizer): off with
+/// device `none`; `cpu` keeps it in host memory and runs its update on the
+/// host (the CUDA target's layout), `nvme` keeps it in files streamed
+/// through the update in sub-groups; the rest are the pass's options.
 struct OptimizerOffloadOptions {
-  bool nvme = false;
+  OffloadDevice device = OffloadDevice::none;
   int64_t subGroupSize = 1000000000;
   bool pipelineRead = true;
   bool pipelineWrite = true;

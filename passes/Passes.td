@@ -293,9 +293,9 @@ def ScheduleCollectives : Pass<"sharc-schedule-collectives",
 }
 
 def OffloadOptimizer : Pass<"sharc-offload-optimizer", "mlir::ModuleOp"> {
-  let summary = "ZeRO-Offload to NVMe: keeps each parameter's optimizer "
-                "state in a file and streams it through the update in "
-                "sub-groups";
+  let summary = "ZeRO-Offload: keeps each parameter's optimizer state in a "
+                "file streamed through the update in sub-groups (nvme), or "
+                "in host memory with its update run on the host (cpu)";
   let description = [{
     On `@train_step`, after sharc-schedule-collectives: every argument that
     is a parameter's optimizer state (`#sharc.state<"param", role>` with a
@@ -311,10 +311,18 @@ def OffloadOptimizer : Pass<"sharc-offload-optimizer", "mlir::ModuleOp"> {
     right after the current one's waits (they overlap its update); with
     `pipeline-write` each sub-group's writes are waited for just before the
     next sub-group's first write (else right after they start).  An
-    argument read inside the micro-batch loop is an error.  See
-    docs/offload.md.
+    argument read inside the micro-batch loop is an error.  With
+    `device=cpu` the state gets `#sharc.storage<host>` instead, the ops that
+    read it (the update's fusions) run on the host (`sharc.on_host`), their
+    operands in device memory are copied to the host
+    (`sharc.transfer_start`) and their results read in device memory copied
+    back.  See docs/offload.md.
   }];
   let options = [
+    Option<"device", "device", "std::string", "\"nvme\"",
+           "Where the state goes: nvme, or cpu (host memory; the ops that "
+           "read it run on the host, with their operands copied to the host "
+           "and their results read in device memory copied back)">,
     Option<"subGroupSize", "sub-group-size", "int64_t", "1000000000",
            "Close a sub-group once it holds this many elements of one state "
            "tensor (DeepSpeed's zero_optimization.sub_group_size)">,

@@ -72,8 +72,9 @@ void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
   schedule.prefetchBucketSize = gathers.prefetchBucketSize;
   schedule.maxLiveParameters = gathers.maxLiveParameters;
   pm.addPass(createScheduleCollectives(schedule));
-  if (offload.nvme) {
+  if (offload.device != OffloadDevice::none) {
     OffloadOptimizerOptions placement;
+    placement.device = offload.device == OffloadDevice::cpu ? "cpu" : "nvme";
     placement.subGroupSize = offload.subGroupSize;
     placement.pipelineRead = offload.pipelineRead;
     placement.pipelineWrite = offload.pipelineWrite;
@@ -109,10 +110,12 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
           "ZeRO stage 3: prefetch only while fewer elements of "
           "gathered parameters are live (sharc-schedule-collectives)"),
       llvm::cl::init(1000000000)};
-  Option<bool> offloadNvme{*this, "offload-nvme",
-                           llvm::cl::desc("Offload the optimizer state to NVMe "
-                                          "(sharc-offload-optimizer)"),
-                           llvm::cl::init(false)};
+  Option<std::string> offloadOptimizer{
+      *this, "offload-optimizer",
+      llvm::cl::desc("Offload the optimizer state: none, cpu (host memory, "
+                     "the update on the host) or nvme "
+                     "(sharc-offload-optimizer)"),
+      llvm::cl::init("none")};
   Option<int64_t> subGroupSize{
       *this, "sub-group-size",
       llvm::cl::desc("NVMe offload: elements per sub-group "
@@ -137,14 +140,17 @@ void sharc::registerSharcPipelines() {
       "@train_step to the IR the code generator emits: "
       "sharc-prepare-emission, sharc-gather-parameters, sharc-fuse, "
       "sharc-schedule-collectives, sharc-offload-optimizer (with "
-      "offload-nvme), sharc-update-in-place, sharc-plan-memory",
+      "offload-optimizer), sharc-update-in-place, sharc-plan-memory",
       [](OpPassManager &pm, const CompilePipelineOptions &options) {
-        buildCompilePipeline(pm, options.fuse, options.overlap,
-                             {options.maxReuseDistance,
-                              options.prefetchBucketSize,
-                              options.maxLiveParameters},
-                             {options.offloadNvme, options.subGroupSize,
-                              options.pipelineRead, options.pipelineWrite});
+        buildCompilePipeline(
+            pm, options.fuse, options.overlap,
+            {options.maxReuseDistance, options.prefetchBucketSize,
+             options.maxLiveParameters},
+            {options.offloadOptimizer == "cpu"    ? OffloadDevice::cpu
+             : options.offloadOptimizer == "nvme" ? OffloadDevice::nvme
+                                                  : OffloadDevice::none,
+             options.subGroupSize, options.pipelineRead,
+             options.pipelineWrite});
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",

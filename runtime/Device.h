@@ -53,6 +53,24 @@ void deviceMemset(void *dest, int value, size_t bytes);
 /// Waits for all work enqueued on the stream.
 void deviceSynchronize();
 
+/// Allocates `bytes` of host memory that transfers read and write (pinned
+/// on CUDA: cudaHostAlloc), aligned to kSwapAlignment; freed by hostFree.
+void *hostAlloc(size_t bytes);
+void hostFree(void *pointer);
+
+/// ZeRO-Offload to the CPU: starts copying `bytes` from `src` to `dest`
+/// between device and host memory (`toHost`: from device memory to host
+/// memory, else the other way), ordered after the work enqueued on the
+/// stream so far; returns a ticket for waitTransfer, which blocks until the
+/// copy is done (so that host kernels may read what came to the host, and
+/// the host memory a copy to the device read may be reused).  On the CPU
+/// target both memories are the host's: the copy is done at once.
+uint64_t startTransfer(void *dest, const void *src, size_t bytes, bool toHost);
+void waitTransfer(uint64_t ticket);
+/// The bytes copied by startTransfer since the last resetTransferStats.
+uint64_t transferredBytes();
+void resetTransferStats();
+
 } // namespace sharc::rt
 
 #endif // SHARC_RUNTIME_DEVICE_H

@@ -17,6 +17,9 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace sharc::rt {
 
@@ -158,5 +161,102 @@ void deviceSynchronize() {
   checkCuda(cudaStreamSynchronize(stream), "deviceSynchronize",
             "cudaStreamSynchronize");
 }
+
+void *hostAlloc(size_t bytes) {
+  requireInit("hostAlloc");
+  // Pinned, so that transfers run asynchronously (cudaHostAlloc aligns to
+  // at least a page).
+  void *pointer = nullptr;
+  cudaError_t status =
+      cudaHostAlloc(&pointer, bytes ? bytes : 1, cudaHostAllocDefault);
+  if (status != cudaSuccess)
+    fatal("hostAlloc: cudaHostAlloc of " + std::to_string(bytes) +
+          " bytes of pinned host memory: " + cudaGetErrorString(status) + " (" +
+          cudaGetErrorName(status) + ")");
+  return pointer;
+}
+
+void hostFree(void *pointer) {
+  if (!pointer)
+    return;
+  requireInit("hostFree");
+  checkCuda(cudaStreamSynchronize(stream), "hostFree", "cudaStreamSynchronize");
+  checkCuda(cudaFreeHost(pointer), "hostFree", "cudaFreeHost");
+}
+
+namespace {
+/// Transfers between device and host memory run on a stream of their own,
+/// each after an event recorded on the compute stream (so after the work
+/// that produced its source), and record an event of their own when done.
+struct Transfers {
+  cudaStream_t copyStream = nullptr;
+  /// Events free for reuse, and those of the transfers in flight by ticket.
+  std::vector<cudaEvent_t> freeEvents;
+  std::unordered_map<uint64_t, std::pair<cudaEvent_t, cudaEvent_t>> inFlight;
+  uint64_t nextTicket = 1;
+  uint64_t bytes = 0;
+
+  cudaEvent_t event() {
+    if (!freeEvents.empty()) {
+      cudaEvent_t e = freeEvents.back();
+      freeEvents.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    checkCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+              "startTransfer", "cudaEventCreateWithFlags");
+    return e;
+  }
+};
+
+Transfers &transfers() {
+  static Transfers instance;
+  return instance;
+}
+} // namespace
+
+uint64_t startTransfer(void *dest, const void *src, size_t bytes, bool toHost) {
+  requireInit("startTransfer");
+  Transfers &t = transfers();
+  if (!t.copyStream)
+    checkCuda(cudaStreamCreateWithFlags(&t.copyStream, cudaStreamNonBlocking),
+              "startTransfer", "cudaStreamCreateWithFlags");
+  cudaEvent_t ready = t.event(), done = t.event();
+  checkCuda(cudaEventRecord(ready, stream), "startTransfer", "cudaEventRecord");
+  checkCuda(cudaStreamWaitEvent(t.copyStream, ready, 0), "startTransfer",
+            "cudaStreamWaitEvent");
+  if (bytes)
+    checkCuda(cudaMemcpyAsync(dest, src, bytes,
+                              toHost ? cudaMemcpyDeviceToHost
+                                     : cudaMemcpyHostToDevice,
+                              t.copyStream),
+              "startTransfer", "cudaMemcpyAsync");
+  checkCuda(cudaEventRecord(done, t.copyStream), "startTransfer",
+            "cudaEventRecord");
+  t.bytes += bytes;
+  uint64_t ticket = t.nextTicket++;
+  t.inFlight[ticket] = {ready, done};
+  return ticket;
+}
+
+void waitTransfer(uint64_t ticket) {
+  requireInit("waitTransfer");
+  Transfers &t = transfers();
+  auto found = t.inFlight.find(ticket);
+  if (found == t.inFlight.end())
+    fatal("waitTransfer: ticket " + std::to_string(ticket) +
+          " is not a transfer in flight");
+  auto [ready, done] = found->second;
+  // The host reads what came (or reuses what went) once the copy is done;
+  // the kernels enqueued after this call see it too.
+  checkCuda(cudaEventSynchronize(done), "waitTransfer", "cudaEventSynchronize");
+  t.freeEvents.push_back(ready);
+  t.freeEvents.push_back(done);
+  t.inFlight.erase(found);
+}
+
+uint64_t transferredBytes() { return transfers().bytes; }
+
+void resetTransferStats() { transfers().bytes = 0; }
 
 } // namespace sharc::rt

@@ -87,4 +87,26 @@ void deviceMemset(void *dest, int value, size_t bytes) {
 
 void deviceSynchronize() {}
 
+void *hostAlloc(size_t bytes) { return deviceAlloc(bytes); }
+
+void hostFree(void *pointer) { deviceFree(pointer); }
+
+namespace {
+uint64_t transferred = 0;
+} // namespace
+
+uint64_t startTransfer(void *dest, const void *src, size_t bytes, bool toHost) {
+  (void)toHost;
+  if (bytes && dest != src)
+    std::memmove(dest, src, bytes);
+  transferred += bytes;
+  return 0;
+}
+
+void waitTransfer(uint64_t ticket) { (void)ticket; }
+
+uint64_t transferredBytes() { return transferred; }
+
+void resetTransferStats() { transferred = 0; }
+
 } // namespace sharc::rt

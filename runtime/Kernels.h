@@ -19,6 +19,7 @@
 #ifndef SHARC_RUNTIME_KERNELS_H
 #define SHARC_RUNTIME_KERNELS_H
 
+#include "runtime/Device.h"
 #include "runtime/Float16.h"
 #include "runtime/Gemm.h"
 #include "runtime/Math.h"
@@ -277,13 +278,43 @@ inline int takeError(const rt::StepContext *context) {
     int zero = 0;
     cudaMemcpyToSymbol(deviceErrorCode, &zero, sizeof(int));
   }
-  return code;
+  // Kernels run on the host (launchHost) record theirs on the host.
+  int host = hostErrorCode.exchange(0);
+  return code ? code : host;
 }
 #else
 inline int takeError(const rt::StepContext *) {
   return hostErrorCode.exchange(0);
 }
 #endif
+
+/// Runs `f(i)` for i in [0, n) on the host's threads (runtime/ThreadPool.h),
+/// in contiguous chunks when the work is large enough; each call touches
+/// about `work` elements.
+template <typename F> void runOnHost(int64_t n, int64_t work, const F &f) {
+  if (n < 2 || n * work < 32768 || rt::hostThreads() == 1) {
+    const F kernel = f;
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; ++i)
+      kernel(i);
+    return;
+  }
+  rt::parallelFor(
+      n,
+      [](const void *functor, int64_t begin, int64_t end) {
+        // A local copy: stores through the kernel's pointers cannot alias it,
+        // so its members stay in registers.
+        const F kernel = *static_cast<const F *>(functor);
+    // Iterations write disjoint elements and never read what another
+    // writes (the memory plan keeps a kernel's inputs and outputs apart, or
+    // lets it write element i over the element i it reads), so the loop may
+    // be vectorized without alias checks.
+#pragma GCC ivdep
+        for (int64_t i = begin; i < end; ++i)
+          kernel(i);
+      },
+      &f);
+}
 
 /// Runs `f(i)` for i in [0, n); each call touches about `work` elements.
 /// Iterations are independent, so the result does not depend on how they are
@@ -299,28 +330,19 @@ void launch(const rt::StepContext *context, int64_t n, int64_t work,
               static_cast<cudaStream_t>(context->stream)>>>(f, n);
 #else
   (void)context;
-  if (n < 2 || n * work < 32768 || rt::hostThreads() == 1) {
-    const F kernel = f;
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; ++i)
-      kernel(i);
-    return;
-  }
-  rt::parallelFor(
-      n,
-      [](const void *functor, int64_t begin, int64_t end) {
-        // A local copy: stores through the kernel's pointers cannot alias it,
-        // so its members stay in registers.
-        const F kernel = *static_cast<const F *>(functor);
-    // Iterations write disjoint elements and never read what another
-    // writes (the memory plan keeps a kernel's inputs and outputs apart),
-    // so the loop may be vectorized without alias checks.
-#pragma GCC ivdep
-        for (int64_t i = begin; i < end; ++i)
-          kernel(i);
-      },
-      &f);
+  runOnHost(n, work, f);
 #endif
+}
+
+/// Runs `f(i)` for i in [0, n) on the host, whatever the target: a kernel of
+/// an op run on the host (ZeRO-Offload to the CPU: the optimizer update of
+/// state kept in host memory), on host memory only.
+template <typename F>
+void launchHost(const rt::StepContext *context, int64_t n, int64_t work,
+                const F &f) {
+  (void)context;
+  if (n > 0)
+    runOnHost(n, work, f);
 }
 
 /// Launches of one kernel over index ranges of their own, run as one launch
@@ -406,6 +428,23 @@ void launchGroup(const rt::StepContext *context, int64_t work,
 }
 
 /// Copies `bytes` between two buffers of the program.
+/// ZeRO-Offload to the CPU: starts copying `bytes` from `src` to `dest`
+/// between device and host memory (`toHost`: from the device's to the
+/// host's), after the work enqueued so far; transferWait waits for it.
+inline uint64_t transferStart(const rt::StepContext *, void *dest,
+                              const void *src, size_t bytes, bool toHost) {
+  return rt::startTransfer(dest, src, bytes, toHost);
+}
+inline void transferWait(const rt::StepContext *, uint64_t ticket) {
+  rt::waitTransfer(ticket);
+}
+
+/// Copies between two buffers in host memory (ZeRO-Offload to the CPU).
+inline void copyHost(void *dest, const void *src, size_t bytes) {
+  if (dest != src && bytes != 0)
+    std::memmove(dest, src, bytes);
+}
+
 inline void copy(const rt::StepContext *context, void *dest, const void *src,
                  size_t bytes) {
   if (dest == src || bytes == 0)

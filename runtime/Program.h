@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 7;
+constexpr int kProgramAbiVersion = 8;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -49,6 +49,10 @@ enum class BufferStorage {
   /// holds null for it, and the step reads and writes it whole through
   /// StepContext::swap, into and from arena memory of swapBytes(bytes).
   nvme,
+  /// Host memory (pinned on CUDA; ZeRO-Offload to the CPU,
+  /// offload_optimizer.device cpu): StepContext::buffers points to it, and
+  /// only kernels run on the host (sharc::kern::launchHost) touch it.
+  host,
 };
 
 /// The alignment of everything NVMe offload reads and writes: each file's
@@ -162,6 +166,12 @@ struct ProgramInfo {
   int numGemmCalls;
   /// NVMe offload (buffers of BufferStorage::nvme).
   SwapSettings swap;
+  /// ZeRO-Offload to the CPU: planned bytes of the host arena (the values of
+  /// the kernels run on the host; StepContext::hostArena), and the bytes the
+  /// step copies between device and host memory (sharc::kern::transferStart),
+  /// which the runtime counts and checks.
+  int64_t hostArenaBytes;
+  uint64_t plannedTransferBytes;
 };
 
 class SwapStore;
@@ -179,6 +189,9 @@ struct StepContext {
   /// The files of the buffers offloaded to NVMe (runtime/Swap.h); null when
   /// the program has none.
   SwapStore *swap;
+  /// At least ProgramInfo::hostArenaBytes bytes of host memory (pinned on
+  /// CUDA), aligned to kSwapAlignment; null when the program has none.
+  char *hostArena;
 };
 
 } // namespace sharc::rt

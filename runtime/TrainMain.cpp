@@ -70,12 +70,14 @@ size_t alignedBytes(int64_t bytes) {
          kBufferAlignment;
 }
 
-/// Bytes of the pool that holds every persistent buffer of `info` in device
-/// memory (not those offloaded to NVMe).
-size_t poolBytes(const ProgramInfo &info) {
+/// Bytes of the pool that holds the persistent buffers of `info` kept in
+/// `storage`: device memory (not those offloaded), or host memory
+/// (ZeRO-Offload to the CPU).
+size_t poolBytes(const ProgramInfo &info,
+                 BufferStorage storage = BufferStorage::device) {
   size_t total = 0;
   for (int i = 0; i < info.numBuffers; ++i)
-    if (info.buffers[i].storage == BufferStorage::device)
+    if (info.buffers[i].storage == storage)
       total += alignedBytes(info.buffers[i].bytes);
   return total;
 }
@@ -413,13 +415,15 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
         !spec.constantData)
       fail("constant '" + name + "' has no data");
     if (spec.storage != BufferStorage::device &&
-        spec.storage != BufferStorage::nvme)
+        spec.storage != BufferStorage::nvme &&
+        spec.storage != BufferStorage::host)
       fail("buffer '" + name + "' has storage " +
            std::to_string(int(spec.storage)));
-    if (spec.storage == BufferStorage::nvme && spec.role != BufferRole::param &&
-        spec.role != BufferRole::state)
-      fail(std::string(roleName(spec.role)) + " '" + name +
-           "' is offloaded to NVMe: only parameters and state can be");
+    if (spec.storage != BufferStorage::device &&
+        spec.role != BufferRole::param && spec.role != BufferRole::state)
+      fail(std::string(roleName(spec.role)) + " '" + name + "' is offloaded (" +
+           (spec.storage == BufferStorage::nvme ? "NVMe" : "host memory") +
+           "): only parameters and state can be");
     if (spec.role == BufferRole::param || spec.role == BufferRole::state) {
       std::string file = spec.file ? spec.file : "";
       if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
@@ -484,7 +488,7 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
            roleName(spec.role) + " " + dtypeName(spec.type) + " " +
            shapeString(spec.shape, spec.rank));
     if (spec.storage != BufferStorage::device)
-      fail(std::string("step buffer '") + spec.name + "' is offloaded to NVMe");
+      fail(std::string("step buffer '") + spec.name + "' is offloaded");
   }
   const SwapSettings &swap = info.swap;
   if (!offloadedBuffers(info).empty()) {
@@ -498,14 +502,6 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
          " bytes read and " + std::to_string(swap.plannedWriteBytes) +
          " written per step) but no buffer is offloaded");
   }
-}
-
-/// The elements of a tensor of `shape`.
-int64_t shapeElements(const std::vector<int64_t> &shape) {
-  int64_t count = 1;
-  for (int64_t size : shape)
-    count *= size;
-  return count;
 }
 
 /// The shape of `spec`'s file: its own, or for a ZeRO slice, the whole
@@ -522,6 +518,13 @@ std::vector<int64_t> fileShape(const BufferSpec &spec) {
 /// tensor (zeros past its end).
 void loadBuffer(const std::string &dir, const StateIndex &index,
                 const BufferSpec &spec, int rank, int ranks, void *device) {
+  // Host memory (ZeRO-Offload to the CPU) is filled by the host.
+  auto copyToDevice = [&](void *dest, const void *src, size_t bytes) {
+    if (spec.storage == BufferStorage::host)
+      std::memcpy(dest, src, bytes);
+    else
+      sharc::rt::copyToDevice(dest, src, bytes);
+  };
   NpyArray array;
   std::string error;
   std::vector<int64_t> expected = fileShape(spec);
@@ -593,6 +596,10 @@ bool bufferToHost(const ProgramInfo &info, const std::vector<void *> &buffers,
   const BufferSpec &spec = info.buffers[index];
   if (spec.storage == BufferStorage::device) {
     copyToHost(host, buffers[index], spec.bytes);
+    return true;
+  }
+  if (spec.storage == BufferStorage::host) {
+    std::memcpy(host, buffers[index], spec.bytes);
     return true;
   }
   SwapStaging staging(swapBytes(spec.bytes));
@@ -867,10 +874,14 @@ int run(int argc, char **argv) {
   // fails here with the figures instead of in an allocator.
   uint64_t deviceBytes = static_cast<uint64_t>(info.arenaBytes),
            stagingBytes = 0, persistentBytes = 0;
+  // ZeRO-Offload to the CPU: the state and the values of the update kept in
+  // host memory.
+  uint64_t offloadedHostBytes =
+      poolBytes(info, BufferStorage::host) + uint64_t(std::max<int64_t>(info.hostArenaBytes, 0));
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
-    if (spec.storage == BufferStorage::nvme)
-      continue; // in a file, not in device memory
+    if (spec.storage != BufferStorage::device)
+      continue; // in a file or in host memory, not in device memory
     deviceBytes += static_cast<uint64_t>(spec.bytes);
     if (spec.role == BufferRole::input)
       stagingBytes += static_cast<uint64_t>(spec.bytes) *
@@ -888,11 +899,14 @@ int run(int argc, char **argv) {
             std::to_string(deviceBytes - info.arenaBytes - persistentBytes) +
             "), more than the " + std::to_string(deviceMemoryBytes()) +
             " it has");
-  if (stagingBytes > hostMemoryBytes())
-    fatalOnce(comm, "this rank needs " + std::to_string(stagingBytes) +
-                        " bytes of host memory to stage one step's inputs, "
-                        "more than the machine's " +
-                        std::to_string(hostMemoryBytes()));
+  if (stagingBytes + offloadedHostBytes > hostMemoryBytes())
+    fatalOnce(
+        comm,
+        "this rank needs " + std::to_string(stagingBytes + offloadedHostBytes) +
+            " bytes of host memory (inputs " + std::to_string(stagingBytes) +
+            ", offloaded state and its update " +
+            std::to_string(offloadedHostBytes) + "), more than the machine's " +
+            std::to_string(hostMemoryBytes()));
   std::unique_ptr<DataLoader> loader;
   if (!dataInputs.empty()) {
     std::string error;
@@ -937,9 +951,21 @@ int run(int argc, char **argv) {
     swapStaging = std::make_unique<SwapStaging>(largest);
   }
   char *pool = static_cast<char *>(deviceAlloc(poolBytes(info)));
+  // State kept in host memory (ZeRO-Offload to the CPU; pinned on CUDA).
+  char *hostPool = nullptr;
+  size_t hostOffset = 0;
+  if (size_t bytes = poolBytes(info, BufferStorage::host))
+    hostPool = static_cast<char *>(hostAlloc(bytes));
   size_t offset = 0;
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
+    if (spec.storage == BufferStorage::host) {
+      buffers[i] = hostPool + hostOffset;
+      hostOffset += alignedBytes(spec.bytes);
+      loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
+                 comm.size(), buffers[i]);
+      continue;
+    }
     if (spec.storage == BufferStorage::nvme) {
       // Loaded as a device buffer would be, into host staging (the CPU
       // target's device memory), zero-padded to its file's size.
@@ -979,6 +1005,10 @@ int run(int argc, char **argv) {
   }
   char *arena =
       static_cast<char *>(deviceAlloc(info.arenaBytes + kArenaGuardBytes));
+  char *hostArena =
+      info.hostArenaBytes > 0
+          ? static_cast<char *>(hostAlloc(size_t(info.hostArenaBytes)))
+          : nullptr;
   comm.reserveStaging(size_t(info.stagingBytes));
 
   // Steps already applied (a resumed run continues the data and the step
@@ -1017,6 +1047,7 @@ int run(int argc, char **argv) {
   context.comm = &comm;
   context.stream = deviceStream();
   context.swap = store.get();
+  context.hostArena = hostArena;
 
   const BufferSpec &lossSpec = info.buffers[info.lossBuffer];
   const BufferSpec &lrSpec = info.buffers[info.lrBuffer];
@@ -1024,6 +1055,7 @@ int run(int argc, char **argv) {
   comm.resetStats();
   if (store)
     store->resetStats();
+  resetTransferStats();
   double totalSeconds = 0;
   uint64_t measuredArena = 0;
   int64_t skippedSteps = 0;
@@ -1096,8 +1128,12 @@ int run(int argc, char **argv) {
 
   // Summary.  Planned memory: the persistent buffers, the arena and the
   // communicator's staging.
-  uint64_t plannedMemory =
-      poolBytes(info) + uint64_t(info.arenaBytes) + uint64_t(info.stagingBytes);
+  // On the CPU target host memory is the device's: the resident set holds
+  // what ZeRO-Offload to the CPU keeps on the host too.
+  bool hostIsDevice = std::string(deviceName()) == "cpu";
+  uint64_t plannedMemory = poolBytes(info) + uint64_t(info.arenaBytes) +
+                           uint64_t(info.stagingBytes) +
+                           (hostIsDevice ? offloadedHostBytes : 0);
   uint64_t plannedBytes = 0, plannedCalls = 0, measuredBytes = 0,
            measuredCalls = 0;
   for (size_t kind = 0; kind < kNumCollectiveKinds; ++kind) {
@@ -1122,16 +1158,27 @@ int run(int argc, char **argv) {
     std::printf("summary: arena bytes planned %" PRId64 " measured %" PRIu64
                 "\n",
                 info.arenaBytes, measuredArena);
-    std::printf("summary: peak memory bytes per rank planned %" PRIu64
-                " measured %" PRIu64 " (%s; planned: buffers %" PRIu64
-                ", arena %" PRId64 ", communication staging %" PRId64
-                "; held before them %" PRIu64 ")\n",
-                plannedMemory, devicePeakBytes(),
-                std::string(deviceName()) == "cpu"
-                    ? "peak resident set, getrusage"
-                    : "device memory in use, cudaMemGetInfo",
-                poolBytes(info), info.arenaBytes, info.stagingBytes,
-                baselineMemory);
+    std::printf(
+        "summary: peak memory bytes per rank planned %" PRIu64
+        " measured %" PRIu64 " (%s; planned: buffers %" PRIu64
+        ", arena %" PRId64 ", communication staging %" PRId64
+        "; held before them %" PRIu64 ")\n",
+        plannedMemory, devicePeakBytes(),
+        std::string(deviceName()) == "cpu"
+            ? "peak resident set, getrusage"
+            : "device memory in use, cudaMemGetInfo",
+        poolBytes(info) + (hostIsDevice ? poolBytes(info, BufferStorage::host) : 0),
+        info.arenaBytes +
+            (hostIsDevice ? std::max<int64_t>(info.hostArenaBytes, 0) : 0),
+        info.stagingBytes, baselineMemory);
+    if (offloadedHostBytes || info.plannedTransferBytes)
+      std::printf("summary: host memory bytes per rank planned %" PRIu64
+                  " (offloaded state %zu, host arena %" PRId64
+                  "); host transfer bytes per step planned %" PRIu64
+                  " measured %s\n",
+                  offloadedHostBytes, poolBytes(info, BufferStorage::host), info.hostArenaBytes,
+                  info.plannedTransferBytes,
+                  perStep(transferredBytes(), options.steps).c_str());
     std::printf("summary: collective bytes per step planned %" PRIu64
                 " measured %s\n",
                 plannedBytes, perStep(measuredBytes, options.steps).c_str());
@@ -1172,6 +1219,12 @@ int run(int argc, char **argv) {
             " bytes per step, the plan " +
             std::to_string(info.swap.plannedReadBytes) + " and " +
             std::to_string(info.swap.plannedWriteBytes));
+    if (transferredBytes() !=
+        info.plannedTransferBytes * uint64_t(options.steps))
+      fatal("copies between device and host memory moved " +
+            perStep(transferredBytes(), options.steps) +
+            " bytes per step, the plan " +
+            std::to_string(info.plannedTransferBytes));
     if (comm.stagingBytes() > uint64_t(info.stagingBytes))
       fatal("the collectives staged " + std::to_string(comm.stagingBytes()) +
             " bytes, past the plan's " + std::to_string(info.stagingBytes));
@@ -1189,6 +1242,8 @@ int run(int argc, char **argv) {
   store.reset();
   deviceFree(pool);
   deviceFree(arena);
+  hostFree(hostPool);
+  hostFree(hostArena);
   return 0;
 }
 

@@ -1,5 +1,7 @@
-// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-nvme=true" | sharc-translate --emit-program | FileCheck %s
-// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-nvme=true sub-group-size=1" | sharc-translate --emit-program | FileCheck %s --check-prefix=GROUPS
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=nvme" | sharc-translate --emit-program | FileCheck %s
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=nvme sub-group-size=1" | sharc-translate --emit-program | FileCheck %s --check-prefix=GROUPS
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=cpu" | sharc-translate --emit-program | FileCheck %s --check-prefix=HOST
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=cpu" | sharc-translate --emit-program --target=cuda | FileCheck %s --check-prefix=HOST
 
 // ZeRO stage 1 on two ranks with the optimizer state offloaded to NVMe
 // (sharc-offload-optimizer): the four moment buffers (6 and 2 elements per
@@ -31,7 +33,8 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // CHECK-NEXT: {"b.exp_avg_sq", {{.*}}, sharc::rt::BufferStorage::nvme},
 // CHECK-NEXT: {"step", {{.*}}, sharc::rt::BufferStorage::device},
 // CHECK: const sharc::rt::ProgramInfo info = {
-// CHECK: {"", 1048576, 8, false, true, 16384u, 16384u}};
+// CHECK: {"", 1048576, 8, false, true, 16384u, 16384u},
+// CHECK-NEXT: 0, 0u};
 
 // CHECK-LABEL: extern "C" void sharcProgramStep(
 // CHECK: const uint64_t [[R2:ticket[0-9]+]] = ctx->swap->startRead(2, (ctx->arena + [[M2:[0-9]+]]));
@@ -72,3 +75,23 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // GROUPS-NEXT: ctx->swap->wait(
 // GROUPS-NEXT: ctx->swap->wait(
 // GROUPS-NEXT: sharc::kern::launch(ctx, 2, 1,
+
+// ZeRO-Offload to the CPU (the CUDA target's layout, on either target): the
+// moments are in host memory (BufferStorage::host), the updates run on the
+// host (launchHost) on copies of their inputs in the host arena, and the new
+// parameter slices go back to the device arena; ProgramInfo plans the host
+// arena and the bytes copied per step (each gradient slice and parameter
+// slice to the host: 4 x (24 + 8), five f32 scalars: 20, the new slices back:
+// 24 + 8).
+// HOST: {"w.exp_avg", {{.*}}, sharc::rt::BufferStorage::host},
+// HOST: const sharc::rt::ProgramInfo info = {
+// HOST: {"", 1048576, 8, false, true, 0u, 0u},
+// HOST-NEXT: {{[0-9]+}}, 116u};
+// HOST-LABEL: extern "C" void sharcProgramStep(
+// HOST: = sharc::kern::transferStart(ctx, (ctx->hostArena + {{[0-9]+}}), (ctx->arena + {{[0-9]+}}), 24, true);
+// HOST: sharc::kern::transferWait(ctx,
+// HOST: sharc::kern::launchHost(ctx, 6, 1, [[K:K[0-9]+]]{{{.*}}(ctx->hostArena + {{.*}}ctx->buffers[2]{{.*}}ctx->buffers[3]
+// HOST-NEXT: const uint64_t [[BACK:ticket[0-9]+]] = sharc::kern::transferStart(ctx, (ctx->arena + {{[0-9]+}}), (ctx->hostArena + {{[0-9]+}}), 24, false);
+// HOST: sharc::kern::launchHost(ctx, 2, 1, [[K]]{
+// HOST: sharc::kern::transferWait(ctx, [[BACK]]);
+// HOST: ctx->comm->allGather(

@@ -112,6 +112,31 @@ def states_equal(a, b):
             np.testing.assert_array_equal(np.load(a / name), np.load(b / name))
 
 
+def train_both_ways(sharc, exported, tmp_path, name, ranks, stage, precision,
+                    offload):
+    """Compiles model `name` for `ranks` ranks at ZeRO `stage` in `precision`
+    without offload and with the flags `offload`, trains 6 steps with each
+    and saves the state; returns {"device"|"offload": (step lines, state
+    folder, compile result, run result)} after checking that both print the
+    same step lines and save the same state."""
+    path, inputs = exported[name]
+    zero = STAGE3 if stage == 3 else ["--zero-stage", stage]
+    mixed = {"fp32": [], "bf16": ["--precision", "bf16"], "fp16": FP16}[precision]
+    flags = [*RECIPE, *frozen(name), *mixed, "--world-size", ranks,
+             "--reduce-bucket-size", 2000, *zero]
+    runs = {}
+    for mode, extra in (("device", []), ("offload", offload)):
+        out = tmp_path / f"out-{mode}"
+        report = compile_program(sharc, path, out, *flags, *extra)
+        state = tmp_path / f"state-{mode}"
+        result = mpirun(ranks, out / "train", *inputs, "--steps", 6,
+                        "--save-state", state)
+        runs[mode] = (steps_of(result), state, report, result)
+    assert runs["offload"][0] == runs["device"][0]
+    states_equal(runs["device"][1], runs["offload"][1])
+    return runs
+
+
 @pytest.mark.parametrize("name,ranks,stage,precision", [
     ("mlp", 2, 1, "fp32"), ("gpt", 2, 1, "fp32"), ("bert", 2, 1, "fp32"),
     ("cnn", 2, 1, "fp32"), ("gpt", 1, 1, "fp32"), ("gpt", 2, 2, "fp32"),
@@ -123,29 +148,17 @@ def test_nvme_offload_trains_as_without(sharc, exported, tmp_path, name, ranks,
     the same saved state with and without offload; the offload folder holds
     nothing after the run.  Sub-groups of 300 elements split every model's
     state into several."""
-    path, inputs = exported[name]
-    zero = STAGE3 if stage == 3 else ["--zero-stage", stage]
-    mixed = {"fp32": [], "bf16": ["--precision", "bf16"], "fp16": FP16}[precision]
-    flags = [*RECIPE, *frozen(name), *mixed, "--world-size", ranks,
-             "--reduce-bucket-size", 2000, *zero]
     folder = tmp_path / "nvme"
     folder.mkdir()
-    runs = {}
-    for mode, extra in (("device", []), ("nvme", nvme(folder, "--sub-group-size", 300))):
-        out = tmp_path / f"out-{mode}"
-        report = compile_program(sharc, path, out, *flags, *extra)
-        state = tmp_path / f"state-{mode}"
-        result = mpirun(ranks, out / "train", *inputs, "--steps", 6,
-                        "--save-state", state)
-        runs[mode] = (steps_of(result), state, report, result)
-    assert runs["nvme"][0] == runs["device"][0]
+    runs = train_both_ways(sharc, exported, tmp_path, name, ranks, stage,
+                           precision, nvme(folder, "--sub-group-size", 300))
+    runs["nvme"] = runs.pop("offload")
     if precision == "fp16":
         assert any(line[4] for line in runs["nvme"][0])
-    states_equal(runs["device"][1], runs["nvme"][1])
     assert list(folder.iterdir()) == []
     # The report and the run agree on what moves: every offloaded buffer is
     # read and written once per step, whole 4096-byte blocks.
-    buffers, _ = offloaded_buffers(tmp_path / "out-nvme")
+    buffers, _ = offloaded_buffers(tmp_path / "out-offload")
     assert buffers and all(b["role"] == "state" for b in buffers)
     planned = sum(swap_bytes(b["bytes"]) for b in buffers)
     memory = MEMORY_LINE.search(runs["nvme"][2].stdout)
@@ -157,6 +170,41 @@ def test_nvme_offload_trains_as_without(sharc, exported, tmp_path, name, ranks,
     # Without offload nothing is on NVMe.
     memory = MEMORY_LINE.search(runs["device"][2].stdout)
     assert memory and tuple(map(int, memory.groups()[1:])) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("name,ranks,stage,precision", [
+    ("mlp", 1, 1, "fp32"), ("gpt", 2, 1, "fp32"), ("gpt", 2, 2, "bf16"),
+    ("gpt", 2, 3, "fp16"), ("cnn", 2, 2, "fp32"),
+])
+def test_host_update_trains_as_without(sharc, exported, tmp_path, name, ranks,
+                                       stage, precision):
+    """ZeRO-Offload to the CPU as the CUDA target runs it (--host-update on
+    the CPU target): the optimizer state in host memory, its update on the
+    host on copies of what it reads, the new parameters copied back.  The
+    same step lines and saved state as without offload; the binary counts
+    the bytes copied and finds the plan's."""
+    runs = train_both_ways(sharc, exported, tmp_path, name, ranks, stage,
+                           precision, ["--offload-optimizer", "cpu", "--host-update"])
+    runs["host"] = runs.pop("offload")
+    _, manifest = offloaded_buffers(tmp_path / "out-offload")
+    in_host = [b for b in manifest["buffers"] if b["storage"] == "host"]
+    assert in_host and all(b["role"] == "state" for b in in_host)
+    copied = re.search(r"^summary: host memory .*; host transfer bytes per step "
+                       r"planned (\d+) measured (\S+)$", runs["host"][3].stdout,
+                       re.MULTILINE)
+    assert copied, runs["host"][3].stdout
+    assert copied.group(1) == copied.group(2) == \
+        str(manifest["transfer_bytes_per_step"])
+    assert "report: ZeRO-Offload to the CPU (optimizer state): each rank keeps " \
+        "its optimizer state in host memory" in runs["host"][2].stdout
+
+
+def test_host_update_needs_cpu_offload(sharc, exported, tmp_path):
+    path, _ = exported["mlp"]
+    result = sharc("compile", path, "--world-size", 2, "--zero-stage", 1,
+                   "--host-update", "--plan")
+    assert result.returncode == 1
+    assert "--host-update needs --offload-optimizer cpu" in result.stderr
 
 
 def test_pipelining_changes_only_when(sharc, exported, tmp_path):

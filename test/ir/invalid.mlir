@@ -1020,3 +1020,68 @@ func.func @swap_out_types(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "ex
   %s = sharc.wait %w : !sharc.future<tensor<4xf64>>
   return %m : tensor<4xf32>
 }
+
+// -----
+
+func.func @host_op_reads_device(%g: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{runs on the host (sharc.on_host) but operand #0 is in device memory; transfer it to the host first (sharc.transfer_start)}}
+  %0 = sharc.fusion %g {sharc.on_host} : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %n = sharc.neg %a : tensor<4xf32>
+    sharc.yield %n : tensor<4xf32>
+  }
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @device_op_reads_host(%g: tensor<4xf32>) -> tensor<4xf32> {
+  %f = sharc.transfer_start %g to <host> : tensor<4xf32>
+  %h = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  // expected-error @+1 {{'sharc.neg' op reads a value in host memory but does not run on the host (sharc.on_host); transfer it to the device first (sharc.transfer_start)}}
+  %0 = sharc.neg %h : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @host_state_read_on_device(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">, sharc.storage = #sharc.storage<host>}) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.neg' op reads a value in host memory but does not run on the host}}
+  %0 = sharc.neg %m : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @host_value_returned_to_device(%g: tensor<4xf32>) -> (tensor<4xf32> {sharc.output = "y"}) {
+  %f = sharc.transfer_start %g to <host> : tensor<4xf32>
+  %h = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  // expected-error @+1 {{'func.return' op returns a value in host memory as result #0, whose buffer is device memory; transfer it to the device first (sharc.transfer_start)}}
+  return %h : tensor<4xf32>
+}
+
+// -----
+
+func.func @transfer_to_where_it_is(%g: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.transfer_start' op copies a value already in device memory to the device}}
+  %f = sharc.transfer_start %g to <device> : tensor<4xf32>
+  %0 = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @transfer_to_nvme(%g: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.transfer_start' op transfers between device and host memory; NVMe is reached through sharc.swap_in_start and sharc.swap_out_start}}
+  %f = sharc.transfer_start %g to <nvme> : tensor<4xf32>
+  %0 = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @on_host_not_a_fusion(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">, sharc.storage = #sharc.storage<host>}) -> tensor<4xf32> {
+  // expected-error @+1 {{'sharc.on_host' is a unit attribute of sharc.fusion}}
+  %0 = sharc.neg %m {sharc.on_host} : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

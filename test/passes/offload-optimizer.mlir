@@ -3,6 +3,9 @@
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="sub-group-size=1" | FileCheck %s --check-prefix=EACH
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer --sharc-plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="sub-group-size=10" | sharc-opt | FileCheck %s --check-prefix=ROUNDTRIP
+// RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="device=cpu" | FileCheck %s --check-prefix=HOST
+// RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="device=cpu" --sharc-plan-memory | FileCheck %s --check-prefix=HOSTPLAN
+// RUN: not sharc-opt %s -split-input-file --sharc-offload-optimizer="device=disk" 2>&1 | FileCheck %s --check-prefix=BAD
 
 // Three parameters of 8, 8 and 4 elements, each with Adam's two moments,
 // updated in that order.  Every moment moves to NVMe; with sub-groups of at
@@ -92,6 +95,38 @@
 // PLAN: sharc.swap_out_start %{{.*}} to %arg2 {sharc.offsets = array<i64: -1>}
 
 // ROUNDTRIP: sharc.swap_out_start %{{.*}} to %arg7 : tensor<4xf32>
+
+// device=cpu (ZeRO-Offload to the CPU, the CUDA target's layout): the moments
+// stay in host memory and the three updates run on the host.  What they read
+// in device memory is copied to the host once each (the gradient sum %g for
+// all three, each parameter for its own update: started right after the op
+// computing it, or before the first host reader for an argument), and the new
+// parameters, which the step returns into device memory, are copied back and
+// waited for before the return.  The new moments are written into the host
+// buffers (the return names the update's results).
+// HOST-LABEL: func.func @train_step(
+// HOST-SAME: %arg2: tensor<8xf32> {sharc.state = #sharc.state<"u", "exp_avg">, sharc.storage = #sharc.storage<host>}
+// HOST-SAME: %arg8: tensor<i64> {sharc.state = #sharc.state<"", "step">})
+// HOST: %[[G:.*]] = sharc.reduce
+// HOST-NEXT: %[[TG:.*]] = sharc.transfer_start %[[G]] to <host> : tensor<f32>
+// HOST-NEXT: %[[TU:.*]] = sharc.transfer_start %arg0 to <host> : tensor<8xf32>
+// HOST-NEXT: %[[HU:.*]] = sharc.wait %[[TU]]
+// HOST-NEXT: %[[HG:.*]] = sharc.wait %[[TG]]
+// HOST-NEXT: %[[U:.*]]:3 = sharc.fusion %[[HU]], %arg2, %arg3, %[[HG]] {sharc.on_host}
+// HOST: %[[BU:.*]] = sharc.transfer_start %[[U]]#0 to <device>
+// HOST: %[[V:.*]]:3 = sharc.fusion %{{.*}}, %arg4, %arg5, %[[HG]] {sharc.on_host}
+// HOST: %[[W:.*]]:2 = sharc.fusion %arg6, %arg7, %[[HG]] {sharc.on_host}
+// HOST: %[[NU:.*]] = sharc.wait %[[BU]]
+// HOST: return %[[G]], %[[NU]], %{{.*}}, %[[U]]#1, %[[U]]#2, %[[V]]#1, %[[V]]#2, %[[W]]#0, %[[W]]#1,
+
+// The values in host memory are planned in an arena of their own: the
+// first copy to the host is at host offset 0 while device values start at 0
+// too.
+// HOSTPLAN: func.func @train_step({{.*}} attributes {sharc.arena_bytes = {{[0-9]+}} : i64, sharc.host_arena_bytes = {{[0-9]+}} : i64}
+// HOSTPLAN: sharc.reduce %arg0 {{{.*}}sharc.offsets = array<i64: 0>}
+// HOSTPLAN-NEXT: sharc.transfer_start %{{.*}} to <host> {sharc.offsets = array<i64: 0>}
+
+// BAD: sharc-offload-optimizer: device must be cpu or nvme, not 'disk'
 func.func @train_step(%u: tensor<8xf32> {sharc.param = #sharc.param<"u", "u">},
                       %v: tensor<8xf32> {sharc.param = #sharc.param<"v", "v">},
                       %mu: tensor<8xf32> {sharc.state = #sharc.state<"u", "exp_avg">},

@@ -81,7 +81,16 @@ struct CompileFlags {
              cl::desc("Plan without weights: read only the parameters' "
                       "shapes (their data may be absent), print the report "
                       "and write nothing (no -o)"),
-             cl::sub(sub), cl::cat(category)) {}
+             cl::sub(sub), cl::cat(category)),
+        hostUpdate(
+            "host-update",
+            cl::desc("With --offload-optimizer cpu: keep the optimizer state "
+                     "in host memory and run its update on the host, copying "
+                     "what it reads there and what it writes back, as the "
+                     "CUDA target does (the default there); on the CPU "
+                     "target, whose device memory is the host's, this runs "
+                     "that same program"),
+            cl::sub(sub), cl::cat(category)) {}
 
   cl::opt<std::string> target;
   cl::opt<std::string> cudaArch;
@@ -90,6 +99,7 @@ struct CompileFlags {
   cl::opt<bool> overlapComm;
   cl::opt<bool> emitOnly;
   cl::opt<bool> plan;
+  cl::opt<bool> hostUpdate;
 };
 
 /// The flags, made by registerCompileFlags.
@@ -350,7 +360,7 @@ llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
 int64_t deviceBytes(const ProgramReport &report) {
   int64_t bytes = report.arenaBytes + report.stagingBytes;
   for (const ReportBuffer &buffer : report.buffers)
-    if (!buffer.offloaded)
+    if (!buffer.offloaded && !buffer.inHost)
       bytes += buffer.bytes;
   return bytes;
 }
@@ -378,8 +388,9 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
      << (options.target == "cpu" ? "; the CPU target's device memory is the "
                                    "host's"
                                  : "")
-     << "), pinned host 0, NVMe " << report.nvmeBytes
-     << "; moved per step: PCIe 0, NVMe read " << report.swapReadBytes
+     << "), pinned host " << report.hostBytes + report.hostArenaBytes
+     << ", NVMe " << report.nvmeBytes << "; moved per step: PCIe "
+     << report.transferBytes << ", NVMe read " << report.swapReadBytes
      << " written " << report.swapWriteBytes << "\n";
   if (options.zeroStage == 1 || options.zeroStage == 2)
     os << "report: ZeRO stage " << options.zeroStage
@@ -504,20 +515,25 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (failed(options))
     return 1;
   bool nvme = options->offloadOptimizer == OffloadDevice::nvme;
-  bool offload = (options->offloadOptimizer != OffloadDevice::none && !nvme) ||
-                 options->offloadParam != OffloadDevice::none;
+  // ZeRO-Offload to the CPU: the optimizer state in host memory and its
+  // update on the host (the CUDA target's way; on the CPU target only with
+  // --host-update: otherwise nothing moves there).
+  bool hostUpdate = options->offloadOptimizer == OffloadDevice::cpu &&
+                    (cuda || flags->hostUpdate);
+  if (flags->hostUpdate && options->offloadOptimizer != OffloadDevice::cpu)
+    return fail("--host-update needs --offload-optimizer cpu (or "
+                "zero_optimization.offload_optimizer.device \"cpu\")");
+  bool offload =
+      (options->offloadOptimizer == OffloadDevice::cpu && !hostUpdate) ||
+      options->offloadParam != OffloadDevice::none;
   if (cuda && nvme)
     return fail("zero_optimization.offload_optimizer: offload to NVMe is "
                 "not supported yet on the CUDA target (it is on the CPU "
                 "target)");
-  if (cuda && offload)
-    return fail(Twine("zero_optimization.") +
-                (options->offloadOptimizer != OffloadDevice::none
-                     ? "offload_optimizer"
-                     : "offload_param") +
-                ": offload to the CPU is not supported yet on the CUDA "
-                "target (on the CPU target it is accepted and changes "
-                "nothing)");
+  if (cuda && options->offloadParam != OffloadDevice::none)
+    return fail("zero_optimization.offload_param: parameter offload is not "
+                "supported yet on the CUDA target (on the CPU target it is "
+                "accepted and changes nothing)");
 
   DefaultTimingManager timingManager;
   applyDefaultTimingManagerCLOptions(timingManager);
@@ -536,7 +552,10 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   buildCompilePipeline(pm, flags->fuse, overlap,
                        {options->maxReuseDistance, options->prefetchBucketSize,
                         options->maxLiveParameters},
-                       {nvme, options->subGroupSize, options->pipelineRead,
+                       {hostUpdate ? OffloadDevice::cpu
+                        : nvme     ? OffloadDevice::nvme
+                                   : OffloadDevice::none,
+                        options->subGroupSize, options->pipelineRead,
                         options->pipelineWrite});
   if (failed(pm.run(*model.module)))
     return 1;
@@ -578,6 +597,14 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << "): on the CPU target the device memory is the host's, "
                       "so nothing moves and the bytes above stay where they "
                       "are\n";
+    if (hostUpdate)
+      llvm::outs() << "report: ZeRO-Offload to the CPU (optimizer state): "
+                      "each rank keeps its optimizer state in "
+                   << (cuda ? "pinned host memory" : "host memory")
+                   << " and runs its update on the host; the gradient slices "
+                      "and the update's other inputs are copied to the host, "
+                      "the new parameters back ("
+                   << report.transferBytes << " bytes per step)\n";
     if (nvme)
       llvm::outs() << "report: ZeRO-Offload to NVMe (optimizer state): each "
                       "rank keeps its optimizer state in files under '"
@@ -617,7 +644,9 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                              {"bytes", buffer.bytes}};
     if (buffer.role == "param")
       entry["trainable"] = buffer.trainable;
-    entry["storage"] = buffer.offloaded ? "nvme" : "device";
+    entry["storage"] = buffer.offloaded ? "nvme"
+                       : buffer.inHost  ? "host"
+                                        : "device";
     if (buffer.fileShape != buffer.shape)
       entry["file_shape"] = shapeJson(buffer.fileShape);
     if (buffer.role == "param" || buffer.role == "state") {
@@ -664,6 +693,9 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"gathered_parameter_peak_bytes", report.gatheredParameterPeakBytes},
       {"device_bytes", deviceBytes(report)},
       {"nvme_bytes", report.nvmeBytes},
+      {"host_bytes", report.hostBytes},
+      {"host_arena_bytes", report.hostArenaBytes},
+      {"transfer_bytes_per_step", static_cast<int64_t>(report.transferBytes)},
       {"nvme_read_bytes_per_step", static_cast<int64_t>(report.swapReadBytes)},
       {"nvme_write_bytes_per_step",
        static_cast<int64_t>(report.swapWriteBytes)},
