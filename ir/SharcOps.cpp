@@ -200,9 +200,26 @@ LogicalResult SharcDialect::verifyOperationAttribute(Operation *op,
   if (name == "sharc.on_host") {
     // ZeRO-Offload to the CPU: a kernel run by the host's threads, on values
     // in host memory only (splat constants are inside a fusion's body).
-    if (!isa<UnitAttr>(value) || !isa<FusionOp>(op))
-      return op->emitError()
-             << "'" << name << "' is a unit attribute of sharc.fusion";
+    if (!isa<UnitAttr>(value) ||
+        !isa<FusionOp, SwapInStartOp, SwapOutStartOp>(op))
+      return op->emitError() << "'" << name
+                             << "' is a unit attribute of sharc.fusion, "
+                                "sharc.swap_in_start or sharc.swap_out_start";
+    // An NVMe read into host memory: its wait's readers are checked.
+    if (auto swapIn = dyn_cast<SwapInStartOp>(op)) {
+      if (!swapIn.getFuture().hasOneUse())
+        return success(); // the op's verifier reports it
+      return verifyHostValueUses(
+          (*swapIn.getFuture().user_begin())->getResult(0));
+    }
+    // An NVMe write from host memory: its operand is there.
+    if (auto swapOut = dyn_cast<SwapOutStartOp>(op)) {
+      if (!isHostValue(swapOut.getValue()))
+        return op->emitError() << "writes to NVMe from host memory "
+                                  "(sharc.on_host) but its value is in "
+                                  "device memory";
+      return success();
+    }
     for (auto [i, operand] : llvm::enumerate(op->getOperands()))
       if (!isHostValue(operand))
         return op->emitError()
@@ -489,9 +506,13 @@ bool sharc::isHostValue(Value value) {
     return true;
   if (auto reshape = dyn_cast<ReshapeOp>(def))
     return isHostValue(reshape.getOperand());
-  if (auto wait = dyn_cast<WaitOp>(def))
-    if (auto transfer = wait.getFuture().getDefiningOp<TransferStartOp>())
+  if (auto wait = dyn_cast<WaitOp>(def)) {
+    Operation *start = wait.getFuture().getDefiningOp();
+    if (auto transfer = dyn_cast<TransferStartOp>(start))
       return transfer.getTo() == Storage::host;
+    // An NVMe read into host memory.
+    return start->hasAttr("sharc.on_host");
+  }
   return false;
 }
 

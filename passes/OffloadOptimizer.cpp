@@ -74,36 +74,34 @@ FailureOr<SmallVector<Operation *>> readersOf(BlockArgument arg, Block &block) {
   return readers;
 }
 
-/// ZeRO-Offload to the CPU: the state of `units` stays in host memory, and
-/// the ops that read it (the optimizer update's fusions) run on the host.
-/// Each operand of those ops in device memory is copied to the host (its
-/// transfer starts right after the op computing it, or before the first
-/// host op reading it for an argument, and is waited for before that op);
-/// each of their results that an op in device memory reads (or the step
-/// returns into device memory) is copied back (started right after it,
-/// waited for before its first such reader).
-LogicalResult placeOnHost(func::FuncOp func, ArrayRef<Unit *> units) {
+/// Runs on the host the ops that read `hostState`, values in host memory
+/// (the state of ZeRO-Offload to the CPU, or what NVMe offload reads into
+/// host memory), and makes them read and write host memory only.  Each
+/// operand of those ops in device memory is copied to the host (its transfer
+/// starts right after the op computing it, or before the first host op
+/// reading it for an argument, and is waited for before that op); each of
+/// their results that an op in device memory reads (or the step returns into
+/// device memory) is copied back (started right after it, waited for before
+/// its first such reader); an NVMe write of one of their results writes from
+/// host memory.
+LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
   Block &block = func.getBody().front();
   MLIRContext *context = func.getContext();
   auto host = StorageAttr::get(context, Storage::host);
   auto device = StorageAttr::get(context, Storage::device);
   SetVector<Operation *> hostOps;
-  for (Unit *unit : units)
-    for (OffloadedState &state : unit->states) {
-      func.setArgAttr(state.arg.getArgNumber(),
-                      SharcDialect::getStorageAttrName(), host);
-      for (Operation *user : state.arg.getUsers()) {
-        Operation *top = block.findAncestorOpInBlock(*user);
-        if (isa<func::ReturnOp>(top))
-          continue;
-        if (!isa<FusionOp>(top) || top->hasAttr("sharc.fuse_into") ||
-            top->hasAttr("sharc.gemm_epilogue"))
-          return top->emitError()
-                 << "sharc-offload-optimizer: reads optimizer state kept in "
-                    "host memory but is not a kernel of its own that can run "
-                    "on the host";
-        hostOps.insert(top);
-      }
+  for (Value state : hostState)
+    for (Operation *user : state.getUsers()) {
+      Operation *top = block.findAncestorOpInBlock(*user);
+      if (isa<func::ReturnOp, SwapOutStartOp>(top))
+        continue;
+      if (!isa<FusionOp>(top) || top->hasAttr("sharc.fuse_into") ||
+          top->hasAttr("sharc.gemm_epilogue"))
+        return top->emitError()
+               << "sharc-offload-optimizer: reads optimizer state kept in "
+                  "host memory but is not a kernel of its own that can run "
+                  "on the host";
+      hostOps.insert(top);
     }
   // In program order, so that a host op's operands from another host op
   // are known to be host values.
@@ -143,6 +141,10 @@ LogicalResult placeOnHost(func::FuncOp func, ArrayRef<Unit *> units) {
         Operation *user = use.getOwner();
         if (user->hasAttr("sharc.on_host"))
           continue;
+        if (isa<SwapOutStartOp>(user)) {
+          user->setAttr("sharc.on_host", UnitAttr::get(context));
+          continue;
+        }
         if (isa<func::ReturnOp>(user))
           if (std::optional<unsigned> updated =
                   getUpdatedArgument(func, use.getOperandNumber()))
@@ -244,8 +246,17 @@ sharc::offloadOptimizerState(func::FuncOp func,
   llvm::stable_sort(ordered, [](Unit *a, Unit *b) {
     return runsBefore(a->anchor, b->anchor);
   });
-  if (options.device == OffloadDevice::cpu)
-    return placeOnHost(func, ordered);
+  if (options.device == OffloadDevice::cpu) {
+    auto host = StorageAttr::get(context, Storage::host);
+    SmallVector<Value> state;
+    for (Unit *unit : ordered)
+      for (OffloadedState &entry : unit->states) {
+        func.setArgAttr(entry.arg.getArgNumber(),
+                        SharcDialect::getStorageAttrName(), host);
+        state.push_back(entry.arg);
+      }
+    return runOnHost(func, state);
+  }
 
   // Sub-groups: consecutive units, each group closed once it holds at least
   // subGroupSize elements (DeepSpeed 0.19.8's _create_fp16_sub_groups).
@@ -340,7 +351,15 @@ sharc::offloadOptimizerState(func::FuncOp func,
     for (OffloadedState &state : unit.states)
       func.setArgAttr(state.arg.getArgNumber(),
                       SharcDialect::getStorageAttrName(), nvme);
-  return success();
+  if (!options.hostUpdate)
+    return success();
+  // The files are read into host memory, and the update runs there.
+  SmallVector<Value> read;
+  func.walk([&](SwapInStartOp start) {
+    start->setAttr("sharc.on_host", UnitAttr::get(context));
+    read.push_back((*start.getFuture().user_begin())->getResult(0));
+  });
+  return runOnHost(func, read);
 }
 
 namespace {
@@ -361,6 +380,7 @@ struct OffloadOptimizerPass
       return signalPassFailure();
     }
     options.subGroupSize = subGroupSize;
+    options.hostUpdate = hostUpdate;
     options.pipelineRead = pipelineRead;
     options.pipelineWrite = pipelineWrite;
     for (auto func : getOperation().getOps<func::FuncOp>())

@@ -227,6 +227,9 @@ struct ParameterGatherOptions {
 /// through the update in sub-groups; the rest are the pass's options.
 struct OptimizerOffloadOptions {
   OffloadDevice device = OffloadDevice::none;
+  /// NVMe: read the files into host memory and run the update on the host
+  /// (the CUDA target's layout; `cpu` always does).
+  bool hostUpdate = false;
   int64_t subGroupSize = 1000000000;
   bool pipelineRead = true;
   bool pipelineWrite = true;

@@ -326,6 +326,9 @@ def OffloadOptimizer : Pass<"sharc-offload-optimizer", "mlir::ModuleOp"> {
     Option<"subGroupSize", "sub-group-size", "int64_t", "1000000000",
            "Close a sub-group once it holds this many elements of one state "
            "tensor (DeepSpeed's zero_optimization.sub_group_size)">,
+    Option<"hostUpdate", "host-update", "bool", "false",
+           "nvme: read the files into host memory and run the update on the "
+           "host (the CUDA target's layout; device=cpu always does)">,
     Option<"pipelineRead", "pipeline-read", "bool", "true",
            "Read the next sub-group while the current one is updated "
            "(offload_optimizer.pipeline_read)">,

@@ -76,6 +76,7 @@ void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
     OffloadOptimizerOptions placement;
     placement.device = offload.device == OffloadDevice::cpu ? "cpu" : "nvme";
     placement.subGroupSize = offload.subGroupSize;
+    placement.hostUpdate = offload.hostUpdate;
     placement.pipelineRead = offload.pipelineRead;
     placement.pipelineWrite = offload.pipelineWrite;
     pm.addPass(createOffloadOptimizer(placement));
@@ -116,6 +117,11 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
                      "the update on the host) or nvme "
                      "(sharc-offload-optimizer)"),
       llvm::cl::init("none")};
+  Option<bool> hostUpdate{
+      *this, "host-update",
+      llvm::cl::desc("NVMe offload: read into host memory and run the "
+                     "update on the host (sharc-offload-optimizer)"),
+      llvm::cl::init(false)};
   Option<int64_t> subGroupSize{
       *this, "sub-group-size",
       llvm::cl::desc("NVMe offload: elements per sub-group "
@@ -146,11 +152,14 @@ void sharc::registerSharcPipelines() {
             pm, options.fuse, options.overlap,
             {options.maxReuseDistance, options.prefetchBucketSize,
              options.maxLiveParameters},
-            {options.offloadOptimizer == "cpu"    ? OffloadDevice::cpu
-             : options.offloadOptimizer == "nvme" ? OffloadDevice::nvme
-                                                  : OffloadDevice::none,
-             options.subGroupSize, options.pipelineRead,
-             options.pipelineWrite});
+            {.device = options.offloadOptimizer == "cpu" ? OffloadDevice::cpu
+                       : options.offloadOptimizer == "nvme"
+                           ? OffloadDevice::nvme
+                           : OffloadDevice::none,
+             .hostUpdate = options.hostUpdate,
+             .subGroupSize = options.subGroupSize,
+             .pipelineRead = options.pipelineRead,
+             .pipelineWrite = options.pipelineWrite});
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",

@@ -765,9 +765,14 @@ int run(int argc, char **argv) {
   // memory and a device communicator.
   bool cpuDevice = deviceName() == "cpu";
   std::string target = info.target ? info.target : "";
-  // Whatever the device layer linked, such a CUDA program cannot run yet.
-  if (target == "cuda" && !offloadedBuffers(info).empty())
-    fatalOnce(comm, "NVMe offload is not supported on the CUDA target yet");
+  // On CUDA the files are read into host memory (the host arena), never into
+  // device memory, which io_uring cannot reach.
+  if (target == "cuda" && !offloadedBuffers(info).empty() &&
+      info.hostArenaBytes <= 0)
+    fatalOnce(comm, "this CUDA program offloads buffers to NVMe but has no "
+                    "host memory to read them into; NVMe offload on the CUDA "
+                    "target reads into host memory and updates there "
+                    "(recompile it with this sharc)");
   if (target == "cpu" && !cpuDevice)
     fatalOnce(comm, "this program was compiled for the cpu target but is "
                     "linked with the device layer of " +
@@ -877,7 +882,8 @@ int run(int argc, char **argv) {
   // ZeRO-Offload to the CPU: the state and the values of the update kept in
   // host memory.
   uint64_t offloadedHostBytes =
-      poolBytes(info, BufferStorage::host) + uint64_t(std::max<int64_t>(info.hostArenaBytes, 0));
+      poolBytes(info, BufferStorage::host) +
+      uint64_t(std::max<int64_t>(info.hostArenaBytes, 0));
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
     if (spec.storage != BufferStorage::device)
@@ -1167,7 +1173,8 @@ int run(int argc, char **argv) {
         std::string(deviceName()) == "cpu"
             ? "peak resident set, getrusage"
             : "device memory in use, cudaMemGetInfo",
-        poolBytes(info) + (hostIsDevice ? poolBytes(info, BufferStorage::host) : 0),
+        poolBytes(info) +
+            (hostIsDevice ? poolBytes(info, BufferStorage::host) : 0),
         info.arenaBytes +
             (hostIsDevice ? std::max<int64_t>(info.hostArenaBytes, 0) : 0),
         info.stagingBytes, baselineMemory);
@@ -1176,8 +1183,8 @@ int run(int argc, char **argv) {
                   " (offloaded state %zu, host arena %" PRId64
                   "); host transfer bytes per step planned %" PRIu64
                   " measured %s\n",
-                  offloadedHostBytes, poolBytes(info, BufferStorage::host), info.hostArenaBytes,
-                  info.plannedTransferBytes,
+                  offloadedHostBytes, poolBytes(info, BufferStorage::host),
+                  info.hostArenaBytes, info.plannedTransferBytes,
                   perStep(transferredBytes(), options.steps).c_str());
     std::printf("summary: collective bytes per step planned %" PRIu64
                 " measured %s\n",

@@ -2,6 +2,7 @@
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=nvme sub-group-size=1" | sharc-translate --emit-program | FileCheck %s --check-prefix=GROUPS
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=cpu" | sharc-translate --emit-program | FileCheck %s --check-prefix=HOST
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=cpu" | sharc-translate --emit-program --target=cuda | FileCheck %s --check-prefix=HOST
+// RUN: sharc-opt %s --sharc-train-pipeline="optimizer=adamw lr=0.1 world-size=2 zero-stage=1" --sharc-compile-pipeline="offload-optimizer=nvme host-update=true" | sharc-translate --emit-program --target=cuda | FileCheck %s --check-prefix=NVMEHOST
 
 // ZeRO stage 1 on two ranks with the optimizer state offloaded to NVMe
 // (sharc-offload-optimizer): the four moment buffers (6 and 2 elements per
@@ -95,3 +96,11 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // HOST: sharc::kern::launchHost(ctx, 2, 1, [[K]]{
 // HOST: sharc::kern::transferWait(ctx, [[BACK]]);
 // HOST: ctx->comm->allGather(
+
+// NVMe offload on the CUDA target: the files are read into the host arena
+// and written from it, and the update runs on the host.
+// NVMEHOST: {"w.exp_avg", {{.*}}, sharc::rt::BufferStorage::nvme},
+// NVMEHOST-LABEL: extern "C" void sharcProgramStep(
+// NVMEHOST: ctx->swap->startRead(2, (ctx->hostArena + [[M:[0-9]+]]));
+// NVMEHOST: sharc::kern::launchHost(ctx, 6, 1,
+// NVMEHOST: ctx->swap->startWrite(2, (ctx->hostArena + [[M]]));

@@ -251,21 +251,24 @@ def test_cuda_sixteen_bit_program_builds(sharc, exported, work, precision, arch)
     assert ("loss_scale" in states) == (precision == "fp16")
 
 
-@pytest.mark.parametrize("stage,arch", [(2, "sm_80"), (3, "sm_90")])
-def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch):
+@pytest.mark.parametrize("stage,arch,device", [(2, "sm_80", "cpu"), (3, "sm_90", "cpu"),
+                                               (2, "sm_90", "nvme")])
+def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, device):
     """ZeRO-Offload to the CPU on the CUDA target: the step keeps the
     optimizer state in pinned host memory and runs its update on the host
     (the kernel's host twin, launchHost) on copies of its inputs, copying the
     new parameter slices back: it compiles and links for the GPU, and the
     report states the pinned host bytes and the bytes copied per step.  The
     same program runs on the CPU target with --host-update
-    (test_offload.py)."""
-    out = work / f"gpt-offload-{stage}-{arch}"
+    (test_offload.py).  With NVMe the state's files are read into pinned host
+    memory and the same update runs there."""
+    out = work / f"gpt-offload-{stage}-{arch}-{device}"
+    folder = ["--nvme-path", work] if device == "nvme" else []
     result = sharc("compile", exported("gpt"), "--target", "cuda",
                    "--cuda-arch", arch, "--optimizer", "adamw",
                    "--world-size", 2, "--zero-stage", stage,
                    "--param-persistence-threshold", 0,
-                   "--offload-optimizer", "cpu", "-o", out, "--report",
+                   "--offload-optimizer", device, *folder, "-o", out, "--report",
                    timeout=600)
     if result.returncode != 0 and UNSUPPORTED in result.stderr:
         pytest.skip(result.stderr.strip().splitlines()[-1])
@@ -276,13 +279,16 @@ def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch):
     assert "sharc::kern::launchHost(" in source
     assert "sharc::kern::transferStart(" in source
     manifest = json.loads((out / "manifest.json").read_text())
-    in_host = [b for b in manifest["buffers"] if b["storage"] == "host"]
-    assert in_host and all(b["role"] == "state" for b in in_host)
-    assert manifest["host_bytes"] == sum(b["bytes"] for b in in_host)
+    storage = "host" if device == "cpu" else "nvme"
+    moved = [b for b in manifest["buffers"] if b["storage"] == storage]
+    assert moved and all(b["role"] == "state" for b in moved)
+    assert manifest["host_bytes"] == (sum(b["bytes"] for b in moved)
+                                      if device == "cpu" else 0)
     assert manifest["transfer_bytes_per_step"] > 0
     line = re.search(r"^report: per rank memory: cuda device (\d+) bytes .*?, "
-                     r"pinned host (\d+), NVMe 0; moved per step: PCIe (\d+),",
+                     r"pinned host (\d+), NVMe (\d+); moved per step: PCIe (\d+),",
                      result.stdout, re.MULTILINE)
     assert line, result.stdout
     assert int(line.group(2)) == manifest["host_bytes"] + manifest["host_arena_bytes"]
-    assert int(line.group(3)) == manifest["transfer_bytes_per_step"]
+    assert int(line.group(3)) == manifest["nvme_bytes"]
+    assert int(line.group(4)) == manifest["transfer_bytes_per_step"]

@@ -199,12 +199,31 @@ def test_host_update_trains_as_without(sharc, exported, tmp_path, name, ranks,
         "its optimizer state in host memory" in runs["host"][2].stdout
 
 
+@pytest.mark.parametrize("stage,precision", [(2, "bf16"), (3, "fp32")])
+def test_nvme_host_update_trains_as_without(sharc, exported, tmp_path, stage,
+                                            precision):
+    """NVMe offload as the CUDA target runs it (--host-update): the files read
+    into host memory and written from it, the update on the host.  The same
+    step lines and state as without offload; the NVMe and copy bytes are the
+    plan's."""
+    folder = tmp_path / "nvme"
+    folder.mkdir()
+    runs = train_both_ways(sharc, exported, tmp_path, "gpt", 2, stage, precision,
+                           [*nvme(folder, "--sub-group-size", 300), "--host-update"])
+    result = runs["offload"][3].stdout
+    assert NVME_LINE.search(result), result
+    copied = re.search(r"host transfer bytes per step planned (\d+) measured (\S+)$",
+                       result, re.MULTILINE)
+    assert copied and copied.group(1) == copied.group(2) != "0", result
+    assert list(folder.iterdir()) == []
+
+
 def test_host_update_needs_cpu_offload(sharc, exported, tmp_path):
     path, _ = exported["mlp"]
     result = sharc("compile", path, "--world-size", 2, "--zero-stage", 1,
                    "--host-update", "--plan")
     assert result.returncode == 1
-    assert "--host-update needs --offload-optimizer cpu" in result.stderr
+    assert "--host-update needs --offload-optimizer cpu or nvme" in result.stderr
 
 
 def test_pipelining_changes_only_when(sharc, exported, tmp_path):

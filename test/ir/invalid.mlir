@@ -1085,3 +1085,22 @@ func.func @on_host_not_a_fusion(%m: tensor<4xf32> {sharc.state = #sharc.state<"w
   %0 = sharc.neg %m {sharc.on_host} : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+func.func @swap_out_from_host_of_a_device_value(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">, sharc.storage = #sharc.storage<nvme>}, %n: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{writes to NVMe from host memory (sharc.on_host) but its value is in device memory}}
+  %w = sharc.swap_out_start %n to %m {sharc.on_host} : tensor<4xf32>
+  %s = sharc.wait %w : !sharc.future<tensor<4xf32>>
+  return %s : tensor<4xf32>
+}
+
+// -----
+
+func.func @swapped_into_host_read_on_device(%m: tensor<4xf32> {sharc.state = #sharc.state<"w", "exp_avg">, sharc.storage = #sharc.storage<nvme>}) -> tensor<4xf32> {
+  %f = sharc.swap_in_start %m {sharc.on_host} : tensor<4xf32>
+  %v = sharc.wait %f : !sharc.future<tensor<4xf32>>
+  // expected-error @+1 {{'sharc.neg' op reads a value in host memory but does not run on the host}}
+  %n = sharc.neg %v : tensor<4xf32>
+  return %m : tensor<4xf32>
+}

@@ -5,6 +5,7 @@
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="sub-group-size=10" | sharc-opt | FileCheck %s --check-prefix=ROUNDTRIP
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="device=cpu" | FileCheck %s --check-prefix=HOST
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="device=cpu" --sharc-plan-memory | FileCheck %s --check-prefix=HOSTPLAN
+// RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="sub-group-size=10 host-update=true" | FileCheck %s --check-prefix=NVMEHOST
 // RUN: not sharc-opt %s -split-input-file --sharc-offload-optimizer="device=disk" 2>&1 | FileCheck %s --check-prefix=BAD
 
 // Three parameters of 8, 8 and 4 elements, each with Adam's two moments,
@@ -125,6 +126,18 @@
 // HOSTPLAN: func.func @train_step({{.*}} attributes {sharc.arena_bytes = {{[0-9]+}} : i64, sharc.host_arena_bytes = {{[0-9]+}} : i64}
 // HOSTPLAN: sharc.reduce %arg0 {{{.*}}sharc.offsets = array<i64: 0>}
 // HOSTPLAN-NEXT: sharc.transfer_start %{{.*}} to <host> {sharc.offsets = array<i64: 0>}
+
+// NVMe with host-update (the CUDA target's layout): the sub-groups as above,
+// but the files are read into host memory (sharc.on_host on the reads), the
+// updates run on the host on copies of their device inputs, and the new
+// moments are written to the files from host memory.
+// NVMEHOST-LABEL: func.func @train_step(
+// NVMEHOST: sharc.swap_in_start %arg2 {sharc.on_host} : tensor<8xf32>
+// NVMEHOST: sharc.transfer_start %arg0 to <host>
+// NVMEHOST: %[[U:.*]]:3 = sharc.fusion %{{.*}} {sharc.on_host}
+// NVMEHOST: sharc.transfer_start %[[U]]#0 to <device>
+// NVMEHOST-NEXT: sharc.swap_out_start %[[U]]#1 to %arg2 {sharc.on_host}
+// NVMEHOST-NEXT: sharc.swap_out_start %[[U]]#2 to %arg3 {sharc.on_host}
 
 // BAD: sharc-offload-optimizer: device must be cpu or nvme, not 'disk'
 func.func @train_step(%u: tensor<8xf32> {sharc.param = #sharc.param<"u", "u">},

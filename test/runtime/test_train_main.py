@@ -654,11 +654,12 @@ def test_nvme_path_errors(nvme_data, ranks):
     assert "[--nvme-path DIR]" in result.stdout
 
 
-def test_nvme_is_not_supported_on_cuda(nvme_data):
+def test_nvme_into_device_memory_is_refused_on_cuda(nvme_data):
     directory, _, _ = nvme_data
     result = mpirun(1, nvme_binary(1), *inputs(directory), "--nvme-path",
                     directory / "nvme", env={"SHARC_FAKE_TARGET": "cuda"})
-    expect_failure(result, "NVMe offload is not supported on the CUDA target yet")
+    expect_failure(result, "this CUDA program offloads buffers to NVMe but has no "
+                   "host memory to read them into")
 
 
 def test_nvme_misplanned_traffic_fails(nvme_data):

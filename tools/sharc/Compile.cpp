@@ -515,21 +515,18 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (failed(options))
     return 1;
   bool nvme = options->offloadOptimizer == OffloadDevice::nvme;
-  // ZeRO-Offload to the CPU: the optimizer state in host memory and its
-  // update on the host (the CUDA target's way; on the CPU target only with
-  // --host-update: otherwise nothing moves there).
-  bool hostUpdate = options->offloadOptimizer == OffloadDevice::cpu &&
+  // ZeRO-Offload: the optimizer state in host memory (cpu) or read from its
+  // files into host memory (nvme), and its update on the host: the CUDA
+  // target's way; on the CPU target only with --host-update (otherwise CPU
+  // offload moves nothing there, and NVMe offload reads into the arena).
+  bool hostUpdate = options->offloadOptimizer != OffloadDevice::none &&
                     (cuda || flags->hostUpdate);
-  if (flags->hostUpdate && options->offloadOptimizer != OffloadDevice::cpu)
-    return fail("--host-update needs --offload-optimizer cpu (or "
-                "zero_optimization.offload_optimizer.device \"cpu\")");
+  if (flags->hostUpdate && options->offloadOptimizer == OffloadDevice::none)
+    return fail("--host-update needs --offload-optimizer cpu or nvme (or "
+                "zero_optimization.offload_optimizer.device)");
   bool offload =
       (options->offloadOptimizer == OffloadDevice::cpu && !hostUpdate) ||
       options->offloadParam != OffloadDevice::none;
-  if (cuda && nvme)
-    return fail("zero_optimization.offload_optimizer: offload to NVMe is "
-                "not supported yet on the CUDA target (it is on the CPU "
-                "target)");
   if (cuda && options->offloadParam != OffloadDevice::none)
     return fail("zero_optimization.offload_param: parameter offload is not "
                 "supported yet on the CUDA target (on the CPU target it is "
@@ -552,11 +549,13 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   buildCompilePipeline(pm, flags->fuse, overlap,
                        {options->maxReuseDistance, options->prefetchBucketSize,
                         options->maxLiveParameters},
-                       {hostUpdate ? OffloadDevice::cpu
-                        : nvme     ? OffloadDevice::nvme
-                                   : OffloadDevice::none,
-                        options->subGroupSize, options->pipelineRead,
-                        options->pipelineWrite});
+                       {.device = nvme         ? OffloadDevice::nvme
+                                  : hostUpdate ? OffloadDevice::cpu
+                                               : OffloadDevice::none,
+                        .hostUpdate = nvme && hostUpdate,
+                        .subGroupSize = options->subGroupSize,
+                        .pipelineRead = options->pipelineRead,
+                        .pipelineWrite = options->pipelineWrite});
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
@@ -597,7 +596,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << "): on the CPU target the device memory is the host's, "
                       "so nothing moves and the bytes above stay where they "
                       "are\n";
-    if (hostUpdate)
+    if (hostUpdate && !nvme)
       llvm::outs() << "report: ZeRO-Offload to the CPU (optimizer state): "
                       "each rank keeps its optimizer state in "
                    << (cuda ? "pinned host memory" : "host memory")
@@ -614,7 +613,11 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << options->subGroupSize << " elements (reads "
                    << (options->pipelineRead ? "" : "not ")
                    << "pipelined, writes "
-                   << (options->pipelineWrite ? "" : "not ") << "pipelined)\n";
+                   << (options->pipelineWrite ? "" : "not ") << "pipelined"
+                   << (hostUpdate ? "), into host memory, where the update "
+                                    "runs"
+                                  : ")")
+                   << "\n";
   };
   if (plan) {
     printAll();
