@@ -164,6 +164,8 @@ LogicalResult ProgramEmitter::collectBuffers() {
                         : (state.getParam() + "." + state.getRole()).str();
       if (state.getParam().empty() && state.getRole() == "step")
         stepBuffer = static_cast<int>(buffers.size());
+      if (state.getRole() == "compute_copy")
+        buffer.derivedFromName = state.getParam().str();
     } else if (auto input = step.getArgAttrOfType<StringAttr>(
                    i, SharcDialect::getInputAttrName())) {
       buffer.role = "input";
@@ -191,6 +193,19 @@ LogicalResult ProgramEmitter::collectBuffers() {
     }
     bufferOf[arg] = static_cast<int>(buffers.size());
     buffers.push_back(std::move(buffer));
+  }
+  // Derived state: the parameter it comes from.
+  for (Buffer &buffer : buffers) {
+    if (buffer.derivedFromName.empty())
+      continue;
+    for (auto [i, other] : llvm::enumerate(buffers))
+      if (other.role == "param" && other.name == buffer.derivedFromName)
+        buffer.derivedFrom = static_cast<int>(i);
+    if (buffer.derivedFrom < 0)
+      return step.emitError()
+             << "code generation: '" << buffer.name
+             << "' is derived from parameter '" << buffer.derivedFromName
+             << "', which the step does not have";
   }
   // Trainable parameters: those whose new value is not the argument itself.
   auto ret = cast<func::ReturnOp>(entry.getTerminator());
@@ -603,7 +618,8 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
            ConcatOp, InsertSliceOp, TriluOp, GatherOp, ScatterAddOp, MatmulOp,
            ReduceOp, Conv2DOp, Conv2DInputGradOp, Conv2DWeightGradOp,
            MaxPool2DOp, MaxPool2DGradOp, AvgPool2DOp, AvgPool2DGradOp,
-           AllGatherOp, AllGatherStartOp, WaitOp, func::ReturnOp>(op))
+           AllGatherOp, AllGatherStartOp, WaitOp, TransferStartOp,
+           SwapInStartOp, SwapOutStartOp, func::ReturnOp>(op))
     return op->emitError() << "code generation: '" << op->getName()
                            << "' on f16/bf16 tensors is not supported yet";
   if (isFusibleElementwiseOp(op) || isa<FusionOp>(op)) {
@@ -886,14 +902,19 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
   // Every parameter and state buffer gets a file of its own, whatever the
   // model calls its tensors (an initializer named "step", names that differ
   // only in characters a file name cannot hold).
+  // Derived state has no file.
+  auto hasFile = [](const Buffer &buffer) {
+    return (buffer.role == "param" || buffer.role == "state") &&
+           buffer.derivedFrom < 0;
+  };
   std::vector<std::string> persistentNames;
   for (const Buffer &buffer : buffers)
-    if (buffer.role == "param" || buffer.role == "state")
+    if (hasFile(buffer))
       persistentNames.push_back(buffer.name);
   std::vector<std::string> files = rt::npyFileNames(persistentNames);
   size_t nextFile = 0;
   for (Buffer &buffer : buffers)
-    if (buffer.role == "param" || buffer.role == "state")
+    if (hasFile(buffer))
       buffer.file = files[nextFile++];
   for (const Buffer &buffer : buffers) {
     ReportBuffer entry;
@@ -908,6 +929,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     entry.initialValue = buffer.initialValue;
     entry.offloaded = buffer.offloaded;
     entry.inHost = buffer.inHost;
+    if (buffer.derivedFrom >= 0)
+      entry.derivedFrom = buffers[buffer.derivedFrom].name;
     if (buffer.offloaded)
       report.nvmeBytes += rt::swapBytes(entry.bytes);
     if (buffer.inHost)
@@ -921,6 +944,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
         elements = (elements + options.worldSize - 1) / options.worldSize;
       if (buffer.trainable)
         report.gradientBytes += elements * elementBytes(buffer.element);
+    } else if (buffer.derivedFrom >= 0) {
+      report.carriedCopyBytes += entry.bytes;
     } else if (buffer.role == "state") {
       report.stateBytes += entry.bytes;
     }
@@ -972,7 +997,7 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
        << (buffer.offloaded ? "nvme"
            : buffer.inHost  ? "host"
                             : "device")
-       << "},\n";
+       << ", " << buffer.derivedFrom << "},\n";
   }
   os << "};\n\n";
   os << "const sharc::rt::ProgramInfo info = {\n"

@@ -67,6 +67,9 @@ struct ReportBuffer {
   /// True for state that lives in (pinned) host memory (ZeRO-Offload to the
   /// CPU: `#sharc.storage<host>`).
   bool inHost = false;
+  /// For a carried 16-bit compute copy: the parameter whose master it is
+  /// derived from at start (it has no file: never loaded nor saved).
+  std::string derivedFrom;
   /// State only: the value of every element before the first step
   /// (`#sharc.state<..., init = V>`).
   double initialValue = 0;
@@ -118,6 +121,9 @@ struct ProgramReport {
   /// and of the host arena (the values of the ops run on the host), and the
   /// bytes copied between device and host memory per step (PCIe on CUDA).
   int64_t hostBytes = 0;
+  /// Mixed precision with offloaded masters: the 16-bit copies of the master
+  /// slices carried from step to step in device memory (derived state).
+  int64_t carriedCopyBytes = 0;
   int64_t hostArenaBytes = 0;
   uint64_t transferBytes = 0;
   /// The host communicator's staging (CPU target): the largest reduction's

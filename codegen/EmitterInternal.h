@@ -257,6 +257,12 @@ private:
     /// True when the buffer lives in (pinned) host memory
     /// (`#sharc.storage<host>`): only kernels run on the host touch it.
     bool inHost = false;
+    /// State whose value before the first step is derived from another
+    /// buffer, never saved: a carried 16-bit compute copy
+    /// (`#sharc.state<"p", "compute_copy">`) is parameter p's master rounded;
+    /// the parameter's name here, its index below.
+    std::string derivedFromName;
+    int derivedFrom = -1;
   };
 
   LogicalResult collectBuffers();

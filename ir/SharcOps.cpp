@@ -99,11 +99,13 @@ LogicalResult SharcDialect::verifyRegionArgAttribute(Operation *op,
              << "argument #" << argIndex << ": '" << attr.getName().getValue()
              << "' must be a #sharc.storage attribute";
     auto func = dyn_cast<FunctionOpInterface>(op);
-    if (!func || !func.getArgAttr(argIndex, getStateAttrName()))
+    if (!func || !(func.getArgAttr(argIndex, getStateAttrName()) ||
+                   (func.getArgAttr(argIndex, getParamAttrName()) &&
+                    func.getArgAttr(argIndex, getSliceAttrName()))))
       return op->emitError()
              << "argument #" << argIndex << ": '" << attr.getName().getValue()
-             << "' applies to training state (sharc.state) "
-                "only";
+             << "' applies to training state (sharc.state) and partitioned "
+                "parameters (sharc.param with sharc.slice) only";
     if (region.empty() || storage.getValue() == Storage::device)
       return success();
     if (storage.getValue() == Storage::host)

@@ -17,6 +17,9 @@
 
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+#include "mlir/IR/IRMapping.h"
 
 namespace sharc {
 #define GEN_PASS_DEF_OFFLOADOPTIMIZER
@@ -103,6 +106,22 @@ LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
                   "on the host";
       hostOps.insert(top);
     }
+  // A kernel that reads only what the host ops compute (the cast of a new
+  // master to the 16-bit copy the step carries) runs on the host too: its
+  // result crosses to the device instead of its operands.
+  DenseSet<Value> inHost(hostState.begin(), hostState.end());
+  for (Operation &op : block) {
+    if (!hostOps.contains(&op)) {
+      auto fusion = dyn_cast<FusionOp>(op);
+      if (!fusion || op.hasAttr("sharc.fuse_into") ||
+          op.hasAttr("sharc.gemm_epilogue") || op.getNumOperands() == 0 ||
+          !llvm::all_of(op.getOperands(),
+                        [&](Value v) { return inHost.contains(v); }))
+        continue;
+      hostOps.insert(&op);
+    }
+    inHost.insert(op.result_begin(), op.result_end());
+  }
   // In program order, so that a host op's operands from another host op
   // are known to be host values.
   SmallVector<Operation *> ordered(hostOps.begin(), hostOps.end());
@@ -172,6 +191,96 @@ LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
   return success();
 }
 
+/// True for a fusion that only casts its one operand to f16 or bf16.
+bool isCastToSixteenBits(FusionOp fusion) {
+  if (fusion->getNumOperands() != 1 || fusion->getNumResults() != 1)
+    return false;
+  Block &body = fusion.getBody().front();
+  auto cast = dyn_cast<CastOp>(body.front());
+  auto element = getElementTypeOrSelf(fusion->getResult(0).getType());
+  return cast && std::next(body.begin()) == body.without_terminator().end() &&
+         cast->getOperand(0) == body.getArgument(0) &&
+         body.getTerminator()->getOperand(0) == cast.getResult() &&
+         (element.isF16() || element.isBF16());
+}
+
+/// Mixed precision from ZeRO stage 1 on: each partitioned fp32 master weight
+/// (an argument marked `sharc.param` and `sharc.slice`) that the step reads,
+/// besides its update, only through casts to its 16-bit compute copy gets
+/// that copy carried from step to step instead: a new argument and result,
+/// `#sharc.state<"p", "compute_copy">` (this rank's slice, 16 bits), which
+/// the casts' readers read and the cast of the new master (right after the
+/// update computes it) becomes.  The copy is the cast of the master at every
+/// step, so nothing changes but that the master is then read by its update
+/// alone, and can be offloaded with the optimizer state.  The runtime derives
+/// the copy's first value from the master (it is never saved).
+LogicalResult carryComputeCopies(func::FuncOp func) {
+  Block &block = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  MLIRContext *context = func.getContext();
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    BlockArgument master = block.getArgument(i);
+    ParamAttr param = getParamAttr(func, i);
+    SliceAttr slice = getSliceAttr(func, i);
+    if (!param || !slice ||
+        !cast<RankedTensorType>(master.getType()).getElementType().isF32())
+      continue;
+    SmallVector<FusionOp> casts;
+    for (Operation *user : master.getUsers())
+      if (auto fusion = dyn_cast<FusionOp>(user);
+          fusion && isCastToSixteenBits(fusion))
+        casts.push_back(fusion);
+    if (casts.empty() || llvm::any_of(casts, [&](FusionOp c) {
+          return c->getResult(0).getType() != casts[0]->getResult(0).getType();
+        }))
+      continue;
+    std::optional<unsigned> result;
+    for (unsigned r = 0, n = func.getNumResults(); r < n; ++r)
+      if (func.getResultAttr(r, SharcDialect::getParamAttrName()) == param)
+        result = r;
+    if (!result)
+      continue;
+    Value newMaster = ret.getOperand(*result);
+    Operation *producer = newMaster.getDefiningOp();
+    if (newMaster == master || !producer || producer->getBlock() != &block)
+      continue;
+    auto copyType = cast<RankedTensorType>(casts[0]->getResult(0).getType());
+    auto copyState = StateAttr::get(context, param.getName(), "compute_copy");
+    NamedAttrList attrs;
+    attrs.set(SharcDialect::getStateAttrName(), copyState);
+    attrs.set(SharcDialect::getSliceAttrName(),
+              SliceAttr::get(context,
+                             RankedTensorType::get(slice.getWhole().getShape(),
+                                                   copyType.getElementType()),
+                             slice.getRanks()));
+    unsigned argIndex = func.getNumArguments();
+    if (failed(func.insertArgument(
+            argIndex, copyType, attrs.getDictionary(context), master.getLoc())))
+      return failure();
+    BlockArgument copy = block.getArgument(argIndex);
+    // The new copy: the cast of the new master.
+    OpBuilder builder(context);
+    builder.setInsertionPointAfter(producer);
+    IRMapping mapping;
+    mapping.map(master, newMaster);
+    Value newCopy = builder.clone(*casts[0], mapping)->getResult(0);
+    for (FusionOp c : casts) {
+      c->getResult(0).replaceAllUsesWith(copy);
+      c->erase();
+    }
+    ret->insertOperands(ret->getNumOperands(), newCopy);
+    if (failed(func.insertResult(
+            func.getNumResults(), copyType,
+            DictionaryAttr::get(
+                context,
+                {NamedAttribute(
+                    StringAttr::get(context, SharcDialect::getStateAttrName()),
+                    copyState)}))))
+      return failure();
+  }
+  return success();
+}
+
 } // namespace
 
 LogicalResult
@@ -187,6 +296,8 @@ sharc::offloadOptimizerState(func::FuncOp func,
     return func.emitError() << "sharc-offload-optimizer: sub-group-size must "
                                "be positive, got "
                             << options.subGroupSize;
+  if (failed(carryComputeCopies(func)))
+    return failure();
   Block &block = func.getBody().front();
   auto ret = cast<func::ReturnOp>(block.getTerminator());
   MLIRContext *context = func.getContext();
@@ -198,7 +309,9 @@ sharc::offloadOptimizerState(func::FuncOp func,
     unsigned index = arg.getArgNumber();
     auto state = func.getArgAttrOfType<StateAttr>(
         index, SharcDialect::getStateAttrName());
+    // The 16-bit copies forward reads stay on the device.
     if (!state || state.getParam().empty() ||
+        state.getRole() == "compute_copy" ||
         func.getArgAttr(index, SharcDialect::getStorageAttrName()))
       continue;
     auto type = cast<RankedTensorType>(arg.getType());
@@ -236,6 +349,39 @@ sharc::offloadOptimizerState(func::FuncOp func,
     for (Operation *op : {entry.firstReader, producer})
       if (op && (!unit.anchor || op->isBeforeInBlock(unit.anchor)))
         unit.anchor = op;
+    unit.states.push_back(entry);
+  }
+  // The fp32 master slices that only their update reads (mixed precision:
+  // their 16-bit copies are carried, above) go with their optimizer state.
+  for (BlockArgument arg : block.getArguments()) {
+    unsigned index = arg.getArgNumber();
+    ParamAttr param = getParamAttr(func, index);
+    if (!param || !getSliceAttr(func, index) ||
+        func.getArgAttr(index, SharcDialect::getStorageAttrName()))
+      continue;
+    auto found = units.find(param.getName());
+    if (found == units.end())
+      continue;
+    Unit &unit = found->second;
+    SmallPtrSet<Operation *, 4> updates;
+    for (OffloadedState &state : unit.states)
+      for (Operation *user : state.arg.getUsers())
+        updates.insert(block.findAncestorOpInBlock(*user));
+    FailureOr<SmallVector<Operation *>> readers = readersOf(arg, block);
+    if (failed(readers) || readers->empty() ||
+        llvm::any_of(*readers,
+                     [&](Operation *op) { return !updates.contains(op); }))
+      continue;
+    std::optional<unsigned> result;
+    for (unsigned r = 0, e = func.getNumResults(); r < e; ++r)
+      if (func.getResultAttr(r, SharcDialect::getParamAttrName()) == param)
+        result = r;
+    if (!result)
+      continue;
+    OffloadedState entry{arg, *result, ret.getOperand(*result)};
+    for (Operation *reader : *readers)
+      if (!entry.firstReader || reader->isBeforeInBlock(entry.firstReader))
+        entry.firstReader = reader;
     unit.states.push_back(entry);
   }
   if (units.empty())

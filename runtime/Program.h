@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 8;
+constexpr int kProgramAbiVersion = 9;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -98,6 +98,12 @@ struct BufferSpec {
   int64_t fileShape[kMaxRank];
   /// Where the buffer lives (device memory unless offloaded).
   BufferStorage storage;
+  /// -1, or for state derived from a parameter (a 16-bit copy of an fp32
+  /// master slice that the step carries, #sharc.state<"p", "compute_copy">):
+  /// that parameter's index.  Such a buffer has no file: its value before
+  /// the first step is the parameter's, loaded as the parameter is, rounded
+  /// to its type (round to nearest even); it is never saved.
+  int derivedFrom;
 };
 
 /// NVMe offload settings, fixed at compile time from the DeepSpeed config

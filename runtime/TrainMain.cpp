@@ -424,6 +424,25 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
       fail(std::string(roleName(spec.role)) + " '" + name + "' is offloaded (" +
            (spec.storage == BufferStorage::nvme ? "NVMe" : "host memory") +
            "): only parameters and state can be");
+    if (spec.derivedFrom != -1) {
+      // A carried 16-bit copy of a parameter (BufferSpec::derivedFrom).
+      const BufferSpec *from =
+          spec.derivedFrom >= 0 && spec.derivedFrom < info.numBuffers
+              ? &info.buffers[spec.derivedFrom]
+              : nullptr;
+      if (spec.role != BufferRole::state || !from ||
+          from->role != BufferRole::param || from->derivedFrom != -1 ||
+          from->type != DType::f32 ||
+          (spec.type != DType::f16 && spec.type != DType::bf16) ||
+          from->numElements != spec.numElements ||
+          from->sliced != spec.sliced ||
+          spec.storage != BufferStorage::device || (spec.file && *spec.file))
+        fail("buffer '" + name + "' is derived from buffer " +
+             std::to_string(spec.derivedFrom) +
+             ": only a 16-bit state buffer in device memory, without a file, "
+             "can be derived, from an f32 parameter of as many elements");
+      continue;
+    }
     if (spec.role == BufferRole::param || spec.role == BufferRole::state) {
       std::string file = spec.file ? spec.file : "";
       if (file.empty() || file.find('/') != std::string::npos || file[0] == '.')
@@ -638,9 +657,14 @@ void saveState(Communicator &comm, const ProgramInfo &info,
   AtomicFileSet files;
   std::string error;
   bool ok = true;
+  // Carried 16-bit copies are derived from their parameters: not saved.
+  auto saved = [](const BufferSpec &spec) {
+    return (spec.role == BufferRole::param || spec.role == BufferRole::state) &&
+           spec.derivedFrom < 0;
+  };
   for (int i = 0; i < info.numBuffers; ++i) {
     const BufferSpec &spec = info.buffers[i];
-    if (spec.role != BufferRole::param && spec.role != BufferRole::state)
+    if (!saved(spec))
       continue;
     if (spec.sliced)
       index.sliced[spec.file] = {fileType(spec.type), fileShape(spec)};
@@ -655,7 +679,7 @@ void saveState(Communicator &comm, const ProgramInfo &info,
     ok = files.createDirectories(dir, error);
   for (int i = 0; i < info.numBuffers && ok; ++i) {
     const BufferSpec &spec = info.buffers[i];
-    if (spec.role != BufferRole::param && spec.role != BufferRole::state)
+    if (!saved(spec))
       continue;
     if (spec.sliced) {
       NpyArray array;
@@ -988,8 +1012,9 @@ int run(int argc, char **argv) {
     switch (spec.role) {
     case BufferRole::param:
     case BufferRole::state:
-      loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
-                 comm.size(), buffers[i]);
+      if (spec.derivedFrom < 0)
+        loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
+                   comm.size(), buffers[i]);
       break;
     case BufferRole::constant:
       copyToDevice(buffers[i], spec.constantData, spec.bytes);
@@ -1001,6 +1026,22 @@ int run(int argc, char **argv) {
     }
   }
   swapStaging.reset();
+  // Carried 16-bit copies: the parameter each comes from, loaded as it is
+  // (its slice), rounded to 16 bits as the step's casts round.
+  for (int i = 0; i < info.numBuffers; ++i) {
+    const BufferSpec &spec = info.buffers[i];
+    if (spec.derivedFrom < 0)
+      continue;
+    const BufferSpec &from = info.buffers[spec.derivedFrom];
+    std::vector<float> master(size_t(from.numElements));
+    BufferSpec hostSpec = from;
+    hostSpec.storage = BufferStorage::host; // loaded into host memory
+    loadBuffer(options.weightsDir, weightsIndex, hostSpec, comm.rank(),
+               comm.size(), master.data());
+    std::vector<uint16_t> copy(master.size());
+    narrow16(spec.type, master.data(), int64_t(master.size()), copy.data());
+    copyToDevice(buffers[i], copy.data(), size_t(spec.bytes));
+  }
   if (store && comm.rank() == 0) {
     std::printf("offload: %zu buffer%s, %" PRId64
                 " bytes per rank in %s (NVMe, io_uring, %s)\n",

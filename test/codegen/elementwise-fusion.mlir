@@ -77,7 +77,7 @@ func.func @train_step(%x: tensor<4x8xf32> {sharc.input = "x"},
 // CHECK-NEXT:     p2[i] = static_cast<float>(acc);
 
 // Buffers: 0-3 the inputs, 4 the state, 6 the loss, 7 the lr, 8 its constant.
-// CHECK: {"acc", "", "acc.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 2, {4, 8}, 32, 128, nullptr, false, 2, {4, 8}, sharc::rt::BufferStorage::device},
+// CHECK: {"acc", "", "acc.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 2, {4, 8}, 32, 128, nullptr, false, 2, {4, 8}, sharc::rt::BufferStorage::device, -1},
 // One rank, micro-batch 4, no accumulation; the arena holds the stored
 // fusion result (256 bytes, aligned) and the loss (4); 9 buffers, the loss,
 // lr and step counter at 6, 7, 5; no collectives; two kernels, no GEMM.

@@ -26,13 +26,13 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 }
 
 // CHECK: const sharc::rt::BufferSpec buffers[] = {
-// CHECK-NEXT: {"w", {{.*}}, sharc::rt::BufferStorage::device},
-// CHECK-NEXT: {"b", {{.*}}, sharc::rt::BufferStorage::device},
-// CHECK-NEXT: {"w.exp_avg", "", "w.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::nvme},
-// CHECK-NEXT: {"w.exp_avg_sq", {{.*}}, sharc::rt::BufferStorage::nvme},
-// CHECK-NEXT: {"b.exp_avg", {{.*}}, sharc::rt::BufferStorage::nvme},
-// CHECK-NEXT: {"b.exp_avg_sq", {{.*}}, sharc::rt::BufferStorage::nvme},
-// CHECK-NEXT: {"step", {{.*}}, sharc::rt::BufferStorage::device},
+// CHECK-NEXT: {"w", {{.*}}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"b", {{.*}}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"w.exp_avg", "", "w.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::nvme, -1},
+// CHECK-NEXT: {"w.exp_avg_sq", {{.*}}, sharc::rt::BufferStorage::nvme, -1},
+// CHECK-NEXT: {"b.exp_avg", {{.*}}, sharc::rt::BufferStorage::nvme, -1},
+// CHECK-NEXT: {"b.exp_avg_sq", {{.*}}, sharc::rt::BufferStorage::nvme, -1},
+// CHECK-NEXT: {"step", {{.*}}, sharc::rt::BufferStorage::device, -1},
 // CHECK: const sharc::rt::ProgramInfo info = {
 // CHECK: {"", 1048576, 8, false, true, 16384u, 16384u},
 // CHECK-NEXT: 0, 0u};
@@ -84,7 +84,7 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // arena and the bytes copied per step (each gradient slice and parameter
 // slice to the host: 4 x (24 + 8), five f32 scalars: 20, the new slices back:
 // 24 + 8).
-// HOST: {"w.exp_avg", {{.*}}, sharc::rt::BufferStorage::host},
+// HOST: {"w.exp_avg", {{.*}}, sharc::rt::BufferStorage::host, -1},
 // HOST: const sharc::rt::ProgramInfo info = {
 // HOST: {"", 1048576, 8, false, true, 0u, 0u},
 // HOST-NEXT: {{[0-9]+}}, 116u};
@@ -99,7 +99,7 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 
 // NVMe offload on the CUDA target: the files are read into the host arena
 // and written from it, and the update runs on the host.
-// NVMEHOST: {"w.exp_avg", {{.*}}, sharc::rt::BufferStorage::nvme},
+// NVMEHOST: {"w.exp_avg", {{.*}}, sharc::rt::BufferStorage::nvme, -1},
 // NVMEHOST-LABEL: extern "C" void sharcProgramStep(
 // NVMEHOST: ctx->swap->startRead(2, (ctx->hostArena + [[M:[0-9]+]]));
 // NVMEHOST: sharc::kern::launchHost(ctx, 6, 1,

@@ -251,9 +251,11 @@ def test_cuda_sixteen_bit_program_builds(sharc, exported, work, precision, arch)
     assert ("loss_scale" in states) == (precision == "fp16")
 
 
-@pytest.mark.parametrize("stage,arch,device", [(2, "sm_80", "cpu"), (3, "sm_90", "cpu"),
-                                               (2, "sm_90", "nvme")])
-def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, device):
+@pytest.mark.parametrize("stage,arch,device,precision", [
+    (2, "sm_80", "cpu", "fp32"), (3, "sm_90", "cpu", "fp32"),
+    (2, "sm_90", "nvme", "fp32"), (1, "sm_90", "cpu", "bf16")])
+def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, device,
+                                       precision):
     """ZeRO-Offload to the CPU on the CUDA target: the step keeps the
     optimizer state in pinned host memory and runs its update on the host
     (the kernel's host twin, launchHost) on copies of its inputs, copying the
@@ -261,15 +263,17 @@ def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, devic
     report states the pinned host bytes and the bytes copied per step.  The
     same program runs on the CPU target with --host-update
     (test_offload.py).  With NVMe the state's files are read into pinned host
-    memory and the same update runs there."""
-    out = work / f"gpt-offload-{stage}-{arch}-{device}"
+    memory and the same update runs there.  Under bf16 the fp32 master
+    slices go to the host too, and the step carries their bf16 copies on
+    the device (computed on the host, copied back)."""
+    out = work / f"gpt-offload-{stage}-{arch}-{device}-{precision}"
     folder = ["--nvme-path", work] if device == "nvme" else []
     result = sharc("compile", exported("gpt"), "--target", "cuda",
                    "--cuda-arch", arch, "--optimizer", "adamw",
                    "--world-size", 2, "--zero-stage", stage,
                    "--param-persistence-threshold", 0,
-                   "--offload-optimizer", device, *folder, "-o", out, "--report",
-                   timeout=600)
+                   "--offload-optimizer", device, *folder, "--precision", precision,
+                   "-o", out, "--report", timeout=600)
     if result.returncode != 0 and UNSUPPORTED in result.stderr:
         pytest.skip(result.stderr.strip().splitlines()[-1])
     assert result.returncode == 0, result.stderr
@@ -281,7 +285,11 @@ def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, devic
     manifest = json.loads((out / "manifest.json").read_text())
     storage = "host" if device == "cpu" else "nvme"
     moved = [b for b in manifest["buffers"] if b["storage"] == storage]
-    assert moved and all(b["role"] == "state" for b in moved)
+    assert moved and all(b["role"] == "state" or precision == "bf16" for b in moved)
+    copies = [b for b in manifest["buffers"] if "derived_from" in b]
+    assert bool(copies) == (precision == "bf16")
+    assert {b["derived_from"] for b in copies} == \
+        {b["name"] for b in moved if b["role"] == "param"}
     assert manifest["host_bytes"] == (sum(b["bytes"] for b in moved)
                                       if device == "cpu" else 0)
     assert manifest["transfer_bytes_per_step"] > 0

@@ -112,6 +112,26 @@ def states_equal(a, b):
             np.testing.assert_array_equal(np.load(a / name), np.load(b / name))
 
 
+def assert_offloaded(buffers, manifest, precision, ranks):
+    """What moved: the optimizer state, and under mixed precision with
+    partitioned masters (N > 1) the fp32 master slices too, whose 16-bit
+    copies the step then carries on the device, derived from them."""
+    assert buffers
+    moved = {b["name"] for b in buffers}
+    states = [b for b in manifest["buffers"] if b["role"] == "state"
+              and "." in b["name"] and "derived_from" not in b]
+    assert all(b["name"] in moved for b in states)
+    copies = [b for b in manifest["buffers"] if "derived_from" in b]
+    masters = {b["derived_from"] for b in copies}
+    assert {b["name"] for b in buffers if b["role"] == "param"} == masters
+    if precision != "fp32" and ranks > 1:
+        assert copies and all(b["storage"] == "device" and "file" not in b
+                              for b in copies)
+        assert manifest["carried_copy_bytes"] == sum(b["bytes"] for b in copies)
+    else:
+        assert not copies
+
+
 def train_both_ways(sharc, exported, tmp_path, name, ranks, stage, precision,
                     offload):
     """Compiles model `name` for `ranks` ranks at ZeRO `stage` in `precision`
@@ -158,8 +178,8 @@ def test_nvme_offload_trains_as_without(sharc, exported, tmp_path, name, ranks,
     assert list(folder.iterdir()) == []
     # The report and the run agree on what moves: every offloaded buffer is
     # read and written once per step, whole 4096-byte blocks.
-    buffers, _ = offloaded_buffers(tmp_path / "out-offload")
-    assert buffers and all(b["role"] == "state" for b in buffers)
+    buffers, manifest = offloaded_buffers(tmp_path / "out-offload")
+    assert_offloaded(buffers, manifest, precision, ranks)
     planned = sum(swap_bytes(b["bytes"]) for b in buffers)
     memory = MEMORY_LINE.search(runs["nvme"][2].stdout)
     assert memory, runs["nvme"][2].stdout
@@ -188,7 +208,7 @@ def test_host_update_trains_as_without(sharc, exported, tmp_path, name, ranks,
     runs["host"] = runs.pop("offload")
     _, manifest = offloaded_buffers(tmp_path / "out-offload")
     in_host = [b for b in manifest["buffers"] if b["storage"] == "host"]
-    assert in_host and all(b["role"] == "state" for b in in_host)
+    assert_offloaded(in_host, manifest, precision, ranks)
     copied = re.search(r"^summary: host memory .*; host transfer bytes per step "
                        r"planned (\d+) measured (\S+)$", runs["host"][3].stdout,
                        re.MULTILINE)
@@ -216,6 +236,35 @@ def test_nvme_host_update_trains_as_without(sharc, exported, tmp_path, stage,
                        result, re.MULTILINE)
     assert copied and copied.group(1) == copied.group(2) != "0", result
     assert list(folder.iterdir()) == []
+
+
+def test_resume_derives_the_carried_copies(sharc, exported, tmp_path):
+    """bf16 at ZeRO stage 2 with the optimizer state and the fp32 masters
+    offloaded: a run saved after 3 steps and resumed for 3 more prints the
+    steps of one run of 6 (the resumed run derives its 16-bit copies from
+    the saved masters, which is what the step carries), and the state it
+    saves is that run's, resuming a run without offload as well."""
+    path, inputs = exported["gpt"]
+    folder = tmp_path / "nvme"
+    folder.mkdir()
+    flags = [*RECIPE, "--precision", "bf16", "--world-size", 2, "--zero-stage", 2,
+             "--reduce-bucket-size", 2000]
+    compile_program(sharc, path, tmp_path / "plain", *flags)
+    compile_program(sharc, path, tmp_path / "offload", *flags,
+                    *nvme(folder, "--sub-group-size", 300))
+    whole = steps_of(mpirun(2, tmp_path / "plain" / "train", *inputs, "--steps", 6,
+                            "--save-state", tmp_path / "whole"))
+    first = steps_of(mpirun(2, tmp_path / "offload" / "train", *inputs, "--steps", 3,
+                            "--save-state", tmp_path / "half"))
+    second = steps_of(mpirun(2, tmp_path / "offload" / "train", *inputs, "--steps", 3,
+                             "--weights", tmp_path / "half",
+                             "--save-state", tmp_path / "resumed"))
+    assert first + second == whole
+    states_equal(tmp_path / "whole", tmp_path / "resumed")
+    # The saved state holds no 16-bit copy: it resumes without offload too.
+    plain = steps_of(mpirun(2, tmp_path / "plain" / "train", *inputs, "--steps", 3,
+                            "--weights", tmp_path / "half"))
+    assert plain == second
 
 
 def test_host_update_needs_cpu_offload(sharc, exported, tmp_path):

@@ -986,7 +986,7 @@ func.func @swap_in_not_an_argument(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// expected-error @below {{argument #0: 'sharc.storage' applies to training state (sharc.state) only}}
+// expected-error @below {{argument #0: 'sharc.storage' applies to training state (sharc.state) and partitioned parameters (sharc.param with sharc.slice) only}}
 func.func @storage_not_state(%x: tensor<4xf32> {sharc.storage = #sharc.storage<nvme>}) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }

@@ -184,3 +184,47 @@ func.func @train_step(%u: tensor<8xf32> {sharc.param = #sharc.param<"u", "u">},
   %next = sharc.add %step, %one : (tensor<i64>, tensor<i64>) -> tensor<i64>
   return %g, %nu#0, %nv#0, %nu#1, %nu#2, %nv#1, %nv#2, %nw#0, %nw#1, %next : tensor<f32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<i64>
 }
+
+// -----
+
+// Mixed precision from ZeRO stage 1 on: the fp32 master slice %p is read by a
+// cast to its bf16 compute copy (which the rest of the step reads) and by its
+// update.  The copy becomes state carried from step to step (a new argument
+// and result, #sharc.state<"p", "compute_copy">, this rank's bf16 slice),
+// whose new value is the cast of the new master, right after the update; the
+// master, then read by its update alone, is offloaded with its moment.  The
+// copy stays in device memory.
+// CHECK-LABEL: func.func @train_step(
+// CHECK-SAME: %arg0: tensor<4xf32> {sharc.param = #sharc.param<"p", "p">, sharc.slice = #sharc.slice<tensor<8xf32>, ranks = 2>, sharc.storage = #sharc.storage<nvme>}
+// CHECK-SAME: %arg3: tensor<4xbf16> {sharc.slice = #sharc.slice<tensor<8xbf16>, ranks = 2>, sharc.state = #sharc.state<"p", "compute_copy">})
+// CHECK-SAME: tensor<4xbf16> {sharc.state = #sharc.state<"p", "compute_copy">})
+// CHECK-NOT: sharc.cast %arg0
+// CHECK: %[[NEW:.*]]:2 = sharc.fusion
+// CHECK: %[[COPY:.*]] = sharc.fusion %[[NEW]]#0 : (tensor<4xf32>) -> tensor<4xbf16>
+// CHECK: sharc.cast
+// CHECK: return %arg3, %{{.*}}, %{{.*}}, %[[COPY]] :
+
+// HOST-LABEL: func.func @train_step(
+// HOST-SAME: sharc.storage = #sharc.storage<host>}
+// HOST: %[[NEW:.*]]:2 = sharc.fusion {{.*}} {sharc.on_host}
+// HOST: %[[COPY:.*]] = sharc.fusion %[[NEW]]#0 {sharc.on_host} : (tensor<4xf32>) -> tensor<4xbf16>
+// HOST: sharc.transfer_start %[[COPY]] to <device>
+func.func @train_step(%p: tensor<4xf32> {sharc.param = #sharc.param<"p", "p">, sharc.slice = #sharc.slice<tensor<8xf32>, ranks = 2>},
+                      %m: tensor<4xf32> {sharc.slice = #sharc.slice<tensor<8xf32>, ranks = 2>, sharc.state = #sharc.state<"p", "exp_avg">},
+                      %g: tensor<4xf32> {sharc.input = "g"})
+    -> (tensor<4xbf16> {sharc.output = "copy"},
+        tensor<4xf32> {sharc.param = #sharc.param<"p", "p">},
+        tensor<4xf32> {sharc.state = #sharc.state<"p", "exp_avg">}) {
+  %c = sharc.fusion %p : (tensor<4xf32>) -> tensor<4xbf16> {
+  ^bb0(%a: tensor<4xf32>):
+    %b = sharc.cast %a : tensor<4xf32> to tensor<4xbf16>
+    sharc.yield %b : tensor<4xbf16>
+  }
+  %new:2 = sharc.fusion %p, %m, %g : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<4xf32>, %d: tensor<4xf32>):
+    %m1 = sharc.add %b, %d : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %p1 = sharc.sub %a, %m1 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    sharc.yield %p1, %m1 : tensor<4xf32>, tensor<4xf32>
+  }
+  return %c, %new#0, %new#1 : tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>
+}

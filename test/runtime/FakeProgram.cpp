@@ -228,6 +228,9 @@ bool offloaded() {
 } // namespace
 
 extern "C" const ProgramInfo *sharcProgramInfo() {
+  // No buffer is derived from another (BufferSpec::derivedFrom).
+  for (BufferSpec &spec : kBuffers)
+    spec.derivedFrom = -1;
   if (offloaded()) {
     kBuffers[kVelocity].storage = BufferStorage::nvme;
     kInfo.arenaBytes = kOffloadArenaBytes;

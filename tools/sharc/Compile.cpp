@@ -421,6 +421,12 @@ void printReport(const ProgramReport &report, const EmitOptions &options,
     os << "report: per rank: gathered parameters peak bytes "
        << report.gatheredParameterPeakBytes
        << " (whole parameters live at once, in the arena)\n";
+  if (report.carriedCopyBytes)
+    os << "report: per rank: 16-bit copies of the master slices, carried from "
+          "step to step: "
+       << report.carriedCopyBytes
+       << " bytes (in device memory; derived from the masters at start, never "
+          "saved; the masters go with the offloaded optimizer state)\n";
   if (report.computeCopyBytes)
     os << "report: per rank: 16-bit compute copies of the parameters "
        << report.computeCopyBytes
@@ -650,9 +656,12 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     entry["storage"] = buffer.offloaded ? "nvme"
                        : buffer.inHost  ? "host"
                                         : "device";
+    if (!buffer.derivedFrom.empty())
+      entry["derived_from"] = buffer.derivedFrom;
     if (buffer.fileShape != buffer.shape)
       entry["file_shape"] = shapeJson(buffer.fileShape);
-    if (buffer.role == "param" || buffer.role == "state") {
+    if ((buffer.role == "param" || buffer.role == "state") &&
+        buffer.derivedFrom.empty()) {
       std::string file = "weights/" + buffer.file;
       FailureOr<Tensor> value = initialValue(buffer, model);
       if (failed(value))
@@ -697,6 +706,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
       {"device_bytes", deviceBytes(report)},
       {"nvme_bytes", report.nvmeBytes},
       {"host_bytes", report.hostBytes},
+      {"carried_copy_bytes", report.carriedCopyBytes},
       {"host_arena_bytes", report.hostArenaBytes},
       {"transfer_bytes_per_step", static_cast<int64_t>(report.transferBytes)},
       {"nvme_read_bytes_per_step", static_cast<int64_t>(report.swapReadBytes)},
