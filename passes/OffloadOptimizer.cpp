@@ -191,6 +191,16 @@ LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
   return success();
 }
 
+/// The result of `func` whose attribute `name` is `attr` (the next value of
+/// the argument that has it), if any.
+std::optional<unsigned> resultWith(func::FuncOp func, StringRef name,
+                                   Attribute attr) {
+  for (unsigned r = 0, e = func.getNumResults(); r < e; ++r)
+    if (func.getResultAttr(r, name) == attr)
+      return r;
+  return std::nullopt;
+}
+
 /// True for a fusion that only casts its one operand to f16 or bf16.
 bool isCastToSixteenBits(FusionOp fusion) {
   if (fusion->getNumOperands() != 1 || fusion->getNumResults() != 1)
@@ -234,10 +244,8 @@ LogicalResult carryComputeCopies(func::FuncOp func) {
           return c->getResult(0).getType() != casts[0]->getResult(0).getType();
         }))
       continue;
-    std::optional<unsigned> result;
-    for (unsigned r = 0, n = func.getNumResults(); r < n; ++r)
-      if (func.getResultAttr(r, SharcDialect::getParamAttrName()) == param)
-        result = r;
+    std::optional<unsigned> result =
+        resultWith(func, SharcDialect::getParamAttrName(), param);
     if (!result)
       continue;
     Value newMaster = ret.getOperand(*result);
@@ -316,10 +324,8 @@ sharc::offloadOptimizerState(func::FuncOp func,
       continue;
     auto type = cast<RankedTensorType>(arg.getType());
     OffloadedState entry{arg, 0, Value()};
-    std::optional<unsigned> result;
-    for (unsigned r = 0, e = func.getNumResults(); r < e; ++r)
-      if (func.getResultAttr(r, SharcDialect::getStateAttrName()) == state)
-        result = r;
+    std::optional<unsigned> result =
+        resultWith(func, SharcDialect::getStateAttrName(), state);
     if (!result)
       return func.emitError()
              << "sharc-offload-optimizer: argument #" << index << " (" << state
@@ -372,10 +378,8 @@ sharc::offloadOptimizerState(func::FuncOp func,
         llvm::any_of(*readers,
                      [&](Operation *op) { return !updates.contains(op); }))
       continue;
-    std::optional<unsigned> result;
-    for (unsigned r = 0, e = func.getNumResults(); r < e; ++r)
-      if (func.getResultAttr(r, SharcDialect::getParamAttrName()) == param)
-        result = r;
+    std::optional<unsigned> result =
+        resultWith(func, SharcDialect::getParamAttrName(), param);
     if (!result)
       continue;
     OffloadedState entry{arg, *result, ret.getOperand(*result)};
