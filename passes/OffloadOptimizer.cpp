@@ -18,6 +18,7 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringSet.h"
 
 #include "mlir/IR/IRMapping.h"
 
@@ -77,6 +78,16 @@ FailureOr<SmallVector<Operation *>> readersOf(BlockArgument arg, Block &block) {
   return readers;
 }
 
+/// The result of `func` whose attribute `name` is `attr` (the next value of
+/// the argument that has it), if any.
+std::optional<unsigned> resultWith(func::FuncOp func, StringRef name,
+                                   Attribute attr) {
+  for (unsigned r = 0, e = func.getNumResults(); r < e; ++r)
+    if (func.getResultAttr(r, name) == attr)
+      return r;
+  return std::nullopt;
+}
+
 /// Runs on the host the ops that read `hostState`, values in host memory
 /// (the state of ZeRO-Offload to the CPU, or what NVMe offload reads into
 /// host memory), and makes them read and write host memory only.  Each
@@ -87,12 +98,14 @@ FailureOr<SmallVector<Operation *>> readersOf(BlockArgument arg, Block &block) {
 /// device memory) is copied back (started right after it, waited for before
 /// its first such reader); an NVMe write of one of their results writes from
 /// host memory.
-LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
+LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState,
+                        ArrayRef<BlockArgument> residentParams = {}) {
   Block &block = func.getBody().front();
   MLIRContext *context = func.getContext();
   auto host = StorageAttr::get(context, Storage::host);
   auto device = StorageAttr::get(context, Storage::device);
   SetVector<Operation *> hostOps;
+  OpBuilder builder(context);
   for (Value state : hostState)
     for (Operation *user : state.getUsers()) {
       Operation *top = block.findAncestorOpInBlock(*user);
@@ -110,6 +123,7 @@ LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
   // master to the 16-bit copy the step carries) runs on the host too: its
   // result crosses to the device instead of its operands.
   DenseSet<Value> inHost(hostState.begin(), hostState.end());
+  inHost.insert(residentParams.begin(), residentParams.end());
   for (Operation &op : block) {
     if (!hostOps.contains(&op)) {
       auto fusion = dyn_cast<FusionOp>(op);
@@ -129,7 +143,42 @@ LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
              [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
   for (Operation *op : ordered)
     op->setAttr("sharc.on_host", UnitAttr::get(context));
-  OpBuilder builder(context);
+  // Parameters kept in host memory (offload_param): every reader on the
+  // device (a gather's packing, wherever it stands, in the micro-batch loop
+  // too) reads a copy made for it just before; a new value computed on the
+  // device is copied to the host before the step returns it.
+  for (BlockArgument param : residentParams) {
+    std::optional<unsigned> ownResult;
+    for (StringRef name :
+         {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()})
+      if (Attribute attr = func.getArgAttr(param.getArgNumber(), name))
+        ownResult = resultWith(func, name, attr);
+    for (OpOperand &use : llvm::make_early_inc_range(param.getUses())) {
+      Operation *user = use.getOwner();
+      if (user->hasAttr("sharc.on_host") ||
+          (isa<func::ReturnOp>(user) && use.getOperandNumber() == ownResult))
+        continue;
+      builder.setInsertionPoint(user);
+      auto start =
+          TransferStartOp::create(builder, param.getLoc(), param, device);
+      use.set(WaitOp::create(builder, param.getLoc(), start.getFuture()));
+    }
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    std::optional<unsigned> result = ownResult;
+    if (!result)
+      continue;
+    Value next = ret.getOperand(*result);
+    if (next == param || hostOps.contains(next.getDefiningOp()))
+      continue;
+    if (Operation *def = next.getDefiningOp())
+      builder.setInsertionPointAfter(def);
+    else
+      builder.setInsertionPoint(ret);
+    auto start = TransferStartOp::create(builder, next.getLoc(), next, host);
+    builder.setInsertionPoint(ret);
+    ret.setOperand(*result,
+                   WaitOp::create(builder, next.getLoc(), start.getFuture()));
+  }
   DenseMap<Value, Value> onHost;
   for (Operation *op : ordered) {
     for (OpOperand &operand : op->getOpOperands()) {
@@ -189,16 +238,6 @@ LogicalResult runOnHost(func::FuncOp func, ArrayRef<Value> hostState) {
         use->set(wait.getResult());
     }
   return success();
-}
-
-/// The result of `func` whose attribute `name` is `attr` (the next value of
-/// the argument that has it), if any.
-std::optional<unsigned> resultWith(func::FuncOp func, StringRef name,
-                                   Attribute attr) {
-  for (unsigned r = 0, e = func.getNumResults(); r < e; ++r)
-    if (func.getResultAttr(r, name) == attr)
-      return r;
-  return std::nullopt;
 }
 
 /// True for a fusion that only casts its one operand to f16 or bf16.
@@ -304,6 +343,9 @@ sharc::offloadOptimizerState(func::FuncOp func,
     return func.emitError() << "sharc-offload-optimizer: sub-group-size must "
                                "be positive, got "
                             << options.subGroupSize;
+  bool params = options.paramDevice == OffloadDevice::cpu;
+  if (options.device == OffloadDevice::none && !params)
+    return success();
   if (failed(carryComputeCopies(func)))
     return failure();
   Block &block = func.getBody().front();
@@ -388,8 +430,42 @@ sharc::offloadOptimizerState(func::FuncOp func,
         entry.firstReader = reader;
     unit.states.push_back(entry);
   }
-  if (units.empty())
-    return success();
+  // offload_param: the slices the gathers read (a carried 16-bit copy, or
+  // an fp32 slice not offloaded with the optimizer state) stay in host
+  // memory.
+  SmallVector<BlockArgument> resident;
+  if (params) {
+    auto host = StorageAttr::get(context, Storage::host);
+    llvm::StringSet<> carried;
+    for (BlockArgument arg : block.getArguments())
+      if (auto state = func.getArgAttrOfType<StateAttr>(
+              arg.getArgNumber(), SharcDialect::getStateAttrName());
+          state && state.getRole() == "compute_copy")
+        carried.insert(state.getParam());
+    for (BlockArgument arg : block.getArguments()) {
+      unsigned index = arg.getArgNumber();
+      if (!getSliceAttr(func, index) ||
+          func.getArgAttr(index, SharcDialect::getStorageAttrName()))
+        continue;
+      auto state = func.getArgAttrOfType<StateAttr>(
+          index, SharcDialect::getStateAttrName());
+      ParamAttr param = getParamAttr(func, index);
+      bool isCopy = state && state.getRole() == "compute_copy";
+      bool isSlice =
+          param && !carried.contains(param.getName()) &&
+          llvm::none_of(units, [&](auto &entry) {
+            return llvm::any_of(entry.second.states, [&](OffloadedState &s) {
+              return s.arg == arg;
+            });
+          });
+      if (!isCopy && !isSlice)
+        continue;
+      func.setArgAttr(index, SharcDialect::getStorageAttrName(), host);
+      resident.push_back(arg);
+    }
+  }
+  if (units.empty() || options.device == OffloadDevice::none)
+    return resident.empty() ? success() : runOnHost(func, {}, resident);
   SmallVector<Unit *> ordered;
   for (auto &[name, unit] : units)
     ordered.push_back(&unit);
@@ -405,7 +481,7 @@ sharc::offloadOptimizerState(func::FuncOp func,
                         SharcDialect::getStorageAttrName(), host);
         state.push_back(entry.arg);
       }
-    return runOnHost(func, state);
+    return runOnHost(func, state, resident);
   }
 
   // Sub-groups: consecutive units, each group closed once it holds at least
@@ -502,14 +578,14 @@ sharc::offloadOptimizerState(func::FuncOp func,
       func.setArgAttr(state.arg.getArgNumber(),
                       SharcDialect::getStorageAttrName(), nvme);
   if (!options.hostUpdate)
-    return success();
+    return resident.empty() ? success() : runOnHost(func, {}, resident);
   // The files are read into host memory, and the update runs there.
   SmallVector<Value> read;
   func.walk([&](SwapInStartOp start) {
     start->setAttr("sharc.on_host", UnitAttr::get(context));
     read.push_back((*start.getFuture().user_begin())->getResult(0));
   });
-  return runOnHost(func, read);
+  return runOnHost(func, read, resident);
 }
 
 namespace {
@@ -523,14 +599,22 @@ struct OffloadOptimizerPass
       options.device = OffloadDevice::cpu;
     else if (device == "nvme")
       options.device = OffloadDevice::nvme;
-    else {
+    else if (device != "none") {
       getOperation().emitError()
-          << "sharc-offload-optimizer: device must be cpu or nvme, not '"
+          << "sharc-offload-optimizer: device must be none, cpu or nvme, not '"
           << device << "'";
       return signalPassFailure();
     }
     options.subGroupSize = subGroupSize;
     options.hostUpdate = hostUpdate;
+    if (paramDevice == "cpu")
+      options.paramDevice = OffloadDevice::cpu;
+    else if (paramDevice != "none") {
+      getOperation().emitError()
+          << "sharc-offload-optimizer: param-device must be none or cpu, not '"
+          << paramDevice << "'";
+      return signalPassFailure();
+    }
     options.pipelineRead = pipelineRead;
     options.pipelineWrite = pipelineWrite;
     for (auto func : getOperation().getOps<func::FuncOp>())

@@ -505,8 +505,8 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
   const GradSignature &signature = layout.signature;
   Type lossElement =
       cast<RankedTensorType>(gradType.getResult(0)).getElementType();
-  Value seed = math.constant(lossElement,
-                             lossSeedValue(microBatches, /*worldSize=*/1));
+  Value seed =
+      math.constant(lossElement, lossSeedValue(microBatches, /*worldSize=*/1));
   SmallVector<Value> inputs;
   for (size_t index = 0; index < signature.inputs.size(); ++index)
     inputs.push_back(entry->getArgument(layout.firstInput() + index));

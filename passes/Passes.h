@@ -230,6 +230,10 @@ struct OptimizerOffloadOptions {
   /// NVMe: read the files into host memory and run the update on the host
   /// (the CUDA target's layout; `cpu` always does).
   bool hostUpdate = false;
+  /// ZeRO stage 3's parameter offload (offload_param): `cpu` keeps the
+  /// slices the gathers read in host memory, copied to the device where each
+  /// gather reads them.
+  OffloadDevice paramDevice = OffloadDevice::none;
   int64_t subGroupSize = 1000000000;
   bool pipelineRead = true;
   bool pipelineWrite = true;

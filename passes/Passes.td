@@ -320,15 +320,19 @@ def OffloadOptimizer : Pass<"sharc-offload-optimizer", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"device", "device", "std::string", "\"nvme\"",
-           "Where the state goes: nvme, or cpu (host memory; the ops that "
+           "Where the state goes: nvme, cpu (host memory; the ops that "
            "read it run on the host, with their operands copied to the host "
-           "and their results read in device memory copied back)">,
+           "and their results read in device memory copied back), or none">,
     Option<"subGroupSize", "sub-group-size", "int64_t", "1000000000",
            "Close a sub-group once it holds this many elements of one state "
            "tensor (DeepSpeed's zero_optimization.sub_group_size)">,
     Option<"hostUpdate", "host-update", "bool", "false",
            "nvme: read the files into host memory and run the update on the "
            "host (the CUDA target's layout; device=cpu always does)">,
+    Option<"paramDevice", "param-device", "std::string", "\"none\"",
+           "ZeRO stage 3's offload_param: none, or cpu (the slices the "
+           "gathers read kept in host memory and copied to the device for "
+           "each gather)">,
     Option<"pipelineRead", "pipeline-read", "bool", "true",
            "Read the next sub-group while the current one is updated "
            "(offload_optimizer.pipeline_read)">,

@@ -72,11 +72,16 @@ void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
   schedule.prefetchBucketSize = gathers.prefetchBucketSize;
   schedule.maxLiveParameters = gathers.maxLiveParameters;
   pm.addPass(createScheduleCollectives(schedule));
-  if (offload.device != OffloadDevice::none) {
+  if (offload.device != OffloadDevice::none ||
+      offload.paramDevice != OffloadDevice::none) {
     OffloadOptimizerOptions placement;
-    placement.device = offload.device == OffloadDevice::cpu ? "cpu" : "nvme";
+    placement.device = offload.device == OffloadDevice::cpu    ? "cpu"
+                       : offload.device == OffloadDevice::nvme ? "nvme"
+                                                               : "none";
     placement.subGroupSize = offload.subGroupSize;
     placement.hostUpdate = offload.hostUpdate;
+    placement.paramDevice =
+        offload.paramDevice == OffloadDevice::cpu ? "cpu" : "none";
     placement.pipelineRead = offload.pipelineRead;
     placement.pipelineWrite = offload.pipelineWrite;
     pm.addPass(createOffloadOptimizer(placement));
@@ -116,6 +121,11 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
       llvm::cl::desc("Offload the optimizer state: none, cpu (host memory, "
                      "the update on the host) or nvme "
                      "(sharc-offload-optimizer)"),
+      llvm::cl::init("none")};
+  Option<std::string> offloadParam{
+      *this, "offload-param",
+      llvm::cl::desc("ZeRO stage 3: none, or cpu (the gathered slices in "
+                     "host memory; sharc-offload-optimizer)"),
       llvm::cl::init("none")};
   Option<bool> hostUpdate{
       *this, "host-update",
@@ -157,6 +167,8 @@ void sharc::registerSharcPipelines() {
                            ? OffloadDevice::nvme
                            : OffloadDevice::none,
              .hostUpdate = options.hostUpdate,
+             .paramDevice = options.offloadParam == "cpu" ? OffloadDevice::cpu
+                                                          : OffloadDevice::none,
              .subGroupSize = options.subGroupSize,
              .pipelineRead = options.pipelineRead,
              .pipelineWrite = options.pipelineWrite});

@@ -436,11 +436,12 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
           (spec.type != DType::f16 && spec.type != DType::bf16) ||
           from->numElements != spec.numElements ||
           from->sliced != spec.sliced ||
-          spec.storage != BufferStorage::device || (spec.file && *spec.file))
+          spec.storage == BufferStorage::nvme || (spec.file && *spec.file))
         fail("buffer '" + name + "' is derived from buffer " +
              std::to_string(spec.derivedFrom) +
-             ": only a 16-bit state buffer in device memory, without a file, "
-             "can be derived, from an f32 parameter of as many elements");
+             ": only a 16-bit state buffer in device or host memory, without "
+             "a file, can be derived, from an f32 parameter of as many "
+             "elements");
       continue;
     }
     if (spec.role == BufferRole::param || spec.role == BufferRole::state) {
@@ -992,8 +993,9 @@ int run(int argc, char **argv) {
     if (spec.storage == BufferStorage::host) {
       buffers[i] = hostPool + hostOffset;
       hostOffset += alignedBytes(spec.bytes);
-      loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
-                 comm.size(), buffers[i]);
+      if (spec.derivedFrom < 0)
+        loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
+                   comm.size(), buffers[i]);
       continue;
     }
     if (spec.storage == BufferStorage::nvme) {
@@ -1040,7 +1042,10 @@ int run(int argc, char **argv) {
                comm.size(), master.data());
     std::vector<uint16_t> copy(master.size());
     narrow16(spec.type, master.data(), int64_t(master.size()), copy.data());
-    copyToDevice(buffers[i], copy.data(), size_t(spec.bytes));
+    if (spec.storage == BufferStorage::host)
+      std::memcpy(buffers[i], copy.data(), size_t(spec.bytes));
+    else
+      copyToDevice(buffers[i], copy.data(), size_t(spec.bytes));
   }
   if (store && comm.rank() == 0) {
     std::printf("offload: %zu buffer%s, %" PRId64

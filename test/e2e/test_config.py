@@ -703,16 +703,17 @@ def test_offload_to_the_cpu_changes_nothing_on_the_cpu_target(sharc, mlp, tmp_pa
              "--offload-optimizer 'gpu': expected none, cpu or nvme")]:
         assert_error(sharc("eval", path, "--train", *inputs, *flags), message)
     # On the CUDA target the state goes to host memory and its update runs
-    # on the host (test_offload.py, test_cuda_compile.py); parameter offload
-    # is not supported there yet.
+    # on the host, and at stage 3 the parameters can stay there too
+    # (test_offload.py, test_cuda_compile.py).
     result = sharc("compile", path, "--config", config, "--target", "cuda",
                    "--emit-only", "-o", tmp_path / "cuda")
     assert result.returncode == 0, result.stderr
     assert "sharc::kern::launchHost(" in (tmp_path / "cuda" / "program.cu").read_text()
-    result = sharc("compile", path, "--target", "cuda", "--emit-only",
-                   "--zero-stage", 3, "--offload-param", "cpu", "-o", tmp_path / "cuda3")
-    assert_error(result, "zero_optimization.offload_param: parameter offload is not "
-                 "supported yet on the CUDA target")
+    result = sharc("compile", path, "--target", "cuda", "--emit-only", "--world-size", 2,
+                   "--zero-stage", 3, "--param-persistence-threshold", 0,
+                   "--offload-param", "cpu", "-o", tmp_path / "cuda3", "--report")
+    assert result.returncode == 0, result.stderr
+    assert "report: ZeRO-Offload of the parameters (stage 3)" in result.stdout
 
 
 def test_nvme_offload_is_accepted(sharc, mlp, tmp_path):

@@ -133,17 +133,18 @@ def assert_offloaded(buffers, manifest, precision, ranks):
 
 
 def train_both_ways(sharc, exported, tmp_path, name, ranks, stage, precision,
-                    offload):
+                    offload, common=()):
     """Compiles model `name` for `ranks` ranks at ZeRO `stage` in `precision`
-    without offload and with the flags `offload`, trains 6 steps with each
-    and saves the state; returns {"device"|"offload": (step lines, state
-    folder, compile result, run result)} after checking that both print the
-    same step lines and save the same state."""
+    without offload and with the flags `offload` (both with the flags
+    `common`), trains 6 steps with each and saves the state; returns
+    {"device"|"offload": (step lines, state folder, compile result, run
+    result)} after checking that both print the same step lines and save the
+    same state."""
     path, inputs = exported[name]
     zero = STAGE3 if stage == 3 else ["--zero-stage", stage]
     mixed = {"fp32": [], "bf16": ["--precision", "bf16"], "fp16": FP16}[precision]
     flags = [*RECIPE, *frozen(name), *mixed, "--world-size", ranks,
-             "--reduce-bucket-size", 2000, *zero]
+             "--reduce-bucket-size", 2000, *zero, *common]
     runs = {}
     for mode, extra in (("device", []), ("offload", offload)):
         out = tmp_path / f"out-{mode}"
@@ -267,12 +268,44 @@ def test_resume_derives_the_carried_copies(sharc, exported, tmp_path):
     assert plain == second
 
 
+@pytest.mark.parametrize("precision,optimizer", [
+    ("fp32", "none"), ("fp32", "cpu"), ("bf16", "none"), ("bf16", "cpu"),
+    ("fp16", "nvme")])
+def test_parameter_offload_trains_as_without(sharc, exported, tmp_path, precision,
+                                             optimizer):
+    """ZeRO stage 3's parameter offload as the CUDA target runs it
+    (--offload-param cpu --host-update): the slices the gathers read (the
+    fp32 slices, or under mixed precision the carried 16-bit copies) stay in
+    host memory and each gather reads a copy made on the device for it, in
+    every micro-batch (GAS 2).  With or without the optimizer offloaded (to
+    the CPU or NVMe), the same step lines and state as without offload."""
+    folder = tmp_path / "nvme"
+    folder.mkdir()
+    moved = {"none": [], "cpu": ["--offload-optimizer", "cpu"],
+             "nvme": nvme(folder, "--sub-group-size", 300)}[optimizer]
+    runs = train_both_ways(
+        sharc, exported, tmp_path, "gpt", 2, 3, precision,
+        ["--offload-param", "cpu", "--host-update", *moved],
+        common=["--grad-accum", 2, "--max-reuse-distance", 0])
+    _, manifest = offloaded_buffers(tmp_path / "out-offload")
+    in_host = {b["name"] for b in manifest["buffers"] if b["storage"] == "host"}
+    gathered = [b for b in manifest["buffers"]
+                if ("derived_from" in b if precision != "fp32" else
+                    b["role"] == "param" and "file_shape" in b)]
+    assert gathered and all(b["name"] in in_host for b in gathered)
+    assert "report: ZeRO-Offload of the parameters (stage 3)" in runs["offload"][2].stdout
+    copied = re.search(r"host transfer bytes per step planned (\d+) measured (\S+)$",
+                       runs["offload"][3].stdout, re.MULTILINE)
+    assert copied and copied.group(1) == copied.group(2) != "0"
+
+
 def test_host_update_needs_cpu_offload(sharc, exported, tmp_path):
     path, _ = exported["mlp"]
     result = sharc("compile", path, "--world-size", 2, "--zero-stage", 1,
                    "--host-update", "--plan")
     assert result.returncode == 1
-    assert "--host-update needs --offload-optimizer cpu or nvme" in result.stderr
+    assert "--host-update needs --offload-optimizer cpu or nvme or --offload-param cpu" \
+        in result.stderr
 
 
 def test_pipelining_changes_only_when(sharc, exported, tmp_path):

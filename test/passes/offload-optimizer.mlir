@@ -6,6 +6,7 @@
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="device=cpu" | FileCheck %s --check-prefix=HOST
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="device=cpu" --sharc-plan-memory | FileCheck %s --check-prefix=HOSTPLAN
 // RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="sub-group-size=10 host-update=true" | FileCheck %s --check-prefix=NVMEHOST
+// RUN: sharc-opt %s -split-input-file --sharc-offload-optimizer="device=none param-device=cpu" | FileCheck %s --check-prefix=PARAM
 // RUN: not sharc-opt %s -split-input-file --sharc-offload-optimizer="device=disk" 2>&1 | FileCheck %s --check-prefix=BAD
 
 // Three parameters of 8, 8 and 4 elements, each with Adam's two moments,
@@ -139,7 +140,7 @@
 // NVMEHOST-NEXT: sharc.swap_out_start %[[U]]#1 to %arg2 {sharc.on_host}
 // NVMEHOST-NEXT: sharc.swap_out_start %[[U]]#2 to %arg3 {sharc.on_host}
 
-// BAD: sharc-offload-optimizer: device must be cpu or nvme, not 'disk'
+// BAD: sharc-offload-optimizer: device must be none, cpu or nvme, not 'disk'
 func.func @train_step(%u: tensor<8xf32> {sharc.param = #sharc.param<"u", "u">},
                       %v: tensor<8xf32> {sharc.param = #sharc.param<"v", "v">},
                       %mu: tensor<8xf32> {sharc.state = #sharc.state<"u", "exp_avg">},
@@ -228,3 +229,17 @@ func.func @train_step(%p: tensor<4xf32> {sharc.param = #sharc.param<"p", "p">, s
   }
   return %c, %new#0, %new#1 : tensor<4xbf16>, tensor<4xf32>, tensor<4xf32>
 }
+
+// The same step with ZeRO stage 3's parameter offload alone
+// (param-device=cpu, device=none): the carried bf16 copy stays in host
+// memory; the output that reads it gets a copy made on the device for it,
+// and its new value, cast on the device from the new master (which stays on
+// the device with its moment), is copied to the host before the return.
+// PARAM: %arg3: tensor<4xbf16> {sharc.slice = #sharc.slice<tensor<8xbf16>, ranks = 2>, sharc.state = #sharc.state<"p", "compute_copy">, sharc.storage = #sharc.storage<host>})
+// PARAM: %[[NEW:.*]]:2 = sharc.fusion %arg0, %arg1, %arg2 :
+// PARAM: %[[COPY:.*]] = sharc.fusion %[[NEW]]#0 : (tensor<4xf32>) -> tensor<4xbf16>
+// PARAM: %[[UP:.*]] = sharc.transfer_start %[[COPY]] to <host>
+// PARAM: %[[OUT:.*]] = sharc.transfer_start %arg3 to <device>
+// PARAM: %[[DEV:.*]] = sharc.wait %[[OUT]]
+// PARAM: %[[HOSTCOPY:.*]] = sharc.wait %[[UP]]
+// PARAM: return %[[DEV]], %[[NEW]]#0, %[[NEW]]#1, %[[HOSTCOPY]] :

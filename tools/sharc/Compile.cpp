@@ -521,22 +521,25 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (failed(options))
     return 1;
   bool nvme = options->offloadOptimizer == OffloadDevice::nvme;
-  // ZeRO-Offload: the optimizer state in host memory (cpu) or read from its
-  // files into host memory (nvme), and its update on the host: the CUDA
-  // target's way; on the CPU target only with --host-update (otherwise CPU
-  // offload moves nothing there, and NVMe offload reads into the arena).
-  bool hostUpdate = options->offloadOptimizer != OffloadDevice::none &&
-                    (cuda || flags->hostUpdate);
-  if (flags->hostUpdate && options->offloadOptimizer == OffloadDevice::none)
-    return fail("--host-update needs --offload-optimizer cpu or nvme (or "
-                "zero_optimization.offload_optimizer.device)");
+  // ZeRO-Offload, the CUDA target's way: the optimizer state in host memory
+  // (cpu) or read from its files into host memory (nvme), its update on the
+  // host, and at stage 3 the parameter slices the gathers read in host
+  // memory (offload_param cpu).  On the CPU target only with --host-update
+  // (otherwise CPU offload moves nothing there, and NVMe offload reads into
+  // the arena).
+  bool anyOffload = options->offloadOptimizer != OffloadDevice::none ||
+                    options->offloadParam != OffloadDevice::none;
+  if (flags->hostUpdate && !anyOffload)
+    return fail("--host-update needs --offload-optimizer cpu or nvme or "
+                "--offload-param cpu (or their keys in "
+                "zero_optimization)");
+  bool hostLayout = anyOffload && (cuda || flags->hostUpdate);
+  bool hostUpdate =
+      hostLayout && options->offloadOptimizer != OffloadDevice::none;
+  bool paramsOnHost = hostLayout && options->offloadParam == OffloadDevice::cpu;
   bool offload =
-      (options->offloadOptimizer == OffloadDevice::cpu && !hostUpdate) ||
-      options->offloadParam != OffloadDevice::none;
-  if (cuda && options->offloadParam != OffloadDevice::none)
-    return fail("zero_optimization.offload_param: parameter offload is not "
-                "supported yet on the CUDA target (on the CPU target it is "
-                "accepted and changes nothing)");
+      !hostLayout && (options->offloadOptimizer == OffloadDevice::cpu ||
+                      options->offloadParam != OffloadDevice::none);
 
   DefaultTimingManager timingManager;
   applyDefaultTimingManagerCLOptions(timingManager);
@@ -552,16 +555,18 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   buildTrainPipeline(pm, *options);
   bool overlap = flags->overlapComm.getNumOccurrences() ? flags->overlapComm
                                                         : options->overlapComm;
-  buildCompilePipeline(pm, flags->fuse, overlap,
-                       {options->maxReuseDistance, options->prefetchBucketSize,
-                        options->maxLiveParameters},
-                       {.device = nvme         ? OffloadDevice::nvme
-                                  : hostUpdate ? OffloadDevice::cpu
-                                               : OffloadDevice::none,
-                        .hostUpdate = nvme && hostUpdate,
-                        .subGroupSize = options->subGroupSize,
-                        .pipelineRead = options->pipelineRead,
-                        .pipelineWrite = options->pipelineWrite});
+  buildCompilePipeline(
+      pm, flags->fuse, overlap,
+      {options->maxReuseDistance, options->prefetchBucketSize,
+       options->maxLiveParameters},
+      {.device = nvme         ? OffloadDevice::nvme
+                 : hostUpdate ? OffloadDevice::cpu
+                              : OffloadDevice::none,
+       .hostUpdate = nvme && hostUpdate,
+       .paramDevice = paramsOnHost ? OffloadDevice::cpu : OffloadDevice::none,
+       .subGroupSize = options->subGroupSize,
+       .pipelineRead = options->pipelineRead,
+       .pipelineWrite = options->pipelineWrite});
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
@@ -602,6 +607,12 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << "): on the CPU target the device memory is the host's, "
                       "so nothing moves and the bytes above stay where they "
                       "are\n";
+    if (paramsOnHost)
+      llvm::outs() << "report: ZeRO-Offload of the parameters (stage 3): each "
+                      "rank keeps the slices its gathers read in "
+                   << (cuda ? "pinned host memory" : "host memory")
+                   << " and copies each to the device where a gather reads "
+                      "it\n";
     if (hostUpdate && !nvme)
       llvm::outs() << "report: ZeRO-Offload to the CPU (optimizer state): "
                       "each rank keeps its optimizer state in "
