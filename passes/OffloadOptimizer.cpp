@@ -7,7 +7,10 @@
 // placed after the op that computes it; the parameters form sub-groups, as
 // DeepSpeed's stage 3 forms them, so that the arena holds the state of a
 // sub-group or two at a time, and the next sub-group's reads overlap the
-// current one's update (docs/offload.md).
+// current one's update.  The same pass keeps the state in host memory with
+// its update on the host (device=cpu), and at ZeRO stage 3 the parameter
+// slices the gathers read in host memory or in files (param-device;
+// docs/offload.md).
 //
 //===----------------------------------------------------------------------===//
 
@@ -328,6 +331,96 @@ LogicalResult carryComputeCopies(func::FuncOp func) {
   return success();
 }
 
+/// offload_param to NVMe: each of `params` (the slices the stage-3 gathers
+/// read) lives in its file.  Every op reading it reads a swap-in of its own
+/// (into host memory with `onHost`, where runOnHost has made its readers on
+/// the device read a copy); the swap-in starts where the previous reader of
+/// a swapped parameter in the same block stands, so that one read overlaps
+/// the compute before it.  A new value is written to the file right after
+/// the op computing it, and the step returns the write's wait.
+LogicalResult swapParams(func::FuncOp func, ArrayRef<BlockArgument> params,
+                         bool onHost) {
+  Block &block = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  MLIRContext *context = func.getContext();
+  OpBuilder builder(context);
+  auto nvme = StorageAttr::get(context, Storage::nvme);
+  // The readers, each with the parameter it reads.
+  SmallVector<std::pair<Operation *, BlockArgument>> reads;
+  DenseMap<BlockArgument, std::optional<unsigned>> ownResults;
+  for (BlockArgument param : params) {
+    std::optional<unsigned> &ownResult = ownResults[param];
+    for (StringRef name :
+         {SharcDialect::getParamAttrName(), SharcDialect::getStateAttrName()})
+      if (Attribute attr = func.getArgAttr(param.getArgNumber(), name))
+        ownResult = resultWith(func, name, attr);
+    SetVector<Operation *> users;
+    for (OpOperand &use : param.getUses())
+      if (!isa<func::ReturnOp>(use.getOwner()) ||
+          use.getOperandNumber() != ownResult)
+        users.insert(use.getOwner());
+    for (Operation *user : users)
+      reads.push_back({user, param});
+  }
+  // In program order (the step's body, the micro-batch loop's inside it).
+  DenseMap<Operation *, unsigned> order;
+  func.walk<WalkOrder::PreOrder>(
+      [&](Operation *op) { order.try_emplace(op, order.size()); });
+  llvm::stable_sort(reads, [&](auto &a, auto &b) {
+    return order.lookup(a.first) < order.lookup(b.first);
+  });
+  Operation *previous = nullptr;
+  DenseMap<BlockArgument, SmallVector<Operation *>> readWaits;
+  for (auto [user, param] : reads) {
+    builder.setInsertionPoint(
+        previous && previous->getBlock() == user->getBlock() ? previous : user);
+    auto start = SwapInStartOp::create(builder, param.getLoc(), param);
+    if (onHost)
+      start->setAttr("sharc.on_host", UnitAttr::get(context));
+    builder.setInsertionPoint(user);
+    auto wait = WaitOp::create(builder, param.getLoc(), start.getFuture());
+    readWaits[param].push_back(wait);
+    std::optional<unsigned> ownResult = ownResults.lookup(param);
+    param.replaceUsesWithIf(wait.getResult(), [&](OpOperand &use) {
+      return use.getOwner() == user && !(isa<func::ReturnOp>(user) &&
+                                         use.getOperandNumber() == ownResult);
+    });
+    previous = user;
+  }
+  for (BlockArgument param : params) {
+    func.setArgAttr(param.getArgNumber(), SharcDialect::getStorageAttrName(),
+                    nvme);
+    std::optional<unsigned> result = ownResults.lookup(param);
+    if (!result)
+      continue;
+    Value next = ret.getOperand(*result);
+    if (next == param)
+      continue;
+    Operation *def = next.getDefiningOp();
+    if (!def || def->getBlock() != &block)
+      return func.emitError()
+             << "sharc-offload-optimizer: the new value of argument #"
+             << param.getArgNumber()
+             << " (a parameter offloaded to NVMe) is not computed by an op "
+                "of the step's body";
+    // After the op computing it and after every read of the old value (the
+    // swap-ins are waited for before their readers).
+    Operation *after = def;
+    for (Operation *wait : readWaits[param])
+      if (Operation *top = block.findAncestorOpInBlock(*wait);
+          after->isBeforeInBlock(top))
+        after = top;
+    builder.setInsertionPointAfter(after);
+    auto start = SwapOutStartOp::create(builder, next.getLoc(), next, param);
+    if (onHost)
+      start->setAttr("sharc.on_host", UnitAttr::get(context));
+    builder.setInsertionPoint(ret);
+    ret.setOperand(*result,
+                   WaitOp::create(builder, next.getLoc(), start.getFuture()));
+  }
+  return success();
+}
+
 } // namespace
 
 LogicalResult
@@ -343,7 +436,7 @@ sharc::offloadOptimizerState(func::FuncOp func,
     return func.emitError() << "sharc-offload-optimizer: sub-group-size must "
                                "be positive, got "
                             << options.subGroupSize;
-  bool params = options.paramDevice == OffloadDevice::cpu;
+  bool params = options.paramDevice != OffloadDevice::none;
   if (options.device == OffloadDevice::none && !params)
     return success();
   if (failed(carryComputeCopies(func)))
@@ -464,8 +557,27 @@ sharc::offloadOptimizerState(func::FuncOp func,
       resident.push_back(arg);
     }
   }
+  // Parameters offloaded to NVMe are kept in host memory first where the
+  // files are read into host memory, then swapped.
+  bool paramsOnHost =
+      options.paramDevice == OffloadDevice::cpu ||
+      (options.paramDevice == OffloadDevice::nvme && options.hostUpdate);
+  if (!paramsOnHost)
+    for (BlockArgument arg : resident)
+      func.removeArgAttr(arg.getArgNumber(),
+                         SharcDialect::getStorageAttrName());
+  auto finish = [&](ArrayRef<Value> hostState) -> LogicalResult {
+    if ((!hostState.empty() || (paramsOnHost && !resident.empty())) &&
+        failed(runOnHost(func, hostState,
+                         paramsOnHost ? ArrayRef(resident)
+                                      : ArrayRef<BlockArgument>())))
+      return failure();
+    if (options.paramDevice != OffloadDevice::nvme)
+      return success();
+    return swapParams(func, resident, options.hostUpdate);
+  };
   if (units.empty() || options.device == OffloadDevice::none)
-    return resident.empty() ? success() : runOnHost(func, {}, resident);
+    return finish({});
   SmallVector<Unit *> ordered;
   for (auto &[name, unit] : units)
     ordered.push_back(&unit);
@@ -481,7 +593,7 @@ sharc::offloadOptimizerState(func::FuncOp func,
                         SharcDialect::getStorageAttrName(), host);
         state.push_back(entry.arg);
       }
-    return runOnHost(func, state, resident);
+    return finish(state);
   }
 
   // Sub-groups: consecutive units, each group closed once it holds at least
@@ -578,14 +690,14 @@ sharc::offloadOptimizerState(func::FuncOp func,
       func.setArgAttr(state.arg.getArgNumber(),
                       SharcDialect::getStorageAttrName(), nvme);
   if (!options.hostUpdate)
-    return resident.empty() ? success() : runOnHost(func, {}, resident);
+    return finish({});
   // The files are read into host memory, and the update runs there.
   SmallVector<Value> read;
   func.walk([&](SwapInStartOp start) {
     start->setAttr("sharc.on_host", UnitAttr::get(context));
     read.push_back((*start.getFuture().user_begin())->getResult(0));
   });
-  return runOnHost(func, read, resident);
+  return finish(read);
 }
 
 namespace {
@@ -609,10 +721,12 @@ struct OffloadOptimizerPass
     options.hostUpdate = hostUpdate;
     if (paramDevice == "cpu")
       options.paramDevice = OffloadDevice::cpu;
+    else if (paramDevice == "nvme")
+      options.paramDevice = OffloadDevice::nvme;
     else if (paramDevice != "none") {
-      getOperation().emitError()
-          << "sharc-offload-optimizer: param-device must be none or cpu, not '"
-          << paramDevice << "'";
+      getOperation().emitError() << "sharc-offload-optimizer: param-device "
+                                    "must be none, cpu or nvme, not '"
+                                 << paramDevice << "'";
       return signalPassFailure();
     }
     options.pipelineRead = pipelineRead;

@@ -227,12 +227,13 @@ struct ParameterGatherOptions {
 /// through the update in sub-groups; the rest are the pass's options.
 struct OptimizerOffloadOptions {
   OffloadDevice device = OffloadDevice::none;
-  /// NVMe: read the files into host memory and run the update on the host
-  /// (the CUDA target's layout; `cpu` always does).
+  /// NVMe: read the files into host memory (and run the update on the
+  /// host; the CUDA target's layout; `cpu` always does).
   bool hostUpdate = false;
   /// ZeRO stage 3's parameter offload (offload_param): `cpu` keeps the
   /// slices the gathers read in host memory, copied to the device where each
-  /// gather reads them.
+  /// gather reads them; `nvme` keeps them in files, swapped in for each
+  /// gather.
   OffloadDevice paramDevice = OffloadDevice::none;
   int64_t subGroupSize = 1000000000;
   bool pipelineRead = true;

@@ -316,7 +316,13 @@ def OffloadOptimizer : Pass<"sharc-offload-optimizer", "mlir::ModuleOp"> {
     read it (the update's fusions) run on the host (`sharc.on_host`), their
     operands in device memory are copied to the host
     (`sharc.transfer_start`) and their results read in device memory copied
-    back.  See docs/offload.md.
+    back.  With `param-device` (ZeRO stage 3's offload_param) the slices
+    the parameter gathers read (the fp32 slice, or the carried 16-bit copy
+    under mixed precision) go to host memory (`cpu`: each reader on the
+    device reads a copy made just before it) or to files (`nvme`: each
+    reader reads a swap-in of its own, started where the previous such
+    reader stands; the new value is swapped out after the op computing it).
+    See docs/offload.md.
   }];
   let options = [
     Option<"device", "device", "std::string", "\"nvme\"",
@@ -327,12 +333,13 @@ def OffloadOptimizer : Pass<"sharc-offload-optimizer", "mlir::ModuleOp"> {
            "Close a sub-group once it holds this many elements of one state "
            "tensor (DeepSpeed's zero_optimization.sub_group_size)">,
     Option<"hostUpdate", "host-update", "bool", "false",
-           "nvme: read the files into host memory and run the update on the "
-           "host (the CUDA target's layout; device=cpu always does)">,
+           "nvme: read the files into host memory (and run the update on "
+           "the host; the CUDA target's layout; device=cpu always does)">,
     Option<"paramDevice", "param-device", "std::string", "\"none\"",
-           "ZeRO stage 3's offload_param: none, or cpu (the slices the "
+           "ZeRO stage 3's offload_param: none, cpu (the slices the "
            "gathers read kept in host memory and copied to the device for "
-           "each gather)">,
+           "each gather) or nvme (kept in files, each gather reading a "
+           "swap-in started one reader ahead)">,
     Option<"pipelineRead", "pipeline-read", "bool", "true",
            "Read the next sub-group while the current one is updated "
            "(offload_optimizer.pipeline_read)">,

@@ -80,8 +80,10 @@ void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
                                                                : "none";
     placement.subGroupSize = offload.subGroupSize;
     placement.hostUpdate = offload.hostUpdate;
-    placement.paramDevice =
-        offload.paramDevice == OffloadDevice::cpu ? "cpu" : "none";
+    placement.paramDevice = offload.paramDevice == OffloadDevice::cpu ? "cpu"
+                            : offload.paramDevice == OffloadDevice::nvme
+                                ? "nvme"
+                                : "none";
     placement.pipelineRead = offload.pipelineRead;
     placement.pipelineWrite = offload.pipelineWrite;
     pm.addPass(createOffloadOptimizer(placement));
@@ -116,21 +118,27 @@ struct CompilePipelineOptions : PassPipelineOptions<CompilePipelineOptions> {
           "ZeRO stage 3: prefetch only while fewer elements of "
           "gathered parameters are live (sharc-schedule-collectives)"),
       llvm::cl::init(1000000000)};
-  Option<std::string> offloadOptimizer{
+  Option<OffloadDevice> offloadOptimizer{
       *this, "offload-optimizer",
-      llvm::cl::desc("Offload the optimizer state: none, cpu (host memory, "
-                     "the update on the host) or nvme "
-                     "(sharc-offload-optimizer)"),
-      llvm::cl::init("none")};
-  Option<std::string> offloadParam{
+      llvm::cl::desc("Offload the optimizer state (sharc-offload-optimizer)"),
+      llvm::cl::init(OffloadDevice::none),
+      llvm::cl::values(
+          clEnumValN(OffloadDevice::none, "none", "on the device"),
+          clEnumValN(OffloadDevice::cpu, "cpu",
+                     "host memory, the update on the host"),
+          clEnumValN(OffloadDevice::nvme, "nvme", "files, in sub-groups"))};
+  Option<OffloadDevice> offloadParam{
       *this, "offload-param",
-      llvm::cl::desc("ZeRO stage 3: none, or cpu (the gathered slices in "
-                     "host memory; sharc-offload-optimizer)"),
-      llvm::cl::init("none")};
+      llvm::cl::desc("ZeRO stage 3: where the slices the parameter gathers "
+                     "read live (sharc-offload-optimizer)"),
+      llvm::cl::init(OffloadDevice::none),
+      llvm::cl::values(clEnumValN(OffloadDevice::none, "none", "on the device"),
+                       clEnumValN(OffloadDevice::cpu, "cpu", "host memory"),
+                       clEnumValN(OffloadDevice::nvme, "nvme", "files"))};
   Option<bool> hostUpdate{
       *this, "host-update",
-      llvm::cl::desc("NVMe offload: read into host memory and run the "
-                     "update on the host (sharc-offload-optimizer)"),
+      llvm::cl::desc("NVMe offload: read into host memory (and run the "
+                     "update on the host; sharc-offload-optimizer)"),
       llvm::cl::init(false)};
   Option<int64_t> subGroupSize{
       *this, "sub-group-size",
@@ -158,20 +166,16 @@ void sharc::registerSharcPipelines() {
       "sharc-schedule-collectives, sharc-offload-optimizer (with "
       "offload-optimizer), sharc-update-in-place, sharc-plan-memory",
       [](OpPassManager &pm, const CompilePipelineOptions &options) {
-        buildCompilePipeline(
-            pm, options.fuse, options.overlap,
-            {options.maxReuseDistance, options.prefetchBucketSize,
-             options.maxLiveParameters},
-            {.device = options.offloadOptimizer == "cpu" ? OffloadDevice::cpu
-                       : options.offloadOptimizer == "nvme"
-                           ? OffloadDevice::nvme
-                           : OffloadDevice::none,
-             .hostUpdate = options.hostUpdate,
-             .paramDevice = options.offloadParam == "cpu" ? OffloadDevice::cpu
-                                                          : OffloadDevice::none,
-             .subGroupSize = options.subGroupSize,
-             .pipelineRead = options.pipelineRead,
-             .pipelineWrite = options.pipelineWrite});
+        buildCompilePipeline(pm, options.fuse, options.overlap,
+                             {options.maxReuseDistance,
+                              options.prefetchBucketSize,
+                              options.maxLiveParameters},
+                             {.device = options.offloadOptimizer,
+                              .hostUpdate = options.hostUpdate,
+                              .paramDevice = options.offloadParam,
+                              .subGroupSize = options.subGroupSize,
+                              .pipelineRead = options.pipelineRead,
+                              .pipelineWrite = options.pipelineWrite});
       });
   PassPipelineRegistration<TrainPipelineOptions>(
       "sharc-train-pipeline",

@@ -95,14 +95,19 @@ std::vector<int> offloadedBuffers(const ProgramInfo &info) {
 }
 
 /// The name of an offloaded buffer's file: its .npy file name with ".swp"
-/// for ".npy".
-std::string swapFileName(const std::string &npyFile) {
+/// for ".npy"; for a carried 16-bit copy, which has no .npy file, its
+/// parameter's with "~copy.swp" ('~' ends no .npy name but with hex digits or
+/// a count: Npy.h's npyFileNames).
+std::string swapFileName(const ProgramInfo &info, int index) {
+  const BufferSpec &spec = info.buffers[index];
+  bool copy = spec.derivedFrom >= 0;
+  std::string npyFile = copy ? info.buffers[spec.derivedFrom].file : spec.file;
   const std::string suffix = ".npy";
   if (npyFile.size() > suffix.size() &&
       npyFile.compare(npyFile.size() - suffix.size(), suffix.size(), suffix) ==
           0)
-    return npyFile.substr(0, npyFile.size() - suffix.size()) + ".swp";
-  return npyFile + ".swp";
+    npyFile.resize(npyFile.size() - suffix.size());
+  return npyFile + (copy ? "~copy.swp" : ".swp");
 }
 
 /// Host memory aligned to kSwapAlignment, as NVMe offload's O_DIRECT
@@ -435,13 +440,12 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
           from->type != DType::f32 ||
           (spec.type != DType::f16 && spec.type != DType::bf16) ||
           from->numElements != spec.numElements ||
-          from->sliced != spec.sliced ||
-          spec.storage == BufferStorage::nvme || (spec.file && *spec.file))
+          from->sliced != spec.sliced || (spec.file && *spec.file) ||
+          !from->file || !*from->file)
         fail("buffer '" + name + "' is derived from buffer " +
              std::to_string(spec.derivedFrom) +
-             ": only a 16-bit state buffer in device or host memory, without "
-             "a file, can be derived, from an f32 parameter of as many "
-             "elements");
+             ": only a 16-bit state buffer without a file can be derived, "
+             "from an f32 parameter of as many elements with one");
       continue;
     }
     if (spec.role == BufferRole::param || spec.role == BufferRole::state) {
@@ -971,7 +975,7 @@ int run(int argc, char **argv) {
     int64_t largest = 0;
     for (int i : offloaded) {
       const BufferSpec &spec = info.buffers[i];
-      files.push_back({i, swapFileName(spec.file), swapBytes(spec.bytes)});
+      files.push_back({i, swapFileName(info, i), swapBytes(spec.bytes)});
       largest = std::max(largest, swapBytes(spec.bytes));
     }
     std::string error;
@@ -1002,6 +1006,8 @@ int run(int argc, char **argv) {
       // Loaded as a device buffer would be, into host staging (the CPU
       // target's device memory), zero-padded to its file's size.
       buffers[i] = nullptr;
+      if (spec.derivedFrom >= 0)
+        continue;
       std::memset(swapStaging->data, 0, size_t(swapBytes(spec.bytes)));
       loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
                  comm.size(), swapStaging->data);
@@ -1027,7 +1033,6 @@ int run(int argc, char **argv) {
       break;
     }
   }
-  swapStaging.reset();
   // Carried 16-bit copies: the parameter each comes from, loaded as it is
   // (its slice), rounded to 16 bits as the step's casts round.
   for (int i = 0; i < info.numBuffers; ++i) {
@@ -1042,11 +1047,18 @@ int run(int argc, char **argv) {
                comm.size(), master.data());
     std::vector<uint16_t> copy(master.size());
     narrow16(spec.type, master.data(), int64_t(master.size()), copy.data());
-    if (spec.storage == BufferStorage::host)
+    if (spec.storage == BufferStorage::nvme) {
+      std::memset(swapStaging->data, 0, size_t(swapBytes(spec.bytes)));
+      std::memcpy(swapStaging->data, copy.data(), size_t(spec.bytes));
+      if (std::string error; !store->write(i, swapStaging->data, error))
+        fatal(error);
+    } else if (spec.storage == BufferStorage::host) {
       std::memcpy(buffers[i], copy.data(), size_t(spec.bytes));
-    else
+    } else {
       copyToDevice(buffers[i], copy.data(), size_t(spec.bytes));
+    }
   }
+  swapStaging.reset();
   if (store && comm.rank() == 0) {
     std::printf("offload: %zu buffer%s, %" PRId64
                 " bytes per rank in %s (NVMe, io_uring, %s)\n",

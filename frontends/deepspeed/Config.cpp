@@ -644,7 +644,7 @@ public:
   ConfigReader(StringRef fileName, const SourceMap &source,
                DeepSpeedConfig &config)
       : fileName(fileName), source(source), config(config),
-        options(config.training) {}
+        options(config.training), defaultNvmePath(options.nvmePath) {}
 
   Error read(const json::Value &root);
 
@@ -772,6 +772,12 @@ private:
   /// ("bf16", or its old name "bfloat16").
   bool fp16Enabled = false, bf16Enabled = false;
   std::string bf16Key = "bf16";
+  /// The path of the nvme_path key of the offload block with device nvme
+  /// that set options.nvmePath, if any (sharc keeps a rank's files in one
+  /// folder: a second such block must name the same).
+  std::string nvmePathKey;
+  /// The folder the defaults name (the CLI's --nvme-path), if any.
+  std::string defaultNvmePath;
 };
 
 Error ConfigReader::read(const json::Value &root) {
@@ -1000,10 +1006,11 @@ Error ConfigReader::checkPrecision() {
 
 /// zero_optimization.offload_optimizer / offload_param: null or an object
 /// of DeepSpeed's keys (each checked, an unknown one named with a guess);
-/// `device` none, cpu or nvme (nvme for the optimizer state only, which then
-/// needs `nvme_path` unless the reader's defaults have one).  Where the state
-/// goes is recorded; whether the stage and the target allow it is checked
-/// once the flags are applied (resolveTrainingOptions in tools/sharc).
+/// `device` none, cpu or nvme (which needs `nvme_path` unless the reader's
+/// defaults have one; both blocks on NVMe name the same folder).  Where the
+/// state goes is recorded; whether the stage and the target allow it is
+/// checked once the flags are applied (resolveTrainingOptions in
+/// tools/sharc).
 Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
   std::string path = childPath("zero_optimization", key);
   if (value.kind() == json::Value::Null)
@@ -1015,6 +1022,7 @@ Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
   SmallVector<StringRef> known =
       optimizer ? refs(offloadOptimizerKeys) : refs(offloadParamKeys);
   OffloadDevice device = OffloadDevice::none;
+  std::string blockPath;
   for (StringRef name : sortedKeys(**block)) {
     std::string itemPath = childPath(path, name);
     const json::Value &item = *(*block)->get(name);
@@ -1026,13 +1034,8 @@ Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
         return text.takeError();
       if (*text == "cpu")
         device = OffloadDevice::cpu;
-      else if (*text == "nvme" && optimizer)
-        device = OffloadDevice::nvme;
       else if (*text == "nvme")
-        return fail(itemPath, "\"nvme\" is not supported yet (parameter "
-                              "offload to NVMe; the optimizer state can be "
-                              "offloaded to NVMe with "
-                              "zero_optimization.offload_optimizer)");
+        device = OffloadDevice::nvme;
       else if (*text != "none")
         return fail(itemPath, "expected \"none\", \"cpu\" or \"nvme\", got " +
                                   render(itemPath, item));
@@ -1043,16 +1046,11 @@ Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
       Expected<StringRef> text = string(itemPath, item);
       if (!text)
         return text.takeError();
-      // offload_param's is only type-checked (parameters stay off NVMe).
-      if (!optimizer)
-        continue;
       if (text->empty())
         return fail(itemPath, "expected the path of a folder, got \"\"");
       if (text->contains('\0'))
         return fail(itemPath, "a path cannot hold the character NUL");
-      // Read whatever the device, as DeepSpeed does; it is used with device
-      // nvme only.
-      options.nvmePath = text->str();
+      blockPath = text->str();
     } else if (name == "ratio" || name == "cpuadam_cores_perc") {
       Expected<double> parsed = number(itemPath, item, Range{0.0, 1.0});
       if (!parsed)
@@ -1083,10 +1081,28 @@ Error ConfigReader::readOffload(StringRef key, const json::Value &value) {
       // on the CPU target, and the state files are written whole.
     }
   }
-  if (optimizer && device == OffloadDevice::nvme && options.nvmePath.empty())
-    return fail(childPath(path, "nvme_path"),
-                "required with device \"nvme\": the folder under which each "
-                "rank keeps its offloaded optimizer state");
+  // Read whatever the device, as DeepSpeed does; used with device nvme only
+  // (the optimizer's is the one `sharc config` shows otherwise).
+  std::string pathKey = childPath(path, "nvme_path");
+  if (device == OffloadDevice::nvme) {
+    if (blockPath.empty() && defaultNvmePath.empty())
+      return fail(pathKey,
+                  "required with device \"nvme\": the folder under which "
+                  "each rank keeps its offloaded " +
+                      Twine(optimizer ? "optimizer state" : "parameters"));
+    if (!blockPath.empty() && !nvmePathKey.empty() &&
+        blockPath != options.nvmePath)
+      return fail(pathKey, "'" + blockPath + "' is not " + nvmePathKey + " ('" +
+                               options.nvmePath +
+                               "'): sharc keeps a rank's offloaded "
+                               "parameters and optimizer state in one folder");
+    if (!blockPath.empty()) {
+      options.nvmePath = blockPath;
+      nvmePathKey = pathKey;
+    }
+  } else if (optimizer && !blockPath.empty() && nvmePathKey.empty()) {
+    options.nvmePath = blockPath;
+  }
   (optimizer ? options.offloadOptimizer : options.offloadParam) = device;
   return Error::success();
 }
@@ -1948,9 +1964,16 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
   };
   // pipeline_read and pipeline_write are sharc's (on unless the config turns
   // them off), not DeepSpeed's defaults (off): the same bits either way.
+  // One folder for both blocks (readOffload): the optimizer's shows it unless
+  // only the parameters go to NVMe.
+  auto nvmePathOf = [&](bool shown) {
+    return shown && !o.nvmePath.empty() ? json::Value(o.nvmePath)
+                                        : json::Value(nullptr);
+  };
   json::Object offloadOptimizer = device(o.offloadOptimizer);
   offloadOptimizer["nvme_path"] =
-      o.nvmePath.empty() ? json::Value(nullptr) : json::Value(o.nvmePath);
+      nvmePathOf(o.offloadOptimizer == OffloadDevice::nvme ||
+                 o.offloadParam != OffloadDevice::nvme);
   offloadOptimizer["pipeline_read"] = o.pipelineRead;
   offloadOptimizer["pipeline_write"] = o.pipelineWrite;
   json::Object zero{{"stage", o.zeroStage},
@@ -1962,6 +1985,8 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
                     {"sub_group_size", o.subGroupSize},
                     {"offload_optimizer", std::move(offloadOptimizer)},
                     {"offload_param", device(o.offloadParam)}};
+  zero["offload_param"].getAsObject()->try_emplace(
+      "nvme_path", nvmePathOf(o.offloadParam == OffloadDevice::nvme));
   if (o.zeroStage >= 3) {
     zero["stage3_param_persistence_threshold"] = o.paramPersistenceThreshold;
     zero["stage3_max_reuse_distance"] = o.maxReuseDistance;

@@ -234,8 +234,7 @@ CONFIG_ERRORS = {
         ["zero_optimization.offload_optimizer.pin_memroy: unknown key; did you mean "
          "'pin_memory'?"],
     ),
-    # NVMe offload of the optimizer state (DeepSpeed 0.19.8's keys): the
-    # folder is required, and parameters stay off NVMe.
+    # NVMe offload (DeepSpeed 0.19.8's keys): the folder is required.
     "zero-offload-nvme-without-path": (
         {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}},
         ["ds_config.json:4:5: zero_optimization.offload_optimizer.nvme_path: required "
@@ -265,11 +264,20 @@ CONFIG_ERRORS = {
         ["zero_optimization.offload_optimizer.nvme_path: a path cannot hold the "
          "character NUL"],
     ),
-    "zero-offload-param-nvme": (
-        {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
-                                                             "nvme_path": "/local_nvme"}}},
-        ['zero_optimization.offload_param.device: "nvme" is not supported yet '
-         "(parameter offload to NVMe"],
+    "zero-offload-param-nvme-without-path": (
+        {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}},
+        ['zero_optimization.offload_param.nvme_path: required with device "nvme": '
+         "the folder under which each rank keeps its offloaded parameters"],
+    ),
+    # sharc keeps a rank's files in one folder.
+    "zero-offload-two-nvme-paths": (
+        {"zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme/a"},
+            "offload_param": {"device": "nvme", "nvme_path": "/nvme/b"}}},
+        ["zero_optimization.offload_param.nvme_path: '/nvme/b' is not "
+         "zero_optimization.offload_optimizer.nvme_path ('/nvme/a'): sharc keeps a "
+         "rank's offloaded parameters and optimizer state in one folder"],
     ),
     "zero-offload-pipeline-read-not-boolean": (
         {"zero_optimization": {"stage": 2, "offload_optimizer": {
@@ -774,8 +782,8 @@ def test_thread_count_is_a_deprecated_alias(sharc, mlp, tmp_path):
 def test_nvme_offload_flags(sharc, mlp, tmp_path):
     """--offload-optimizer nvme, --nvme-path, --sub-group-size and
     --pipeline-read/-write on `sharc eval --train` and `sharc compile`:
-    each checked, each overriding the config; --offload-param nvme stays
-    refused.  (Whether a flag was taken shows in the error that follows it:
+    each checked, each overriding the config; --offload-param nvme needs
+    a folder and stage 3.  (Whether a flag was taken shows in the error that follows it:
     nvme at stage 0 reaches the stage check.)"""
     path, inputs, _ = mlp
     nvme = str(tmp_path)
@@ -788,17 +796,21 @@ def test_nvme_offload_flags(sharc, mlp, tmp_path):
 
     cases = [
         (["--offload-param", "nvme", "--zero-stage", 3],
-         "--offload-param 'nvme': expected none or cpu (parameter offload to NVMe is "
-         "not supported yet)"),
+         "--offload-param nvme needs --nvme-path DIR (or the nvme_path of "
+         "zero_optimization's offload block in the config)"),
+        (["--offload-param", "nvme", "--nvme-path", nvme, "--zero-stage", 2],
+         "zero_optimization.offload_param (--offload-param) needs ZeRO stage 3"),
+        (["--offload-param", "disk", "--zero-stage", 3],
+         "--offload-param 'disk': expected none, cpu or nvme"),
         (["--nvme-path", nvme, "--zero-stage", 1],
-         "--nvme-path needs --offload-optimizer nvme"),
+         "--nvme-path needs --offload-optimizer nvme or --offload-param nvme"),
         (["--nvme-path", nvme, "--offload-optimizer", "cpu", "--zero-stage", 1],
-         "--nvme-path needs --offload-optimizer nvme"),
+         "--nvme-path needs --offload-optimizer nvme or --offload-param nvme"),
         (["--nvme-path", "", "--offload-optimizer", "nvme", "--zero-stage", 1],
          "--nvme-path expects a folder, got an empty string"),
         (["--offload-optimizer", "nvme", "--zero-stage", 1],
-         "--offload-optimizer nvme needs --nvme-path DIR (or "
-         "zero_optimization.offload_optimizer.nvme_path in the config)"),
+         "--offload-optimizer nvme needs --nvme-path DIR (or the nvme_path of "
+         "zero_optimization's offload block in the config)"),
         (["--offload-optimizer", "nvme", "--nvme-path", nvme],
          "zero_optimization.offload_optimizer (--offload-optimizer) needs ZeRO stage 1, "
          "2 or 3"),
@@ -825,7 +837,8 @@ def test_nvme_offload_flags(sharc, mlp, tmp_path):
         "stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": nvme}}}))
     for result in both("--config", config, "--offload-optimizer", "cpu", "--nvme-path",
                        nvme):
-        assert_error(result, "--nvme-path needs --offload-optimizer nvme")
+        assert_error(result, "--nvme-path needs --offload-optimizer nvme or "
+                     "--offload-param nvme")
     for result in both("--config", config, "--offload-optimizer", "nvme", "--nvme-path",
                        nvme, "--zero-stage", 0):
         assert_error(result, "needs ZeRO stage 1, 2 or 3")
@@ -1033,6 +1046,23 @@ RESOLVE_CASES = {
                                                          "nvme_path": "nvme"}},
                                "aio": {"queue_depth": 32, "thread_count": 1}},
                               [1, 4]),
+    # Parameters and optimizer state on NVMe, in one folder; and parameters
+    # alone.
+    "nvme-offload-parameters": ({"train_micro_batch_size_per_gpu": 2,
+                                 "zero_optimization": {
+                                     "stage": 3,
+                                     "offload_optimizer": {"device": "nvme",
+                                                           "nvme_path": "/nvme"},
+                                     "offload_param": {"device": "nvme",
+                                                       "nvme_path": "/nvme",
+                                                       "buffer_count": 4}}},
+                                [2]),
+    "nvme-offload-parameters-alone": ({"train_micro_batch_size_per_gpu": 2,
+                                       "zero_optimization": {
+                                           "stage": 3,
+                                           "offload_param": {"device": "nvme",
+                                                             "nvme_path": "/nvme"}}},
+                                      [1]),
     # The aio block without offload, null.
     "aio-null": ({"train_micro_batch_size_per_gpu": 1, "aio": None}, [1]),
 }
@@ -1092,11 +1122,14 @@ def test_config_command_resolves_as_deepspeed(sharc, tmp_path, case, monkeypatch
         # NVMe offload: the folder, the pipelining (on in sharc unless the
         # config turns it off, where DeepSpeed's default is off: docs/config.md),
         # sub-groups and the aio block, as DeepSpeed resolves them.
+        for block in ("offload_optimizer", "offload_param"):
+            offload = getattr(zero, block)
+            assert mine["zero_optimization"][block]["nvme_path"] == (
+                str(offload.nvme_path) if offload and offload.nvme_path is not None
+                else None), block
         ours_offload = mine["zero_optimization"]["offload_optimizer"]
         offload = zero.offload_optimizer
         given = (config.get("zero_optimization") or {}).get("offload_optimizer") or {}
-        assert ours_offload["nvme_path"] == (
-            str(offload.nvme_path) if offload and offload.nvme_path is not None else None)
         for key in ("pipeline_read", "pipeline_write"):
             if key in given:
                 assert ours_offload[key] == getattr(offload, key), key

@@ -254,7 +254,7 @@ def test_cuda_sixteen_bit_program_builds(sharc, exported, work, precision, arch)
 @pytest.mark.parametrize("stage,arch,device,precision", [
     (2, "sm_80", "cpu", "fp32"), (3, "sm_90", "cpu", "fp32"),
     (2, "sm_90", "nvme", "fp32"), (1, "sm_90", "cpu", "bf16"),
-    (3, "sm_80", "cpu+param", "bf16")])
+    (3, "sm_80", "cpu+param", "bf16"), (3, "sm_90", "nvme+param", "bf16")])
 def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, device,
                                        precision):
     """ZeRO-Offload to the CPU on the CUDA target: the step keeps the
@@ -266,13 +266,18 @@ def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, devic
     (test_offload.py).  With NVMe the state's files are read into pinned host
     memory and the same update runs there.  Under bf16 the fp32 master
     slices go to the host too, and the step carries their bf16 copies on
-    the device (computed on the host, copied back)."""
+    the device (computed on the host, copied back), or with offload_param
+    in host memory or in files."""
     out = work / f"gpt-offload-{stage}-{arch}-{device}-{precision}"
     folder = ["--nvme-path", work] if device == "nvme" else []
     if device == "cpu+param":
         # ZeRO stage 3's offload_param: the bf16 slices the gathers read stay
         # in pinned host memory too, copied to the device for each gather.
         device, folder = "cpu", ["--offload-param", "cpu"]
+    if device == "nvme+param":
+        # offload_param to NVMe: the bf16 slices in files too, read into
+        # pinned host memory and copied to the device for each gather.
+        device, folder = "nvme", ["--nvme-path", work, "--offload-param", "nvme"]
     result = sharc("compile", exported("gpt"), "--target", "cuda",
                    "--cuda-arch", arch, "--optimizer", "adamw",
                    "--world-size", 2, "--zero-stage", stage,
@@ -295,6 +300,10 @@ def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, devic
     assert bool(copies) == (precision == "bf16")
     assert {b["derived_from"] for b in copies} == \
         {b["name"] for b in moved if b["role"] == "param"}
+    assert all(b["storage"] == ("nvme" if "--offload-param" in folder and
+                                device == "nvme" else "device"
+                                if "--offload-param" not in folder else "host")
+               for b in copies)
     assert manifest["host_bytes"] == (sum(b["bytes"] for b in moved)
                                       if device == "cpu" else 0)
     assert manifest["transfer_bytes_per_step"] > 0

@@ -521,25 +521,26 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (failed(options))
     return 1;
   bool nvme = options->offloadOptimizer == OffloadDevice::nvme;
+  bool paramNvme = options->offloadParam == OffloadDevice::nvme;
   // ZeRO-Offload, the CUDA target's way: the optimizer state in host memory
   // (cpu) or read from its files into host memory (nvme), its update on the
   // host, and at stage 3 the parameter slices the gathers read in host
-  // memory (offload_param cpu).  On the CPU target only with --host-update
+  // memory (offload_param cpu) or read from their files into host memory
+  // (offload_param nvme).  On the CPU target only with --host-update
   // (otherwise CPU offload moves nothing there, and NVMe offload reads into
   // the arena).
   bool anyOffload = options->offloadOptimizer != OffloadDevice::none ||
                     options->offloadParam != OffloadDevice::none;
   if (flags->hostUpdate && !anyOffload)
-    return fail("--host-update needs --offload-optimizer cpu or nvme or "
-                "--offload-param cpu (or their keys in "
-                "zero_optimization)");
+    return fail("--host-update needs --offload-optimizer or --offload-param "
+                "cpu or nvme (or their keys in zero_optimization)");
   bool hostLayout = anyOffload && (cuda || flags->hostUpdate);
   bool hostUpdate =
       hostLayout && options->offloadOptimizer != OffloadDevice::none;
   bool paramsOnHost = hostLayout && options->offloadParam == OffloadDevice::cpu;
   bool offload =
       !hostLayout && (options->offloadOptimizer == OffloadDevice::cpu ||
-                      options->offloadParam != OffloadDevice::none);
+                      options->offloadParam == OffloadDevice::cpu);
 
   DefaultTimingManager timingManager;
   applyDefaultTimingManagerCLOptions(timingManager);
@@ -555,18 +556,19 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   buildTrainPipeline(pm, *options);
   bool overlap = flags->overlapComm.getNumOccurrences() ? flags->overlapComm
                                                         : options->overlapComm;
-  buildCompilePipeline(
-      pm, flags->fuse, overlap,
-      {options->maxReuseDistance, options->prefetchBucketSize,
-       options->maxLiveParameters},
-      {.device = nvme         ? OffloadDevice::nvme
-                 : hostUpdate ? OffloadDevice::cpu
-                              : OffloadDevice::none,
-       .hostUpdate = nvme && hostUpdate,
-       .paramDevice = paramsOnHost ? OffloadDevice::cpu : OffloadDevice::none,
-       .subGroupSize = options->subGroupSize,
-       .pipelineRead = options->pipelineRead,
-       .pipelineWrite = options->pipelineWrite});
+  buildCompilePipeline(pm, flags->fuse, overlap,
+                       {options->maxReuseDistance, options->prefetchBucketSize,
+                        options->maxLiveParameters},
+                       {.device = nvme         ? OffloadDevice::nvme
+                                  : hostUpdate ? OffloadDevice::cpu
+                                               : OffloadDevice::none,
+                        .hostUpdate = hostLayout && (nvme || paramNvme),
+                        .paramDevice = paramNvme      ? OffloadDevice::nvme
+                                       : paramsOnHost ? OffloadDevice::cpu
+                                                      : OffloadDevice::none,
+                        .subGroupSize = options->subGroupSize,
+                        .pipelineRead = options->pipelineRead,
+                        .pipelineWrite = options->pipelineWrite});
   if (failed(pm.run(*model.module)))
     return 1;
   auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
@@ -594,14 +596,14 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     printReport(report, emit, llvm::outs());
     if (offload)
       llvm::outs() << "report: ZeRO-Offload to the CPU ("
-                   << (options->offloadOptimizer != OffloadDevice::none
+                   << (options->offloadOptimizer == OffloadDevice::cpu
                            ? "optimizer state"
                            : "")
-                   << (options->offloadOptimizer != OffloadDevice::none &&
-                               options->offloadParam != OffloadDevice::none
+                   << (options->offloadOptimizer == OffloadDevice::cpu &&
+                               options->offloadParam == OffloadDevice::cpu
                            ? " and "
                            : "")
-                   << (options->offloadParam != OffloadDevice::none
+                   << (options->offloadParam == OffloadDevice::cpu
                            ? "parameters"
                            : "")
                    << "): on the CPU target the device memory is the host's, "
@@ -634,6 +636,16 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << (hostUpdate ? "), into host memory, where the update "
                                     "runs"
                                   : ")")
+                   << "\n";
+    if (paramNvme)
+      llvm::outs() << "report: ZeRO-Offload of the parameters to NVMe (stage "
+                      "3): each rank keeps the slices its gathers read in "
+                      "files under '"
+                   << options->nvmePath
+                   << "' and reads each where a gather reads it (one read "
+                      "ahead)"
+                   << (hostLayout ? ", into host memory, then to the device"
+                                  : "")
                    << "\n";
   };
   if (plan) {

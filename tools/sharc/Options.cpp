@@ -135,13 +135,14 @@ struct TrainFlags {
   Flag<std::string> offloadParam = commonFlag<std::string>(
       "offload-param",
       "ZeRO stage 3: where the parameters live: none or cpu "
-      "(zero_optimization.offload_param.device)",
-      "none|cpu");
+      "(zero_optimization.offload_param.device; nvme needs --nvme-path)",
+      "none|cpu|nvme");
   Flag<std::string> nvmePath = commonFlag<std::string>(
       "nvme-path",
-      "With --offload-optimizer nvme: the folder under which each rank keeps "
-      "its offloaded optimizer state in a folder of its own "
-      "(zero_optimization.offload_optimizer.nvme_path)",
+      "With --offload-optimizer or --offload-param nvme: the folder under "
+      "which each rank keeps what it offloads in a folder of its own "
+      "(zero_optimization.offload_optimizer.nvme_path, "
+      "offload_param.nvme_path)",
       "DIR");
   Flag<int64_t> subGroupSize = commonFlag<int64_t>(
       "sub-group-size",
@@ -299,44 +300,44 @@ LogicalResult applyFlags(TrainingOptions &options) {
         std::pair(&f.offloadParam, &options.offloadParam)}) {
     if (!given(*flag))
       continue;
-    bool optimizer = flag == &f.offloadOptimizer;
     std::optional<OffloadDevice> device =
         llvm::StringSwitch<std::optional<OffloadDevice>>(*flag)
             .Case("none", OffloadDevice::none)
             .Case("cpu", OffloadDevice::cpu)
-            .Case("nvme",
-                  optimizer ? std::optional(OffloadDevice::nvme) : std::nullopt)
+            .Case("nvme", OffloadDevice::nvme)
             .Default(std::nullopt);
     if (!device) {
-      fail("--" + flag->ArgStr + " '" + *flag + "': expected " +
-           (optimizer         ? "none, cpu or nvme"
-            : *flag == "nvme" ? "none or cpu (parameter offload to NVMe is not "
-                                "supported yet)"
-                              : "none or cpu"));
+      fail("--" + flag->ArgStr + " '" + *flag +
+           "': expected none, cpu or nvme");
       return failure();
     }
     *field = *device;
   }
-  // NVMe offload of the optimizer state: its folder, sub-groups and
-  // pipelining (docs/offload.md).
+  // NVMe offload of the optimizer state or the parameters: the folder,
+  // sub-groups and pipelining (docs/offload.md).
+  bool nvme = options.offloadOptimizer == OffloadDevice::nvme ||
+              options.offloadParam == OffloadDevice::nvme;
   if (given(f.nvmePath)) {
     if (f.nvmePath.empty()) {
       fail("--nvme-path expects a folder, got an empty string");
       return failure();
     }
-    if (options.offloadOptimizer != OffloadDevice::nvme) {
-      fail("--nvme-path needs --offload-optimizer nvme (or "
-           "zero_optimization.offload_optimizer.device \"nvme\" in the "
-           "config): it is where NVMe offload keeps the optimizer state");
+    if (!nvme) {
+      fail("--nvme-path needs --offload-optimizer nvme or --offload-param "
+           "nvme (or device \"nvme\" in zero_optimization.offload_optimizer "
+           "or offload_param in the config): it is where NVMe offload keeps "
+           "what it offloads");
       return failure();
     }
     options.nvmePath = f.nvmePath;
   }
-  if (options.offloadOptimizer == OffloadDevice::nvme &&
-      options.nvmePath.empty()) {
-    fail("--offload-optimizer nvme needs --nvme-path DIR (or "
-         "zero_optimization.offload_optimizer.nvme_path in the config): the "
-         "folder under which each rank keeps its offloaded optimizer state");
+  if (nvme && options.nvmePath.empty()) {
+    fail(std::string(options.offloadOptimizer == OffloadDevice::nvme
+                         ? "--offload-optimizer"
+                         : "--offload-param") +
+         " nvme needs --nvme-path DIR (or the nvme_path of "
+         "zero_optimization's offload block in the config): the folder under "
+         "which each rank keeps what it offloads");
     return failure();
   }
   if (given(f.subGroupSize)) {
