@@ -157,6 +157,10 @@ struct TrainingOptions {
   OffloadDevice offloadOptimizer = OffloadDevice::none;
   /// ZeRO-3 parameter offload (zero_optimization.offload_param.device).
   OffloadDevice offloadParam = OffloadDevice::none;
+  /// Activation checkpointing (sharc-rematerialize; docs/recompute.md):
+  /// "none", or "layers" (each repeated layer's forward values recomputed
+  /// in backward from the layer's input).
+  std::string recompute = "none";
   /// NVMe offload of the optimizer state: the folder under which each rank
   /// keeps its offloaded buffers in a folder of its own
   /// (zero_optimization.offload_optimizer.nvme_path; the training binary's

@@ -221,6 +221,22 @@ struct ParameterGatherOptions {
   int64_t maxLiveParameters = 1000000000;
 };
 
+/// What sharc-rematerialize did to a gradient function.
+struct RecomputeSummary {
+  /// The repeated layers found (0 or 1: none, nothing recomputed).
+  unsigned layers = 0;
+  /// Forward ops cloned into backward.
+  unsigned recomputedOps = 0;
+  /// Bytes of the forward values backward now reads from the copies.
+  int64_t recomputedBytes = 0;
+};
+
+/// Activation checkpointing at layer boundaries (sharc-rematerialize): in
+/// `func`, a gradient function (`@F_grad`, one block, the loss first), the
+/// values backward reads inside each repeated layer of forward are computed
+/// again from the layer's input before the layer's backward.
+mlir::FailureOr<RecomputeSummary> rematerializeLayers(mlir::func::FuncOp func);
+
 /// ZeRO-Offload of the optimizer state (sharc-offload-optimizer): off with
 /// device `none`; `cpu` keeps it in host memory and runs its update on the
 /// host (the CUDA target's layout), `nvme` keeps it in files streamed

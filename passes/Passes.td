@@ -49,6 +49,35 @@ def Autodiff : Pass<"sharc-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }
 
+def Rematerialize : Pass<"sharc-rematerialize", "mlir::ModuleOp"> {
+  let summary = "Activation checkpointing: recompute each repeated layer's "
+                "forward values in backward instead of keeping them";
+  let description = [{
+    On `@<function>_grad` (sharc-autodiff's result; run after CSE, which
+    would merge the copies back): forward is the ops the loss depends on.
+    An activation is a forward value of a floating-point type that depends
+    on a data input (`sharc.input`); a cut is a forward value that is, after
+    the op defining it, the only activation alive (a transformer's residual
+    stream).  The cuts split forward into segments; the longest run of
+    segments that repeats with a period (same ops, attributes and types) is
+    the layers, each `period` segments long.  With `policy=layers`, for each
+    layer, the forward values backward reads (but the layer's output, the
+    next layer's input) are computed again by copies of the ops they need,
+    placed just before the first backward op reading one of them, and
+    backward reads the copies: only each layer's input stays alive from
+    forward to backward.  The copies are the same ops in the same order, so
+    the values are the same bits.  No repeated layer: a warning, nothing
+    changes.  See docs/recompute.md.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"main\"",
+           "The forward function (the pass rewrites @<function>_grad)">,
+    Option<"policy", "policy", "std::string", "\"layers\"",
+           "none, or layers (checkpoints at the repeated layers' inputs)">,
+  ];
+  let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
 def Optimizer : Pass<"sharc-optimizer", "mlir::ModuleOp"> {
   let summary = "Builds the training step: micro-batches, clipping, LR "
                 "schedule, optimizer update";

@@ -43,6 +43,9 @@ static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
   pm.addPass(createDataParallelPass(parallel));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // After CSE, which would merge the recomputed copies back.
+  if (parallel.recompute != "none")
+    pm.addPass(createRematerialize({parallel.function, parallel.recompute}));
 }
 
 void sharc::buildTrainPipeline(OpPassManager &pm,

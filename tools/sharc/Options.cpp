@@ -144,6 +144,12 @@ struct TrainFlags {
       "(zero_optimization.offload_optimizer.nvme_path, "
       "offload_param.nvme_path)",
       "DIR");
+  Flag<std::string> recompute = commonFlag<std::string>(
+      "recompute",
+      "Activation checkpointing: none, or layers (backward recomputes each "
+      "repeated layer's forward values from the layer's input instead of "
+      "keeping them; sharc-rematerialize)",
+      "none|layers");
   Flag<int64_t> subGroupSize = commonFlag<int64_t>(
       "sub-group-size",
       "NVMe offload: the optimizer update runs over sub-groups of "
@@ -193,10 +199,10 @@ struct TrainFlags {
   /// beta2 are).
   std::vector<cl::Option *> all() {
     std::vector<cl::Option *> result = {
-        &steps,        &config,   &dumpState,    &dumpGrads,
-        &loss,         &freeze,   &precision,    &offloadOptimizer,
-        &offloadParam, &nvmePath, &subGroupSize, &pipelineRead,
-        &pipelineWrite};
+        &steps,         &config,   &dumpState,    &dumpGrads,
+        &loss,          &freeze,   &precision,    &offloadOptimizer,
+        &offloadParam,  &nvmePath, &subGroupSize, &pipelineRead,
+        &pipelineWrite, &recompute};
     result.insert(result.end(),
                   {&lossScale, &initialScalePower, &lossScaleWindow,
                    &hysteresis, &consecutiveHysteresis, &minLossScale,
@@ -339,6 +345,13 @@ LogicalResult applyFlags(TrainingOptions &options) {
          "zero_optimization's offload block in the config): the folder under "
          "which each rank keeps what it offloads");
     return failure();
+  }
+  if (given(f.recompute)) {
+    if (f.recompute != "none" && f.recompute != "layers") {
+      fail("--recompute '" + f.recompute + "': expected none or layers");
+      return failure();
+    }
+    options.recompute = f.recompute;
   }
   if (given(f.subGroupSize)) {
     if (f.subGroupSize < 1 ||
