@@ -44,6 +44,25 @@ def _free_port():
         return probe.getsockname()[1]
 
 
+def _shared_memory(port):
+    """The shared-memory files DeepSpeed's CPU all-reduce (its
+    deepspeed_shm_comm op) creates for a run whose MASTER_PORT is `port`:
+    /dev/shm/deepspeed_allreduce_buffer_<i>_127.0.0.1_<port>_<rank>, 66 MiB
+    each, which DeepSpeed never removes."""
+    shm = pathlib.Path("/dev/shm")
+    if not shm.is_dir():
+        return []
+    return [path for path in shm.glob(f"deepspeed_*_127.0.0.1_{port}_*")
+            if path.is_file() and not path.is_symlink()]
+
+
+def _remove_shared_memory(port):
+    """Removes the run's shared-memory files (they hold RAM until removed:
+    hundreds of runs filled a 24 GiB machine)."""
+    for path in _shared_memory(port):
+        path.unlink(missing_ok=True)
+
+
 def _rank_rows(step, rank, ranks, micro, gas, total):
     """The file rows of rank `rank`'s block of global step `step`."""
     block = micro * gas
@@ -128,9 +147,10 @@ def train_steps(name, config, data, steps, ranks):
     for attempt in range(3):
         with tempfile.TemporaryDirectory() as directory:
             result = pathlib.Path(directory) / "steps.json"
+            port = _free_port()
             try:
                 mp.start_processes(_worker, nprocs=ranks, start_method="spawn",
-                                   args=(ranks, _free_port(), name, config,
+                                   args=(ranks, port, name, config,
                                          data, steps, str(result)))
             except mp.ProcessExitedException as error:
                 if error.signal_name is None or attempt == 2:
@@ -138,6 +158,9 @@ def train_steps(name, config, data, steps, ranks):
                 print(f"deepspeed_oracle: {error}; running DeepSpeed again",
                       file=sys.stderr)
                 continue
+            finally:
+                # The workers have exited (start_processes joins them).
+                _remove_shared_memory(port)
             return json.loads(result.read_text())
 
 
