@@ -158,9 +158,12 @@ struct TrainingOptions {
   /// ZeRO-3 parameter offload (zero_optimization.offload_param.device).
   OffloadDevice offloadParam = OffloadDevice::none;
   /// Activation checkpointing (sharc-rematerialize; docs/recompute.md):
-  /// "none", or "layers" (each repeated layer's forward values recomputed
-  /// in backward from the layer's input).
+  /// "none", "layers" (each repeated layer's forward values recomputed in
+  /// backward from the layer's input) or "auto" (the fewest recomputed
+  /// FLOPs that bring the gradient function's activation memory within
+  /// `activationMemory` bytes).
   std::string recompute = "none";
+  int64_t activationMemory = 0;
   /// NVMe offload of the optimizer state: the folder under which each rank
   /// keeps its offloaded buffers in a folder of its own
   /// (zero_optimization.offload_optimizer.nvme_path; the training binary's

@@ -223,12 +223,22 @@ struct ParameterGatherOptions {
 
 /// What sharc-rematerialize did to a gradient function.
 struct RecomputeSummary {
-  /// The repeated layers found (0 or 1: none, nothing recomputed).
+  /// The repeated layers found (policy layers; 0 or 1: none, nothing
+  /// recomputed).
   unsigned layers = 0;
-  /// Forward ops cloned into backward.
+  /// The segments between forward's cuts, and those recomputed.
+  unsigned segments = 0;
+  unsigned recomputedSegments = 0;
+  /// Forward ops cloned into backward, and their FLOPs (flopsOf).
   unsigned recomputedOps = 0;
+  int64_t recomputedFlops = 0;
   /// Bytes of the forward values backward now reads from the copies.
   int64_t recomputedBytes = 0;
+  /// The function's activation memory (peakLiveBytes) before and after.
+  int64_t peakBefore = 0;
+  int64_t peakAfter = 0;
+  /// Policy auto: the limit it was given.
+  int64_t limit = 0;
 };
 
 /// Activation checkpointing at layer boundaries (sharc-rematerialize): in
@@ -236,6 +246,13 @@ struct RecomputeSummary {
 /// values backward reads inside each repeated layer of forward are computed
 /// again from the layer's input before the layer's backward.
 mlir::FailureOr<RecomputeSummary> rematerializeLayers(mlir::func::FuncOp func);
+
+/// Activation checkpointing within a memory limit (policy auto): the
+/// segments of forward whose recomputation costs the fewest FLOPs and
+/// brings `func`'s activation memory (peakLiveBytes) to at most `limit`
+/// bytes; an error naming the shortfall when recomputing them all does not.
+mlir::FailureOr<RecomputeSummary> rematerializeWithin(mlir::func::FuncOp func,
+                                                      int64_t limit);
 
 /// ZeRO-Offload of the optimizer state (sharc-offload-optimizer): off with
 /// device `none`; `cpu` keeps it in host memory and runs its update on the

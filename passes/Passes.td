@@ -50,8 +50,8 @@ def Autodiff : Pass<"sharc-autodiff", "mlir::ModuleOp"> {
 }
 
 def Rematerialize : Pass<"sharc-rematerialize", "mlir::ModuleOp"> {
-  let summary = "Activation checkpointing: recompute each repeated layer's "
-                "forward values in backward instead of keeping them";
+  let summary = "Activation checkpointing: recompute chosen forward values "
+                "in backward instead of keeping them";
   let description = [{
     On `@<function>_grad` (sharc-autodiff's result; run after CSE, which
     would merge the copies back): forward is the ops the loss depends on.
@@ -67,13 +67,25 @@ def Rematerialize : Pass<"sharc-rematerialize", "mlir::ModuleOp"> {
     backward reads the copies: only each layer's input stays alive from
     forward to backward.  The copies are the same ops in the same order, so
     the values are the same bits.  No repeated layer: a warning, nothing
-    changes.  See docs/recompute.md.
+    changes.  With `policy=auto`, any segment may be recomputed (the same
+    way, on its own): the activation memory is the most bytes the
+    function's values take at once, running its ops in order; the pass
+    picks the segments whose recomputation costs the fewest FLOPs and brings
+    it to at most `limit` bytes (Chen et al. 2016's model: each recomputed
+    segment frees its kept values but holds them again while its backward
+    runs; an exact covering knapsack over the segments, each choice checked
+    by rewriting a copy of the function), or fails naming the shortfall.
+    See docs/recompute.md.
   }];
   let options = [
     Option<"function", "function", "std::string", "\"main\"",
            "The forward function (the pass rewrites @<function>_grad)">,
     Option<"policy", "policy", "std::string", "\"layers\"",
-           "none, or layers (checkpoints at the repeated layers' inputs)">,
+           "none, layers (checkpoints at the repeated layers' inputs) or "
+           "auto (the fewest recomputed FLOPs within `limit`)">,
+    Option<"limit", "limit", "int64_t", "0",
+           "policy=auto: the most bytes the gradient function's values may "
+           "take at once (its activation memory)">,
   ];
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }

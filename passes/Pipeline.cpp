@@ -45,7 +45,8 @@ static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
   pm.addPass(createCSEPass());
   // After CSE, which would merge the recomputed copies back.
   if (parallel.recompute != "none")
-    pm.addPass(createRematerialize({parallel.function, parallel.recompute}));
+    pm.addPass(createRematerialize(
+        {parallel.function, parallel.recompute, parallel.activationMemory}));
 }
 
 void sharc::buildTrainPipeline(OpPassManager &pm,

@@ -13,6 +13,8 @@
 
 #include "passes/Passes.h"
 
+#include "passes/Cost.h"
+
 #include "ir/SharcOps.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -70,8 +72,10 @@ struct Layers {
   unsigned start = 0, period = 0, count = 0;
 };
 
-/// Finds the cuts of forward and the longest periodic run of segments.
-Layers findLayers(func::FuncOp func, const llvm::DenseSet<Operation *> &fwd) {
+/// Finds the cuts of forward and the longest periodic run of segments;
+/// with `inputsLive`, floating-point data inputs count as activations.
+Layers findLayers(func::FuncOp func, const llvm::DenseSet<Operation *> &fwd,
+                  bool inputsLive) {
   Block &body = func.getBody().front();
   Layers layers;
   DenseMap<Operation *, unsigned> index;
@@ -128,7 +132,25 @@ Layers findLayers(func::FuncOp func, const llvm::DenseSet<Operation *> &fwd) {
       }
     }
   }
+  // A floating-point data input may be an activation too, alive from the
+  // start to its last forward reader (a first layer reading it directly),
+  // or context every layer reads (an attention mask).
   int live = 0;
+  for (BlockArgument arg :
+       inputsLive ? body.getArguments() : ArrayRef<BlockArgument>()) {
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (sources.lookup(arg) != fromInput || !type ||
+        !isa<FloatType>(type.getElementType()))
+      continue;
+    std::optional<unsigned> last;
+    for (Operation *user : arg.getUsers())
+      if (auto found = index.find(user); found != index.end())
+        last = std::max(last.value_or(0), found->second);
+    if (last) {
+      ++live;
+      --delta[*last];
+    }
+  }
   for (unsigned i = 0; i < n; ++i) {
     live += delta[i];
     // A cut: the only activation alive after op i is its (one) result.
@@ -154,7 +176,7 @@ Layers findLayers(func::FuncOp func, const llvm::DenseSet<Operation *> &fwd) {
   }
   unsigned m = segments.size(), best = 0;
   for (unsigned period = 1; 2 * period <= m; ++period)
-    for (unsigned start = 1; start + 2 * period <= m; ++start) {
+    for (unsigned start = 0; start + 2 * period <= m; ++start) {
       unsigned length = period;
       while (start + length < m &&
              segments[start + length] == segments[start + length % period])
@@ -172,72 +194,270 @@ Layers findLayers(func::FuncOp func, const llvm::DenseSet<Operation *> &fwd) {
 
 } // namespace
 
-FailureOr<RecomputeSummary> sharc::rematerializeLayers(func::FuncOp func) {
+namespace {
+
+/// What recomputing forward segments [first, last] takes: the values
+/// backward reads from them (but the last one's cut, the next segment's
+/// input, kept), the ops those depend on, and where the copies go.
+struct Closure {
+  SetVector<Value> needed;
+  /// In program order.
+  SmallVector<Operation *> ops;
+  /// The first backward op that reads one of `needed`.
+  Operation *firstReader = nullptr;
+  int64_t bytes = 0;
+  int64_t flops = 0;
+};
+
+/// The ops of segments [first, last] of `layers`: after cut first-1 (from
+/// the start for segment 0) up to cut `last`.
+std::pair<unsigned, unsigned> opRange(const Layers &layers, unsigned first,
+                                      unsigned last) {
+  return {first == 0 ? 0 : layers.cuts[first - 1] + 1, layers.cuts[last]};
+}
+
+Closure closureOf(const Layers &layers, const llvm::DenseSet<Operation *> &fwd,
+                  unsigned first, unsigned last) {
+  Closure closure;
+  auto [from, to] = opRange(layers, first, last);
+  for (unsigned i = from; i < to; ++i)
+    for (Value result : layers.ops[i]->getResults())
+      for (Operation *user : result.getUsers()) {
+        if (fwd.contains(user) || user->getBlock() != layers.ops[i]->getBlock())
+          continue;
+        closure.needed.insert(result);
+        if (!closure.firstReader || user->isBeforeInBlock(closure.firstReader))
+          closure.firstReader = user;
+      }
+  llvm::DenseSet<Operation *> inRange, chosen;
+  for (unsigned i = from; i <= to; ++i)
+    inRange.insert(layers.ops[i]);
+  SmallVector<Operation *> work;
+  for (Value value : closure.needed) {
+    work.push_back(value.getDefiningOp());
+    closure.bytes += tensorBytes(value.getType());
+  }
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val();
+    if (!inRange.contains(op) || !chosen.insert(op).second)
+      continue;
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp())
+        work.push_back(def);
+  }
+  for (unsigned i = from; i < to; ++i)
+    if (chosen.contains(layers.ops[i])) {
+      closure.ops.push_back(layers.ops[i]);
+      closure.flops += flopsOf(layers.ops[i]);
+    }
+  return closure;
+}
+
+/// Copies `closure`'s ops before its first backward reader and has backward
+/// read the copies.
+void recompute(const Closure &closure, const llvm::DenseSet<Operation *> &fwd,
+               RecomputeSummary &summary) {
+  OpBuilder builder(closure.firstReader);
+  IRMapping mapping;
+  for (Operation *op : closure.ops)
+    builder.clone(*op, mapping);
+  for (Value value : closure.needed)
+    value.replaceUsesWithIf(mapping.lookup(value), [&](OpOperand &use) {
+      return !fwd.contains(use.getOwner());
+    });
+  summary.recomputedOps += closure.ops.size();
+  summary.recomputedBytes += closure.bytes;
+  summary.recomputedFlops += closure.flops;
+}
+
+/// The cheapest set of `items` (bytes saved, FLOPs) whose saving minus its
+/// largest item's bytes (alive again while that item's backward runs) is at
+/// least `need`: for each bound on the largest item, a 0/1 covering
+/// knapsack solved exactly over the Pareto front of (saving, FLOPs).
+std::optional<SmallVector<unsigned>>
+cheapestCover(ArrayRef<std::pair<int64_t, int64_t>> items, int64_t need) {
+  struct State {
+    int64_t saved, flops;
+    SmallVector<unsigned> chosen;
+  };
+  std::optional<State> best;
+  SmallVector<int64_t> bounds;
+  for (auto [bytes, flops] : items)
+    bounds.push_back(bytes);
+  llvm::sort(bounds);
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  for (int64_t bound : bounds) {
+    int64_t target = std::max<int64_t>(need + bound, 0);
+    SmallVector<State> front = {{0, 0, {}}};
+    for (auto [i, item] : llvm::enumerate(items)) {
+      if (item.first > bound)
+        continue;
+      SmallVector<State> next = front;
+      for (const State &state : front) {
+        State grown = state;
+        grown.saved = std::min(target, state.saved + item.first);
+        grown.flops += item.second;
+        grown.chosen.push_back(i);
+        next.push_back(std::move(grown));
+      }
+      // Keep the states no other saves as much for fewer FLOPs.
+      llvm::sort(next, [](const State &a, const State &b) {
+        return a.saved != b.saved ? a.saved > b.saved : a.flops < b.flops;
+      });
+      front.clear();
+      for (State &state : next)
+        if (front.empty() || state.flops < front.back().flops)
+          front.push_back(std::move(state));
+    }
+    for (State &state : front)
+      if (state.saved >= target && (!best || state.flops < best->flops))
+        best = std::move(state);
+  }
+  if (!best)
+    return std::nullopt;
+  return best->chosen;
+}
+
+/// What the pass knows of a gradient function before rewriting it.
+struct Analysis {
+  llvm::DenseSet<Operation *> fwd;
+  Layers layers;
+  /// Its segments and activation memory filled in.
   RecomputeSummary summary;
+};
+
+/// The forward ops and layers of `func`, or an error.
+FailureOr<Analysis> analyse(func::FuncOp func) {
   Block &body = func.getBody().front();
   auto ret = dyn_cast<func::ReturnOp>(body.getTerminator());
   if (!ret || ret.getNumOperands() == 0)
     return func.emitError() << "sharc-rematerialize: @" << func.getSymName()
                             << " returns no loss";
-  llvm::DenseSet<Operation *> fwd = forwardOps(body, ret.getOperand(0));
-  Layers layers = findLayers(func, fwd);
+  Analysis analysis;
+  analysis.fwd = forwardOps(body, ret.getOperand(0));
+  // Data inputs as activations (a first layer reading the input) or as
+  // context (a mask every layer reads): the reading whose layers cover more
+  // of forward.
+  auto covered = [](const Layers &layers) -> unsigned {
+    if (layers.count < 2)
+      return 0;
+    unsigned last = layers.start + layers.count * layers.period - 1;
+    return layers.cuts[last] -
+           (layers.start == 0 ? 0 : layers.cuts[layers.start - 1] + 1);
+  };
+  analysis.layers = findLayers(func, analysis.fwd, /*inputsLive=*/true);
+  Layers context = findLayers(func, analysis.fwd, /*inputsLive=*/false);
+  if (covered(context) > covered(analysis.layers))
+    analysis.layers = std::move(context);
+  analysis.summary.segments = analysis.layers.cuts.size();
+  analysis.summary.peakBefore = analysis.summary.peakAfter =
+      peakLiveBytes(func);
+  return analysis;
+}
+
+/// Recomputes segments `chosen` (ascending) of `func`.
+RecomputeSummary recomputeSegments(func::FuncOp func,
+                                   ArrayRef<unsigned> chosen) {
+  FailureOr<Analysis> analysed = analyse(func);
+  if (failed(analysed))
+    return {};
+  auto &[fwd, layers, summary] = *analysed;
+  // Closures first: a copy of one segment reads no other's copies.
+  SmallVector<Closure> closures;
+  for (unsigned segment : chosen)
+    closures.push_back(closureOf(layers, fwd, segment, segment));
+  for (const Closure &closure : closures)
+    if (!closure.needed.empty()) {
+      recompute(closure, fwd, summary);
+      ++summary.recomputedSegments;
+    }
+  summary.peakAfter = peakLiveBytes(func);
+  return summary;
+}
+
+} // namespace
+
+FailureOr<RecomputeSummary> sharc::rematerializeLayers(func::FuncOp func) {
+  FailureOr<Analysis> analysed = analyse(func);
+  if (failed(analysed))
+    return failure();
+  auto &[fwd, layers, summary] = *analysed;
   if (layers.count < 2)
     return summary;
   summary.layers = layers.count;
-  OpBuilder builder(func.getContext());
+  SmallVector<Closure> closures;
   for (unsigned k = 0; k < layers.count; ++k) {
     unsigned first = layers.start + k * layers.period;
-    unsigned last = first + layers.period - 1;
-    unsigned from = layers.cuts[first - 1] + 1, to = layers.cuts[last];
-    // The layer's values backward reads, but its output (the next layer's
-    // input, kept).
-    SetVector<Value> needed;
-    Operation *firstReader = nullptr;
-    for (unsigned i = from; i < to; ++i)
-      for (Value result : layers.ops[i]->getResults())
-        for (Operation *user : result.getUsers()) {
-          if (fwd.contains(user) || user->getBlock() != &body)
-            continue;
-          needed.insert(result);
-          if (!firstReader || user->isBeforeInBlock(firstReader))
-            firstReader = user;
-        }
-    if (needed.empty())
-      continue;
-    // The layer's ops those values depend on, in program order.
-    llvm::DenseSet<Operation *> inLayer;
-    for (unsigned i = from; i <= to; ++i)
-      inLayer.insert(layers.ops[i]);
-    llvm::DenseSet<Operation *> chosen;
-    SmallVector<Operation *> work;
-    for (Value value : needed)
-      work.push_back(value.getDefiningOp());
-    while (!work.empty()) {
-      Operation *op = work.pop_back_val();
-      if (!inLayer.contains(op) || !chosen.insert(op).second)
-        continue;
-      for (Value operand : op->getOperands())
-        if (Operation *def = operand.getDefiningOp())
-          work.push_back(def);
-    }
-    builder.setInsertionPoint(firstReader);
-    IRMapping mapping;
-    for (unsigned i = from; i < to; ++i)
-      if (chosen.contains(layers.ops[i])) {
-        builder.clone(*layers.ops[i], mapping);
-        ++summary.recomputedOps;
-      }
-    for (Value value : needed) {
-      Value copy = mapping.lookup(value);
-      // Backward's readers (the copies read copies).
-      value.replaceUsesWithIf(
-          copy, [&](OpOperand &use) { return !fwd.contains(use.getOwner()); });
-      auto type = cast<RankedTensorType>(value.getType());
-      summary.recomputedBytes +=
-          type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
-    }
+    closures.push_back(
+        closureOf(layers, fwd, first, first + layers.period - 1));
   }
+  for (const Closure &closure : closures)
+    if (!closure.needed.empty()) {
+      recompute(closure, fwd, summary);
+      summary.recomputedSegments += layers.period;
+    }
+  summary.peakAfter = peakLiveBytes(func);
   return summary;
+}
+
+FailureOr<RecomputeSummary> sharc::rematerializeWithin(func::FuncOp func,
+                                                       int64_t limit) {
+  FailureOr<Analysis> analysed = analyse(func);
+  if (failed(analysed))
+    return failure();
+  auto &[fwd, layers, summary] = *analysed;
+  summary.limit = limit;
+  if (summary.peakBefore <= limit)
+    return summary;
+  // Each segment alone: the bytes its recomputation frees at the turn
+  // from forward to backward, and its FLOPs.
+  SmallVector<std::pair<int64_t, int64_t>> items;
+  SmallVector<unsigned> segmentOf;
+  for (unsigned t = 0, m = layers.cuts.size(); t < m; ++t) {
+    Closure closure = closureOf(layers, fwd, t, t);
+    if (closure.needed.empty())
+      continue;
+    items.push_back({closure.bytes, closure.flops});
+    segmentOf.push_back(t);
+  }
+  // Trial rewrites of copies of the function: the model's choice, checked
+  // by the peak of the rewritten function; short of the limit, the model
+  // is asked for the shortfall more.
+  auto trial = [&](ArrayRef<unsigned> chosen) {
+    func::FuncOp copy = func.clone();
+    RecomputeSummary result = recomputeSegments(copy, chosen);
+    copy.erase();
+    return result;
+  };
+  SmallVector<unsigned> all(segmentOf);
+  int64_t floor = trial(all).peakAfter;
+  if (floor > limit)
+    return func.emitError()
+           << "sharc-rematerialize: the activation memory cannot fall to "
+           << limit << " bytes: recomputing every one of the "
+           << summary.segments << " segments leaves " << floor << " bytes, "
+           << floor - limit << " bytes over";
+  int64_t need = summary.peakBefore - limit;
+  SmallVector<unsigned> chosen = all;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::optional<SmallVector<unsigned>> cover = cheapestCover(items, need);
+    if (!cover)
+      break;
+    SmallVector<unsigned> segments;
+    for (unsigned item : *cover)
+      segments.push_back(segmentOf[item]);
+    llvm::sort(segments);
+    int64_t peak = trial(segments).peakAfter;
+    if (peak <= limit) {
+      chosen = segments;
+      break;
+    }
+    need += peak - limit;
+  }
+  RecomputeSummary done = recomputeSegments(func, chosen);
+  done.peakBefore = summary.peakBefore;
+  done.limit = limit;
+  return done;
 }
 
 namespace {
@@ -247,10 +467,17 @@ struct RematerializePass : sharc::impl::RematerializeBase<RematerializePass> {
   void runOnOperation() override {
     if (policy == "none")
       return;
-    if (policy != "layers") {
+    if (policy != "layers" && policy != "auto") {
       getOperation().emitError() << "sharc-rematerialize: policy must be "
-                                    "none or layers, not '"
+                                    "none, layers or auto, not '"
                                  << policy << "'";
+      return signalPassFailure();
+    }
+    if ((policy == "auto") != (limit > 0)) {
+      getOperation().emitError()
+          << "sharc-rematerialize: "
+          << (policy == "auto" ? "policy=auto needs a limit in bytes"
+                               : "limit applies to policy=auto only");
       return signalPassFailure();
     }
     auto func = getOperation().lookupSymbol<func::FuncOp>(function + "_grad");
@@ -260,19 +487,34 @@ struct RematerializePass : sharc::impl::RematerializeBase<RematerializePass> {
           << "_grad of one block (run sharc-autodiff first)";
       return signalPassFailure();
     }
-    FailureOr<RecomputeSummary> summary = rematerializeLayers(func);
+    FailureOr<RecomputeSummary> summary = policy == "auto"
+                                              ? rematerializeWithin(func, limit)
+                                              : rematerializeLayers(func);
     if (failed(summary))
       return signalPassFailure();
-    if (summary->layers < 2)
+    if (policy == "layers" && summary->layers < 2) {
       emitWarning(func.getLoc())
           << "sharc-rematerialize: no repeated layers found "
              "in forward; nothing is recomputed";
-    else
-      emitRemark(func.getLoc())
-          << "sharc-rematerialize: " << summary->layers
-          << " layers found; backward recomputes " << summary->recomputedOps
-          << " forward ops instead of "
-          << "keeping " << summary->recomputedBytes << " bytes of their values";
+      return;
+    }
+    InFlightDiagnostic remark = emitRemark(func.getLoc())
+                                << "sharc-rematerialize: ";
+    if (policy == "layers")
+      remark << summary->layers << " layers found; ";
+    else if (summary->recomputedSegments == 0) {
+      remark << "activation memory " << summary->peakBefore
+             << " bytes is within " << summary->limit
+             << " bytes; nothing is recomputed";
+      return;
+    } else
+      remark << summary->recomputedSegments << " of " << summary->segments
+             << " segments recomputed to fit " << summary->limit << " bytes; ";
+    remark << "backward recomputes " << summary->recomputedOps
+           << " forward ops (" << summary->recomputedFlops
+           << " FLOPs) instead of keeping " << summary->recomputedBytes
+           << " bytes of their values; activation memory "
+           << summary->peakBefore << " -> " << summary->peakAfter << " bytes";
   }
 };
 } // namespace

@@ -46,6 +46,17 @@ size is the GPT of the ZeRO memory test (dim 512, seq 64; pass --layers 6
         --compile-flags "--reduce-bucket-size 5000000" \\
         --zero-flags "--max-reuse-distance 0"
 
+With --compare-recompute [FRACTIONS] (no PyTorch run) it compiles the model
+with --recompute none, layers, and auto at a limit each FRACTION (default
+0.5,0) of the way from the least activation memory recomputation reaches to
+none's (both asked of sharc compile first), runs the binaries alternately
+ROUNDS times and prints per rank the median step time, the planned and
+measured peak memory, the arena, the segments recomputed and their GFLOP
+(docs/recompute.md):
+
+    tools/benchmark-cpu.py --compare-recompute --dim 512 --layers 6 \
+        --heads 8 --vocab 8192 --seq 256 --batch 2 --steps 3 --threads 2
+
 With --compare-precisions (no PyTorch run) it instead compiles the same model
 once per precision (`sharc compile --precision fp32|bf16|fp16 --world-size N`,
 default all three), runs the binaries alternately ROUNDS times under
@@ -196,6 +207,17 @@ def parse_args(argv=None):
     parser.add_argument("--zero-flags", default="", metavar="FLAGS",
                         help="--compare-stages: extra sharc compile flags for "
                              "the stages above 0, e.g. '--max-reuse-distance 0'")
+    parser.add_argument("--compare-recompute", nargs="?", metavar="FRACTIONS",
+                        const="0.5,0",
+                        help="instead of the PyTorch comparison: compile the "
+                             "model with --recompute none, layers, and auto "
+                             "with a limit each FRACTION (default 0.5,0) of "
+                             "the way from the least activation memory "
+                             "recomputation reaches to none's; run the "
+                             "binaries "
+                             "alternately and print per-rank step time, "
+                             "planned and measured peak memory and the "
+                             "recomputed FLOPs")
     parser.add_argument("--weight-decay", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", help="keep files here (default: a temporary folder)")
@@ -204,6 +226,25 @@ def parse_args(argv=None):
     if args.torch_worker:
         return args
     compare = args.compare_precisions is not None
+    if args.compare_recompute is not None:
+        if compare or args.compare_stages is not None:
+            parser.error("--compare-recompute is a run of its own")
+        try:
+            args.compare_recompute = [float(x) for x in
+                                      args.compare_recompute.split(",")]
+        except ValueError:
+            parser.error("--compare-recompute takes comma-separated fractions")
+        if not all(0 <= f < 1 for f in args.compare_recompute):
+            parser.error("--compare-recompute: fractions in [0, 1)")
+        for name, value in {"dim": 512, "seq": 256, "steps": 4,
+                            "warmup": 1}.items():
+            if getattr(args, name) is None:
+                setattr(args, name, value)
+        if args.precision is None:
+            args.precision = "fp32"
+        if args.world_size < 1:
+            parser.error("--world-size must be >= 1")
+        return args
     if args.compare_stages is not None:
         if compare:
             parser.error("--compare-stages and --compare-precisions are "
@@ -377,9 +418,10 @@ def sharc_binary(args):
 
 
 def compile_sharc(args, work, onnx_path, precision=None, world_size=1,
-                  name="out", extra=()):
+                  name="out", extra=(), stderr=None):
     """Compiles the model once (into WORK/NAME, with the sharc compile flags
-    EXTRA); returns (OUT directory, seconds)."""
+    EXTRA); returns (OUT directory, seconds), appending what sharc printed on
+    stderr to the list STDERR if given."""
     sharc = sharc_binary(args)
     out = (work / name).resolve()
     start = time.perf_counter()
@@ -389,7 +431,9 @@ def compile_sharc(args, work, onnx_path, precision=None, world_size=1,
     if world_size != 1:
         command += ["--world-size", str(world_size)]
     command += list(extra)
-    run_checked(command, what="sharc compile")
+    result = run_checked(command, what="sharc compile")
+    if stderr is not None:
+        stderr.append(result.stderr)
     return out, time.perf_counter() - start
 
 
@@ -641,6 +685,25 @@ def model_line(args, n_params, precision=None):
             f"weight decay {args.weight_decay}")
 
 
+def run_rounds(args, outs, input_files, ranks_of, label_of):
+    """Runs every compiled configuration of OUTS ({config: (OUT, compile
+    seconds)}) ROUNDS times alternately, each under mpirun -np
+    RANKS_OF(config); returns {config: [run_sharc results]}."""
+    runs = {config: [] for config in outs}
+    expected = args.warmup + args.steps
+    for r in range(args.rounds):
+        for config, (out, seconds) in outs.items():
+            result = run_sharc(args, out, seconds, input_files,
+                               world_size=ranks_of(config))
+            if len(result["step_ms"]) != expected:
+                sys.exit(f"benchmark-cpu: {label_of(config)}: expected "
+                         f"{expected} step lines, found "
+                         f"{len(result['step_ms'])}")
+            runs[config].append(result)
+        print(f"round {r + 1} done", flush=True)
+    return runs
+
+
 def compare_stages(args, work, onnx_path, input_files, n_params):
     """One table of per-rank step time, peak memory (planned by the compiler
     and measured by the binary: getrusage's peak resident set) and collective
@@ -663,18 +726,8 @@ def compare_stages(args, work, onnx_path, input_files, n_params):
               f"{outs[(n, stage)][1]:.1f} s", flush=True)
     info = build_info(args, outs[configs[0]][0] / "train")
     w = args.warmup
-    runs = {c: [] for c in configs}
-    for r in range(args.rounds):
-        for config in configs:
-            out, compile_s = outs[config]
-            result = run_sharc(args, out, compile_s, input_files,
-                               world_size=config[0])
-            if len(result["step_ms"]) != w + args.steps:
-                sys.exit(f"benchmark-cpu: N = {config[0]}, stage {config[1]}: "
-                         f"expected {w + args.steps} step lines, found "
-                         f"{len(result['step_ms'])}")
-            runs[config].append(result)
-        print(f"round {r + 1} done", flush=True)
+    runs = run_rounds(args, outs, input_files, lambda config: config[0],
+                      lambda config: f"N = {config[0]}, stage {config[1]}")
     print()
     print(model_line(args, n_params, args.precision))
     print(f"{args.threads} thread(s) per rank; {args.steps} timed steps after "
@@ -713,6 +766,101 @@ def compare_stages(args, work, onnx_path, input_files, n_params):
           "0's measured peak at the same N minus this one; comm: planned "
           "collective bytes per step and rank (nccl-tests convention), "
           "'=' when the runtime counted the same")
+
+
+RECOMPUTE_REMARK = re.compile(
+    r"sharc-rematerialize: (?:(?P<layers>\d+) layers found|(?P<chosen>\d+) of "
+    r"(?P<segments>\d+) segments recomputed to fit \d+ bytes); backward "
+    r"recomputes (?P<ops>\d+) forward ops \((?P<flops>\d+) FLOPs\)")
+FLOOR_REMARK = re.compile(r"recomputing every one of the \d+ segments leaves "
+                          r"(\d+) bytes")
+WITHIN_REMARK = re.compile(r"sharc-rematerialize: activation memory (\d+) "
+                           r"bytes is within")
+
+
+def compare_recompute(args, work, onnx_path, input_files, n_params):
+    """One table of per-rank step time, peak memory (planned and measured)
+    and recomputed FLOPs for --recompute none, layers, and auto at fractions
+    of the model's activation memory."""
+    n = args.world_size
+    common = args.compile_flags.split()
+    # The activation memory without recomputation (what auto says when its
+    # limit is above it) and with every segment recomputed (what it says
+    # when the limit is below).
+    def probe(limit):
+        return subprocess.run(
+            [sharc_binary(args), "compile", onnx_path, "--optimizer", "adamw",
+             "--precision", args.precision, "--world-size", str(n), *common,
+             "--recompute", "auto", "--activation-memory", str(limit),
+             "--emit-only", "-o", work / "probe"],
+            capture_output=True, text=True).stderr
+    activation = int(WITHIN_REMARK.search(probe(10**15)).group(1))
+    least = FLOOR_REMARK.search(probe(1))
+    if not least:
+        sys.exit("benchmark-cpu: sharc compile --recompute auto did not say "
+                 "its least activation memory")
+    floor = int(least.group(1))
+    configs = [("none", []), ("layers", [])]
+    for fraction in args.compare_recompute:
+        limit = floor + int((activation - floor) * fraction)
+        configs.append((f"auto {fraction:g}",
+                        ["--activation-memory", str(limit)]))
+    outs, remarks = {}, {}
+    for name, extra in configs:
+        printed = []
+        out, seconds = compile_sharc(
+            args, work, onnx_path, args.precision, n,
+            name="out-" + name.replace(" ", "-"),
+            extra=common + ["--recompute", name.split()[0]] + extra,
+            stderr=printed)
+        outs[name] = (out, seconds)
+        remarks[name] = RECOMPUTE_REMARK.search(printed[0])
+        print(f"compiled --recompute {name} in {seconds:.1f} s", flush=True)
+    info = build_info(args, outs["none"][0] / "train")
+    w = args.warmup
+    runs = run_rounds(args, outs, input_files, lambda name: n,
+                      lambda name: f"--recompute {name}")
+    print()
+    print(model_line(args, n_params, args.precision))
+    print(f"{n} rank(s), {args.threads} thread(s) per rank; {args.steps} timed "
+          f"steps after {w} warm-up, {args.rounds} round(s) of every "
+          f"configuration alternately; compile flags "
+          f"{' '.join(common) or '(none)'}; activation memory "
+          f"{mib(activation):.1f} MiB without recomputation, "
+          f"{mib(floor):.1f} MiB at the least (auto F: a limit F of the way "
+          f"from the least to none); work dir {work}")
+    for line in info:
+        print(line)
+    print()
+    print(f"{'recompute':>10} {'step ms':>9} {'planned MiB':>12} "
+          f"{'measured MiB':>13} {'saved MiB':>10} {'arena MiB':>10} "
+          f"{'segments':>9} {'GFLOP':>7} {'losses':>7}")
+    base = runs["none"]
+    base_measured = max(r["peak_measured"] for r in base)
+    for name, _ in configs:
+        results = runs[name]
+        last = results[-1]
+        ms = median([x for result in results for x in result["step_ms"][w:]])
+        measured = max(result["peak_measured"] for result in results)
+        remark = remarks.get(name)
+        segments, gflop = "-", "-"
+        if remark:
+            segments = (f"{remark['layers']} lay" if remark["layers"] else
+                        f"{remark['chosen']}/{remark['segments']}")
+            gflop = f"{int(remark['flops']) / 1e9:.2f}"
+        same = "=" if last["losses"] == base[-1]["losses"] else "differ"
+        print(f"{name:>10} {ms:>9.1f} {mib(last['peak_planned']):>12.1f} "
+              f"{mib(measured):>13.1f} {mib(base_measured - measured):>10.1f} "
+              f"{mib(last['arena_planned']):>10.1f} {segments:>9} "
+              f"{gflop:>7} {same:>7}")
+    print()
+    print("planned: the persistent buffers, the arena and the communication "
+          "staging (the binary's summary line); measured: peak resident set "
+          "(getrusage) of rank 0, the largest over the rounds; saved: none's "
+          "measured peak minus this one; segments: layers found, or segments "
+          "recomputed of those forward has (auto); GFLOP: recomputed per "
+          "micro-batch step (the pass's count); losses: '=' when every step's "
+          "loss equals none's")
 
 
 def compare_precisions(args, work, onnx_path, input_files, n_params):
@@ -888,6 +1036,9 @@ def main():
         return
     if args.compare_stages:
         compare_stages(args, work, onnx_path, input_files, n_params)
+        return
+    if args.compare_recompute:
+        compare_recompute(args, work, onnx_path, input_files, n_params)
         return
 
     out, compile_s = compile_sharc(args, work, onnx_path)

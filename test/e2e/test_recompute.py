@@ -1,8 +1,9 @@
-"""Activation checkpointing (sharc-rematerialize, --recompute layers;
+"""Activation checkpointing (sharc-rematerialize, --recompute layers|auto;
 docs/recompute.md).
 
 Backward recomputes each repeated layer's forward values from the layer's
-input instead of keeping them.  The copies are the same ops in the same order,
+input instead of keeping them (layers), or the segments of forward that cost
+the fewest FLOPs within --activation-memory (auto).  The copies are the same ops in the same order,
 so the evaluator and the CPU binaries print the step lines of the run without
 recomputation digit for digit and save the same state; the planned arena and
 the measured peak fall.  A model without repeated layers gets a warning and
@@ -23,7 +24,14 @@ ARENA = re.compile(r"^report: arena peak bytes (\d+)$", re.MULTILINE)
 PEAK = re.compile(r"^summary: peak memory bytes per rank planned (\d+) measured (\d+)",
                   re.MULTILINE)
 FOUND = re.compile(r"remark: sharc-rematerialize: (\d+) layers found; backward "
-                   r"recomputes (\d+) forward ops instead of keeping (\d+) bytes")
+                   r"recomputes (\d+) forward ops \(\d+ FLOPs\) instead of "
+                   r"keeping (\d+) bytes")
+AUTO = re.compile(r"remark: sharc-rematerialize: (\d+) of (\d+) segments "
+                  r"recomputed to fit (\d+) bytes; backward recomputes \d+ "
+                  r"forward ops \((\d+) FLOPs\) instead of keeping (\d+) bytes "
+                  r"of their values; activation memory (\d+) -> (\d+) bytes")
+WITHIN = re.compile(r"remark: sharc-rematerialize: activation memory (\d+) bytes "
+                    r"is within (\d+) bytes; nothing is recomputed")
 RECIPE = ["--optimizer", "adamw", "--lr", "0.003", "--weight-decay", "0.01"]
 
 
@@ -61,60 +69,147 @@ def test_evaluator_losses_are_unchanged(sharc, exported, name):
     assert len(lines["none"]) == 4 and lines["none"] == lines["layers"]
 
 
-@pytest.mark.parametrize("ranks,flags", [
-    (1, []), (2, ["--zero-stage", 2]),
-    (2, ["--zero-stage", 3, "--param-persistence-threshold", 0, "--grad-accum", 2]),
-    (2, ["--zero-stage", 1, "--precision", "bf16"])])
-def test_binaries_train_as_without(sharc, exported, tmp_path, ranks, flags):
-    """The GPT compiled with and without recomputation (fp32 on 1 rank, ZeRO
-    stage 2, stage 3 with GAS 2, bf16 at stage 1): the same step lines and
-    saved state, and a planned arena no larger (smaller in fp32)."""
+def unchecked_memory(sharc, *args):
+    """The gradient function's activation memory without recomputation: what
+    --recompute auto says when its limit is above it (--emit-only for
+    compile)."""
+    result = sharc(*args, "--recompute", "auto", "--activation-memory",
+                   10**15)
+    assert result.returncode == 0, result.stderr
+    within = WITHIN.search(result.stderr)
+    assert within, result.stderr
+    return int(within.group(1))
+
+
+def test_evaluator_auto_within_a_limit(sharc, exported):
+    """--recompute auto on the GPT at 85 % of its activation memory: some
+    segments recomputed, the memory within the limit, the FLOPs fewer than
+    --recompute layers recomputes, the step lines of no recomputation; a
+    limit below what recomputing every segment leaves is refused with the
+    shortfall."""
     path, inputs = exported["gpt"]
+    run = lambda *flags: sharc("eval", path, "--train", *inputs, "--steps", 4,
+                               *RECIPE, *flags)
+    peak = unchecked_memory(sharc, "eval", path, "--train", *inputs,
+                            "--steps", 1, *RECIPE)
+    limit = peak * 85 // 100
+    auto = run("--recompute", "auto", "--activation-memory", limit)
+    assert auto.returncode == 0, auto.stderr
+    chosen, segments, fit, flops, kept, before, after = map(
+        int, AUTO.search(auto.stderr).groups())
+    assert 0 < chosen <= segments and fit == limit and kept > 0
+    assert before == peak and after <= limit, auto.stderr
+    layers = run("--recompute", "layers")
+    layer_flops = int(re.search(r"\((\d+) FLOPs\)", layers.stderr).group(1))
+    assert flops < layer_flops, (auto.stderr, layers.stderr)
+    none = run("--recompute", "none")
+    assert STEP.findall(auto.stdout) == STEP.findall(none.stdout)
+    assert len(STEP.findall(none.stdout)) == 4
+
+    short = run("--recompute", "auto", "--activation-memory", 1000)
+    assert short.returncode != 0 and not STEP.findall(short.stdout)
+    floor = re.search(r"the activation memory cannot fall to 1000 bytes: "
+                      r"recomputing every one of the (\d+) segments leaves "
+                      r"(\d+) bytes, (\d+) bytes over", short.stderr)
+    assert floor, short.stderr
+    assert int(floor.group(1)) == segments
+    assert int(floor.group(3)) == int(floor.group(2)) - 1000
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--recompute", "auto"], "--recompute auto needs --activation-memory"),
+    (["--recompute", "layers", "--activation-memory", 10**6],
+     "--activation-memory applies to --recompute auto only"),
+    (["--recompute", "auto", "--activation-memory", 0],
+     "--activation-memory must be a positive number of bytes, got 0"),
+    (["--recompute", "sometimes"],
+     "--recompute 'sometimes': expected none, layers or auto")])
+def test_recompute_flags_are_checked(sharc, exported, tmp_path, flags, message):
+    path, _ = exported["gpt"]
+    out = tmp_path / "out"
+    result = sharc("compile", path, *RECIPE, *flags, "-o", out)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("ranks,flags,policy", [
+    (1, [], "layers"), (2, ["--zero-stage", 2], "layers"),
+    (2, ["--zero-stage", 3, "--param-persistence-threshold", 0, "--grad-accum", 2],
+     "layers"),
+    (2, ["--zero-stage", 1, "--precision", "bf16"], "layers"),
+    (2, ["--zero-stage", 2], "auto")])
+def test_binaries_train_as_without(sharc, exported, tmp_path, ranks, flags,
+                                   policy):
+    """The GPT compiled with and without recomputation (layers: fp32 on 1
+    rank, ZeRO stage 2, stage 3 with GAS 2, bf16 at stage 1; auto at 80 % of
+    the activation memory at stage 2): the same step lines and saved state,
+    and a planned arena no larger (smaller in fp32)."""
+    path, inputs = exported["gpt"]
+    flags = [*RECIPE, "--world-size", ranks, *flags]
+    limit = []
+    if policy == "auto":
+        peak = unchecked_memory(sharc, "compile", path, *flags, "--emit-only",
+                                "-o", tmp_path / "probe")
+        limit = ["--activation-memory", peak * 8 // 10]
     runs = {}
-    for policy in ("none", "layers"):
-        out = tmp_path / policy
-        result = sharc("compile", path, *RECIPE, "--world-size", ranks, *flags,
-                       "--recompute", policy, "-o", out, "--report")
+    for name in ("none", policy):
+        out = tmp_path / name
+        result = sharc("compile", path, *flags, "--recompute", name,
+                       *(limit if name == "auto" else []), "-o", out, "--report")
         assert result.returncode == 0, result.stderr
         arena = int(ARENA.search(result.stdout).group(1))
         run = mpirun(ranks, out / "train", *inputs, "--steps", 4,
-                     "--save-state", tmp_path / f"state-{policy}")
+                     "--save-state", tmp_path / f"state-{name}")
         assert run.returncode == 0, run.stderr
-        runs[policy] = (STEP.findall(run.stdout), arena)
-    assert runs["none"][0] == runs["layers"][0] and len(runs["none"][0]) == 4
+        runs[name] = (STEP.findall(run.stdout), arena)
+    assert runs["none"][0] == runs[policy][0] and len(runs["none"][0]) == 4
     # In fp32 the layers' activations set the arena's peak; under bf16 on
     # this small model it stands elsewhere (it does not rise).
     if "bf16" in flags:
-        assert runs["layers"][1] <= runs["none"][1], runs
+        assert runs[policy][1] <= runs["none"][1], runs
     else:
-        assert runs["layers"][1] < runs["none"][1], runs
+        assert runs[policy][1] < runs["none"][1], runs
     saved = lambda d: sorted(p.relative_to(d) for p in d.rglob("*.npy"))
-    none, layers = tmp_path / "state-none", tmp_path / "state-layers"
-    assert saved(none) == saved(layers)
+    none, other = tmp_path / "state-none", tmp_path / f"state-{policy}"
+    assert saved(none) == saved(other)
     for name in saved(none):
-        np.testing.assert_array_equal(np.load(none / name), np.load(layers / name))
+        np.testing.assert_array_equal(np.load(none / name), np.load(other / name))
 
 
 def test_measured_peak_falls_as_planned(sharc, tmp_path):
-    """A GPT of 4 layers (d 256, 256 tokens per step, 1 rank): the measured
-    peak (getrusage) falls by the planned fall, within 10 % of the planned
-    activations no longer kept (the fall can be no larger than what the
-    remark says is no longer kept)."""
+    """A GPT of 4 layers (d 256, 256 tokens per step, 1 rank), with
+    --recompute layers and auto (at the least activation memory it can
+    reach): the
+    measured peak (getrusage) falls by the planned fall, within 10 % of it
+    (the fall can be no larger than what the remark says is no longer
+    kept)."""
     config = models.GptConfig(vocab=512, seq=128, dim=256, heads=4, layers=4, batch=2)
     path = tmp_path / "gpt.onnx"
     models.export(models.make_training_case("gpt", gpt_config=config), path)
     _, inputs = models.write_data("gpt", 4, 5, tmp_path, config=config)
-    peaks = {}
-    for policy in ("none", "layers"):
+    # The least activation memory recomputation reaches: what auto says of
+    # a limit below it.
+    probe = sharc("compile", path, *RECIPE, "--recompute", "auto",
+                  "--activation-memory", 1, "--emit-only", "-o",
+                  tmp_path / "probe")
+    limit = int(re.search(r"recomputing every one of the \d+ segments leaves "
+                          r"(\d+) bytes", probe.stderr).group(1))
+    peaks, kept = {}, {}
+    for policy, extra in (("none", []), ("layers", []),
+                          ("auto", ["--activation-memory", limit])):
         out = tmp_path / policy
-        result = sharc("compile", path, *RECIPE, "--recompute", policy, "-o", out)
+        result = sharc("compile", path, *RECIPE, "--recompute", policy, *extra,
+                       "-o", out)
         assert result.returncode == 0, result.stderr
         if policy == "layers":
-            kept = int(FOUND.search(result.stderr).group(3))
+            kept[policy] = int(FOUND.search(result.stderr).group(3))
+        elif policy == "auto":
+            kept[policy] = int(AUTO.search(result.stderr).group(5))
         run = mpirun(1, out / "train", *inputs, "--steps", 2)
         assert run.returncode == 0, run.stderr
         peaks[policy] = tuple(map(int, PEAK.search(run.stdout).groups()))
-    planned = peaks["none"][0] - peaks["layers"][0]
-    measured = peaks["none"][1] - peaks["layers"][1]
-    assert 0 < planned <= kept, (peaks, kept)
-    assert abs(measured - planned) <= 0.1 * planned, (peaks, planned, measured)
+    for policy in ("layers", "auto"):
+        planned = peaks["none"][0] - peaks[policy][0]
+        measured = peaks["none"][1] - peaks[policy][1]
+        assert 0 < planned <= kept[policy], (policy, peaks, kept)
+        assert abs(measured - planned) <= 0.1 * planned, (policy, peaks)

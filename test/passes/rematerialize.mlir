@@ -1,18 +1,22 @@
 // RUN: sharc-opt %s -split-input-file --sharc-autodiff --cse --sharc-rematerialize 2>/dev/null | FileCheck %s
 // RUN: sharc-opt %s -split-input-file --sharc-autodiff --cse --sharc-rematerialize 2>&1 >/dev/null | FileCheck %s --check-prefix=DIAG
 // RUN: sharc-opt %s -split-input-file --sharc-autodiff --cse --sharc-rematerialize="policy=none" | FileCheck %s --check-prefix=NONE
-// RUN: not sharc-opt %s -split-input-file --sharc-autodiff --sharc-rematerialize="policy=auto" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not sharc-opt %s -split-input-file --sharc-autodiff --sharc-rematerialize="policy=some" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not sharc-opt %s -split-input-file --sharc-autodiff --sharc-rematerialize="policy=auto" 2>&1 | FileCheck %s --check-prefix=NOLIMIT
 
 // Three residual layers x' = x + tanh(x·W).  The residual stream values are
-// the cuts; layers 1 and 2 repeat (layer 0 reads the input argument
-// directly, so its ops are cuts of their own and do not match).  Backward
-// recomputes each repeated layer's matmul and tanh from the layer's input,
+// the cuts (the data input x counts as alive until its last forward reader,
+// so layer 0 is one segment like the others); the three layers repeat.
+// Backward recomputes each layer's matmul and tanh from the layer's input,
 // just before the layer's backward, and reads the copies; forward's stay
-// for forward only.
+// for forward only.  FLOPs per layer: 2·2·4·4 for the matmul, 8 for tanh.
 
-// DIAG: remark: sharc-rematerialize: 2 layers found; backward recomputes 4 forward ops instead of keeping 64 bytes of their values
+// DIAG: remark: sharc-rematerialize: 3 layers found; backward recomputes 6 forward ops (216 FLOPs) instead of keeping 96 bytes of their values; activation memory 292 -> 260 bytes
 // CHECK-LABEL: func.func @main_grad(
-// CHECK: %[[P1:.*]] = sharc.matmul %[[X1:.*]], %arg2
+// CHECK: %[[P0:.*]] = sharc.matmul %arg0, %arg1
+// CHECK-NEXT: %[[T0:.*]] = sharc.tanh %[[P0]]
+// CHECK-NEXT: %[[X1:.*]] = sharc.add %arg0, %[[T0]]
+// CHECK-NEXT: %[[P1:.*]] = sharc.matmul %[[X1]], %arg2
 // CHECK-NEXT: %[[T1:.*]] = sharc.tanh %[[P1]]
 // CHECK-NEXT: %[[X2:.*]] = sharc.add %[[X1]], %[[T1]]
 // CHECK-NEXT: %[[P2:.*]] = sharc.matmul %[[X2]], %arg3
@@ -29,6 +33,11 @@
 // CHECK-NEXT: %[[RT1:.*]] = sharc.tanh %[[R1]]
 // CHECK-NEXT: sharc.mul %{{.*}}, %[[RT1]]
 // CHECK-NOT: %[[T1]]
+// Layer 0's backward: from the input.
+// CHECK: %[[R0:.*]] = sharc.matmul %arg0, %arg1
+// CHECK-NEXT: %[[RT0:.*]] = sharc.tanh %[[R0]]
+// CHECK-NEXT: sharc.mul %{{.*}}, %[[RT0]]
+// CHECK-NOT: %[[T0]]
 // CHECK: return
 
 // NONE-LABEL: func.func @main_grad(
@@ -36,7 +45,8 @@
 // NONE-NOT: sharc.tanh
 // NONE: return
 
-// BAD: sharc-rematerialize: policy must be none or layers, not 'auto'
+// BAD: sharc-rematerialize: policy must be none, layers or auto, not 'some'
+// NOLIMIT: sharc-rematerialize: policy=auto needs a limit in bytes
 func.func @main(%x: tensor<2x4xf32> {sharc.input = "x"},
                 %w0: tensor<4x4xf32> {sharc.param = #sharc.param<"w0", "w0">},
                 %w1: tensor<4x4xf32> {sharc.param = #sharc.param<"w1", "w1">},

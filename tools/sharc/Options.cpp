@@ -146,10 +146,16 @@ struct TrainFlags {
       "DIR");
   Flag<std::string> recompute = commonFlag<std::string>(
       "recompute",
-      "Activation checkpointing: none, or layers (backward recomputes each "
+      "Activation checkpointing: none, layers (backward recomputes each "
       "repeated layer's forward values from the layer's input instead of "
-      "keeping them; sharc-rematerialize)",
-      "none|layers");
+      "keeping them) or auto (the fewest recomputed FLOPs within "
+      "--activation-memory; sharc-rematerialize)",
+      "none|layers|auto");
+  Flag<int64_t> activationMemory = commonFlag<int64_t>(
+      "activation-memory",
+      "With --recompute auto: the most bytes the training step's forward "
+      "and backward values may take at once on a rank (docs/recompute.md)",
+      "BYTES");
   Flag<int64_t> subGroupSize = commonFlag<int64_t>(
       "sub-group-size",
       "NVMe offload: the optimizer update runs over sub-groups of "
@@ -199,10 +205,10 @@ struct TrainFlags {
   /// beta2 are).
   std::vector<cl::Option *> all() {
     std::vector<cl::Option *> result = {
-        &steps,         &config,   &dumpState,    &dumpGrads,
-        &loss,          &freeze,   &precision,    &offloadOptimizer,
-        &offloadParam,  &nvmePath, &subGroupSize, &pipelineRead,
-        &pipelineWrite, &recompute};
+        &steps,         &config,    &dumpState,       &dumpGrads,
+        &loss,          &freeze,    &precision,       &offloadOptimizer,
+        &offloadParam,  &nvmePath,  &subGroupSize,    &pipelineRead,
+        &pipelineWrite, &recompute, &activationMemory};
     result.insert(result.end(),
                   {&lossScale, &initialScalePower, &lossScaleWindow,
                    &hysteresis, &consecutiveHysteresis, &minLossScale,
@@ -347,11 +353,28 @@ LogicalResult applyFlags(TrainingOptions &options) {
     return failure();
   }
   if (given(f.recompute)) {
-    if (f.recompute != "none" && f.recompute != "layers") {
-      fail("--recompute '" + f.recompute + "': expected none or layers");
+    if (f.recompute != "none" && f.recompute != "layers" &&
+        f.recompute != "auto") {
+      fail("--recompute '" + f.recompute + "': expected none, layers or auto");
       return failure();
     }
     options.recompute = f.recompute;
+  }
+  if (given(f.activationMemory)) {
+    if (f.activationMemory < 1) {
+      fail("--activation-memory must be a positive number of bytes, got " +
+           Twine(f.activationMemory));
+      return failure();
+    }
+    options.activationMemory = f.activationMemory;
+  }
+  if ((options.recompute == "auto") != (options.activationMemory > 0)) {
+    fail(options.recompute == "auto"
+             ? "--recompute auto needs --activation-memory BYTES: the most "
+               "bytes the step's forward and backward values may take at "
+               "once on a rank"
+             : "--activation-memory applies to --recompute auto only");
+    return failure();
   }
   if (given(f.subGroupSize)) {
     if (f.subGroupSize < 1 ||
