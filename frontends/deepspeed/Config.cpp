@@ -384,7 +384,6 @@ const LaterKey laterKeys[] = {
     {"wall_clock_breakdown", "timing breakdowns", OffWhen::isFalse},
     {"memory_breakdown", "memory breakdowns", OffWhen::isFalse},
     {"flops_profiler", "the FLOPs profiler", OffWhen::enabledFalse},
-    {"activation_checkpointing", "activation checkpointing", OffWhen::never},
     {"communication_data_type", "a communication data type", OffWhen::isNull},
     {"seq_parallel_communication_data_type",
      "a sequence-parallel communication data type", OffWhen::never},
@@ -755,6 +754,7 @@ private:
   Error readZero(const json::Value &value);
   Error readOffload(StringRef key, const json::Value &value);
   Error readAio(const json::Value &value);
+  Error readActivationCheckpointing(const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
   Error readSgdParams(StringRef path, const json::Object &params);
@@ -834,6 +834,8 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     return readBf16(key, value);
   if (key == "aio")
     return readAio(value);
+  if (key == "activation_checkpointing")
+    return readActivationCheckpointing(value);
   // DeepSpeed lets a client optimizer (one it did not build from the
   // config) run under ZeRO only with this set; sharc always builds the
   // optimizer from the config or the flags, so either value means the same.
@@ -886,7 +888,7 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
   for (const LaterKey &later : laterKeys)
     known.push_back(later.key);
   known.push_back("zero_optimization");
-  known.append({"fp16", "bf16", "bfloat16", "aio"});
+  known.append({"fp16", "bf16", "bfloat16", "aio", "activation_checkpointing"});
   return unknownKey(key, key, known, /*listKnown=*/false);
 }
 
@@ -1173,6 +1175,75 @@ Error ConfigReader::readAio(const json::Value &value) {
                           "and writes NVMe through host memory");
     }
   }
+  return Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Activation checkpointing
+//===----------------------------------------------------------------------===//
+
+// DeepSpeed 0.19.8's DeepSpeedActivationCheckpointingConfig
+// (runtime/activation_checkpointing/config.py), key for key.
+const StringLiteral activationCheckpointingKeys[] = {
+    "partition_activations",
+    "contiguous_memory_optimization",
+    "cpu_checkpointing",
+    "number_checkpoints",
+    "synchronize_checkpoint_boundary",
+    "profile"};
+
+/// DeepSpeed checkpoints the layers its users wrap in
+/// deepspeed.checkpointing.checkpoint and this block says how; sharc finds
+/// the layers itself, so the block turns on --recompute layers
+/// (docs/recompute.md).  A key that is on and has no meaning in a compiled
+/// step, or is not built yet, is refused with the reason.
+Error ConfigReader::readActivationCheckpointing(const json::Value &value) {
+  StringRef key = "activation_checkpointing";
+  if (value.kind() == json::Value::Null)
+    return Error::success();
+  Expected<const json::Object *> block = object(key, value);
+  if (!block)
+    return block.takeError();
+  for (StringRef name : sortedKeys(**block)) {
+    std::string path = childPath(key, name);
+    const json::Value &item = *(*block)->get(name);
+    if (!llvm::is_contained(activationCheckpointingKeys, name))
+      return unknownKey(path, name, refs(activationCheckpointingKeys),
+                        /*listKnown=*/true);
+    if (name == "number_checkpoints") {
+      // DeepSpeed sizes its contiguous checkpoint buffers with it; sharc's
+      // checkpoints live in the planned arena, sized from the graph.
+      if (item.kind() == json::Value::Null)
+        continue;
+      Expected<int64_t> count = integer(path, item, atLeastOne);
+      if (!count)
+        return count.takeError();
+      config.checkpointing.number = *count;
+      continue;
+    }
+    Expected<bool> flag = boolean(path, item);
+    if (!flag)
+      return flag.takeError();
+    if (name == "contiguous_memory_optimization")
+      config.checkpointing.contiguous = *flag;
+    if (!*flag || name == "contiguous_memory_optimization")
+      // sharc's arena is one contiguous, planned buffer either way.
+      continue;
+    if (name == "partition_activations")
+      return fail(path, "not supported yet (the checkpoints split across "
+                        "data-parallel ranks and all-gathered for backward)");
+    if (name == "cpu_checkpointing")
+      return fail(path, "not supported yet (the checkpoints kept in host "
+                        "memory on the CUDA target)");
+    if (name == "synchronize_checkpoint_boundary")
+      return fail(path, "has no meaning in a compiled step: there is no "
+                        "checkpoint boundary for the host to synchronize "
+                        "the device at (DeepSpeed's torch.cuda.synchronize)");
+    return fail(path, "not supported (timing each checkpoint's forward and "
+                      "backward; sharc compile --report gives what is "
+                      "recomputed, the remark its FLOPs)");
+  }
+  options.recompute = "layers";
   return Error::success();
 }
 
@@ -1994,6 +2065,20 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
     zero["stage3_max_live_parameters"] = o.maxLiveParameters;
   }
   root["zero_optimization"] = std::move(zero);
+  // DeepSpeed's activation checkpointing block as sharc resolves it
+  // (readActivationCheckpointing), and the policy the pass runs.
+  root["activation_checkpointing"] = json::Object{
+      {"partition_activations", false},
+      {"contiguous_memory_optimization", config.checkpointing.contiguous},
+      {"cpu_checkpointing", false},
+      {"number_checkpoints", config.checkpointing.number >= 1
+                                 ? json::Value(config.checkpointing.number)
+                                 : json::Value(nullptr)},
+      {"synchronize_checkpoint_boundary", false},
+      {"profile", false}};
+  root["recompute"] = o.recompute;
+  if (o.recompute == "auto")
+    root["activation_memory"] = o.activationMemory;
   // DeepSpeed's aio_config, defaults filled in (intra_op_parallelism and
   // use_gds take only their defaults in sharc).
   root["aio"] = json::Object{{"block_size", o.aio.blockSize},

@@ -40,6 +40,13 @@ struct DeepSpeedConfig {
   /// `gradAccum` is left alone: it is settled by resolveBatchSizes.
   TrainingOptions training;
   BatchSizeConfig batch;
+  /// activation_checkpointing's keys that do not change the step
+  /// (contiguous_memory_optimization, number_checkpoints; 0: null), for
+  /// `sharc config`.
+  struct {
+    bool contiguous = false;
+    int64_t number = 0;
+  } checkpointing;
   /// What the config says that still works but should change, as
   /// "FILE:LINE:COL: PATH: message" (deprecated keys DeepSpeed maps).
   std::vector<std::string> warnings;

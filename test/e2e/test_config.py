@@ -151,6 +151,39 @@ CONFIG_ERRORS = {
         {"steps_per_print": 10},
         ["steps_per_print: not supported yet"],
     ),
+    # activation_checkpointing (DeepSpeed 0.19.8's
+    # DeepSpeedActivationCheckpointingConfig): every key checked, keys that
+    # are on and not built or without a meaning here refused with the reason.
+    "activation-checkpointing-misspelt": (
+        {"activation_checkpointing": {"partitioned_activations": True}},
+        ["activation_checkpointing.partitioned_activations: unknown key; did "
+         "you mean 'partition_activations'?"],
+    ),
+    "activation-checkpointing-partitioned": (
+        {"activation_checkpointing": {"partition_activations": True}},
+        ["activation_checkpointing.partition_activations: not supported yet"],
+    ),
+    "activation-checkpointing-on-the-cpu": (
+        {"activation_checkpointing": {"cpu_checkpointing": True}},
+        ["activation_checkpointing.cpu_checkpointing: not supported yet"],
+    ),
+    "activation-checkpointing-synchronized": (
+        {"activation_checkpointing": {"synchronize_checkpoint_boundary": True}},
+        ["activation_checkpointing.synchronize_checkpoint_boundary: has no "
+         "meaning in a compiled step"],
+    ),
+    "activation-checkpointing-profiled": (
+        {"activation_checkpointing": {"profile": True}},
+        ["activation_checkpointing.profile: not supported"],
+    ),
+    "activation-checkpointing-no-checkpoints": (
+        {"activation_checkpointing": {"number_checkpoints": 0}},
+        ["activation_checkpointing.number_checkpoints: expected an integer >= 1, got 0"],
+    ),
+    "activation-checkpointing-not-an-object": (
+        {"activation_checkpointing": True},
+        ["activation_checkpointing: expected an object"],
+    ),
     "overlap-comm-not-a-boolean": (
         {"zero_optimization": {"stage": 0, "overlap_comm": "yes"}},
         ["zero_optimization.overlap_comm: expected a boolean"],
@@ -933,6 +966,21 @@ def test_flags_override_config(sharc, mlp):
     assert "lr 0.01\n" in overridden.stdout
 
 
+def test_activation_checkpointing_block_recomputes_layers(sharc, mlp):
+    """The block turns on --recompute layers (the MLP has no repeated
+    layers: the pass's warning, the same step lines); --recompute none
+    overrides it."""
+    config = {"activation_checkpointing": {"contiguous_memory_optimization": True,
+                                           "number_checkpoints": 3}}
+    checkpointed = train(sharc, mlp, config=config)
+    assert checkpointed.returncode == 0, checkpointed.stderr
+    assert "sharc-rematerialize: no repeated layers found" in checkpointed.stderr
+    assert checkpointed.stdout == train(sharc, mlp).stdout
+    overridden = train(sharc, mlp, "--recompute", "none", config=config)
+    assert overridden.returncode == 0, overridden.stderr
+    assert "sharc-rematerialize" not in overridden.stderr
+
+
 def test_grad_accum_flag_is_checked_against_the_config(sharc, mlp):
     config = {"train_batch_size": 16}
     assert_error(train(sharc, mlp, "--grad-accum", "3", config=config),
@@ -1007,6 +1055,16 @@ def test_the_seeds_config(sharc, tmp_path):
 
 
 RESOLVE_CASES = {
+    # Activation checkpointing with every key DeepSpeed's block has.
+    "activation-checkpointing": ({"train_micro_batch_size_per_gpu": 2,
+                                  "activation_checkpointing": {
+                                      "partition_activations": False,
+                                      "contiguous_memory_optimization": True,
+                                      "cpu_checkpointing": False,
+                                      "number_checkpoints": 12,
+                                      "synchronize_checkpoint_boundary": False,
+                                      "profile": False}},
+                                 [1, 2]),
     # Without its misspelt block (which both refuse).
     "the-seeds": ({**SEED_CONFIG, "zero_optimization": {"stage": 2, "cpu_offload": True}},
                   [8, 16]),
@@ -1143,6 +1201,17 @@ def test_config_command_resolves_as_deepspeed(sharc, tmp_path, case, monkeypatch
                 zero.prefetch_bucket_size
             assert mine["zero_optimization"]["stage3_max_live_parameters"] == \
                 zero.max_live_parameters
+        # Activation checkpointing: DeepSpeed's keys as it resolves them
+        # (its defaults without the block); the block turns on sharc's
+        # --recompute layers.
+        checkpointing = theirs.activation_checkpointing_config
+        for key in ("partition_activations", "contiguous_memory_optimization",
+                    "cpu_checkpointing", "number_checkpoints",
+                    "synchronize_checkpoint_boundary", "profile"):
+            assert mine["activation_checkpointing"][key] == \
+                getattr(checkpointing, key), key
+        assert mine["recompute"] == (
+            "layers" if "activation_checkpointing" in config else "none")
     # 7 ranks divide none of these global batches: both refuse.
     if "train_batch_size" in config:
         result = sharc("config", path, "--world-size", 7)
