@@ -115,3 +115,73 @@ int64_t sharc::peakLiveBytes(func::FuncOp func) {
   }
   return peak;
 }
+
+const MachineModel &sharc::machineModel(llvm::StringRef target) {
+  // cpu: a rank of two AVX-512 cores (the machine of docs/recompute.md's
+  // benchmark: ~150 GFLOP/s of fp32 GEMM, ~20 GB/s of memory traffic),
+  // shared-memory collectives at ~5 GB/s, an SSD at ~2 GB/s; the runtime
+  // held 3.5-4.7 MB beyond its plan at 2 ranks (docs/budget.md).
+  static const MachineModel cpu{"a CPU rank (150 GFLOP/s, memory 20 GB/s, "
+                                "collectives 5 GB/s, NVMe 2 GB/s)",
+                                150e9,
+                                20e9,
+                                5e9,
+                                2e9,
+                                20e9,
+                                8 << 20};
+  // cuda: fp32 on an H100/H200-class GPU (~60 TFLOP/s, HBM ~4 TB/s),
+  // NVLink ~200 GB/s per rank, NVMe ~5 GB/s, PCIe 5 ~50 GB/s; the CUDA
+  // context, cuBLASLt's workspace and NCCL's buffers are assumed to take
+  // 1 GiB (not measured yet).
+  static const MachineModel cuda{
+      "an H100/H200-class GPU (60 TFLOP/s fp32, HBM 4 TB/s, NVLink 200 GB/s, "
+      "NVMe 5 GB/s, PCIe 50 GB/s)",
+      60e12,
+      4e12,
+      200e9,
+      5e9,
+      50e9,
+      int64_t(1) << 30};
+  return target == "cuda" ? cuda : cpu;
+}
+
+double sharc::estimateComputeSeconds(func::FuncOp step,
+                                     const MachineModel &machine) {
+  double seconds = 0;
+  step.walk([&](Operation *op) {
+    // Fusions count as one op (their bodies are what flopsOf sums), loops
+    // by their bodies.
+    if (op->getNumRegions() != 0 && !isa<FusionOp>(op))
+      return;
+    if (op->getParentOfType<FusionOp>())
+      return;
+    int64_t repeats = 1;
+    for (auto loop = op->getParentOfType<MicroBatchLoopOp>(); loop;
+         loop = loop->getParentOfType<MicroBatchLoopOp>())
+      repeats *= loop.getCount();
+    int64_t flops = flopsOf(op), bytes = 0;
+    if (isa<ReshapeOp, func::ReturnOp, WaitOp, AllReduceOp, AllReduceStartOp,
+            ReduceScatterOp, ReduceScatterStartOp, AllGatherOp,
+            AllGatherStartOp, SwapInStartOp, SwapOutStartOp, TransferStartOp,
+            ShardOp, BroadcastFromOp, ConstantOp>(op)) {
+      // Views, and the traffic the planner counts on its own.
+      return;
+    } else if (auto insert = dyn_cast<InsertSliceOp>(op)) {
+      // Writes its source into the destination's memory.
+      bytes = 2 * tensorBytes(insert->getOperand(1).getType());
+    } else if (flops == 0) {
+      // A copy (a slice, a concatenation, a transpose, a gather, a cast):
+      // it reads about what it writes.
+      for (Value result : op->getResults())
+        bytes += 2 * tensorBytes(result.getType());
+    } else {
+      for (Value operand : op->getOperands())
+        bytes += tensorBytes(operand.getType());
+      for (Value result : op->getResults())
+        bytes += tensorBytes(result.getType());
+    }
+    seconds += repeats * std::max(double(flops) / machine.flopsPerSecond,
+                                  double(bytes) / machine.memoryBytesPerSecond);
+  });
+  return seconds;
+}

@@ -10,6 +10,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Operation.h"
+#include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
 
@@ -32,6 +33,36 @@ int64_t flopsOf(mlir::Operation *op);
 /// are not counted.  The planning passes' estimate of a function's working
 /// memory (sharc-plan-memory's arena, before fusion and in-place reuse).
 int64_t peakLiveBytes(mlir::func::FuncOp func);
+
+/// The rates a step-time estimate assumes of a rank's machine.
+struct MachineModel {
+  /// What the figures describe, for the planner's output.
+  const char *name;
+  double flopsPerSecond;
+  /// Device memory: what an op reads and writes.
+  double memoryBytesPerSecond;
+  /// A rank's share of a collective (its bytes per step, sent or
+  /// received).
+  double collectiveBytesPerSecond;
+  double nvmeBytesPerSecond;
+  /// Host <-> device copies (ZeRO-Offload to the CPU on the CUDA target).
+  double pcieBytesPerSecond;
+  /// What a rank's process holds outside its plan while it runs (MPI's
+  /// shared-memory buffers, thread stacks; on a GPU the CUDA context,
+  /// cuBLASLt's workspace, NCCL's buffers): counted against a memory budget.
+  int64_t runtimeReserveBytes;
+};
+
+/// The assumed machines of the targets: "cpu" (a few cores of a server CPU
+/// with an SSD, ranks on one host) and "cuda" (an H100/H200-class GPU,
+/// fp32 GEMMs, NVLink within a node).  docs/recompute.md gives the figures.
+const MachineModel &machineModel(llvm::StringRef target);
+
+/// The seconds the ops of `step` (after the compile pipeline) take on
+/// `machine`, each op at the slower of its FLOPs and the bytes it reads and
+/// writes (a roofline), an op in a micro-batch loop once per iteration.
+double estimateComputeSeconds(mlir::func::FuncOp step,
+                              const MachineModel &machine);
 
 } // namespace sharc
 

@@ -254,6 +254,12 @@ mlir::FailureOr<RecomputeSummary> rematerializeLayers(mlir::func::FuncOp func);
 mlir::FailureOr<RecomputeSummary> rematerializeWithin(mlir::func::FuncOp func,
                                                       int64_t limit);
 
+/// The activation memory of gradient function `func` without recomputation
+/// and with every segment recomputed (the least `rematerializeWithin`
+/// reaches); `func` is left as it is.
+mlir::FailureOr<std::pair<int64_t, int64_t>>
+activationMemoryRange(mlir::func::FuncOp func);
+
 /// ZeRO-Offload of the optimizer state (sharc-offload-optimizer): off with
 /// device `none`; `cpu` keeps it in host memory and runs its update on the
 /// host (the CUDA target's layout), `nvme` keeps it in files streamed

@@ -375,7 +375,43 @@ RecomputeSummary recomputeSegments(func::FuncOp func,
   return summary;
 }
 
+/// The segments whose recomputation copies something, with each one's
+/// (bytes freed, FLOPs) appended to `items` if given.
+SmallVector<unsigned>
+recomputable(const Layers &layers, const llvm::DenseSet<Operation *> &fwd,
+             SmallVectorImpl<std::pair<int64_t, int64_t>> *items = nullptr) {
+  SmallVector<unsigned> segments;
+  for (unsigned t = 0, m = layers.cuts.size(); t < m; ++t) {
+    Closure closure = closureOf(layers, fwd, t, t);
+    if (closure.needed.empty())
+      continue;
+    if (items)
+      items->push_back({closure.bytes, closure.flops});
+    segments.push_back(t);
+  }
+  return segments;
+}
+
+/// What recomputing `chosen` does to a copy of `func` (a trial: `func` is
+/// left as it is).
+RecomputeSummary trial(func::FuncOp func, ArrayRef<unsigned> chosen) {
+  func::FuncOp copy = func.clone();
+  RecomputeSummary result = recomputeSegments(copy, chosen);
+  copy.erase();
+  return result;
+}
+
 } // namespace
+
+FailureOr<std::pair<int64_t, int64_t>>
+sharc::activationMemoryRange(func::FuncOp func) {
+  FailureOr<Analysis> analysed = analyse(func);
+  if (failed(analysed))
+    return failure();
+  auto &[fwd, layers, summary] = *analysed;
+  return std::make_pair(summary.peakBefore,
+                        trial(func, recomputable(layers, fwd)).peakAfter);
+}
 
 FailureOr<RecomputeSummary> sharc::rematerializeLayers(func::FuncOp func) {
   FailureOr<Analysis> analysed = analyse(func);
@@ -412,25 +448,9 @@ FailureOr<RecomputeSummary> sharc::rematerializeWithin(func::FuncOp func,
   // Each segment alone: the bytes its recomputation frees at the turn
   // from forward to backward, and its FLOPs.
   SmallVector<std::pair<int64_t, int64_t>> items;
-  SmallVector<unsigned> segmentOf;
-  for (unsigned t = 0, m = layers.cuts.size(); t < m; ++t) {
-    Closure closure = closureOf(layers, fwd, t, t);
-    if (closure.needed.empty())
-      continue;
-    items.push_back({closure.bytes, closure.flops});
-    segmentOf.push_back(t);
-  }
-  // Trial rewrites of copies of the function: the model's choice, checked
-  // by the peak of the rewritten function; short of the limit, the model
-  // is asked for the shortfall more.
-  auto trial = [&](ArrayRef<unsigned> chosen) {
-    func::FuncOp copy = func.clone();
-    RecomputeSummary result = recomputeSegments(copy, chosen);
-    copy.erase();
-    return result;
-  };
+  SmallVector<unsigned> segmentOf = recomputable(layers, fwd, &items);
   SmallVector<unsigned> all(segmentOf);
-  int64_t floor = trial(all).peakAfter;
+  int64_t floor = trial(func, all).peakAfter;
   if (floor > limit)
     return func.emitError()
            << "sharc-rematerialize: the activation memory cannot fall to "
@@ -447,7 +467,7 @@ FailureOr<RecomputeSummary> sharc::rematerializeWithin(func::FuncOp func,
     for (unsigned item : *cover)
       segments.push_back(segmentOf[item]);
     llvm::sort(segments);
-    int64_t peak = trial(segments).peakAfter;
+    int64_t peak = trial(func, segments).peakAfter;
     if (peak <= limit) {
       chosen = segments;
       break;

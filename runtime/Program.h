@@ -66,6 +66,14 @@ constexpr int64_t swapBytes(int64_t bytes) {
   return (bytes + kSwapAlignment - 1) / kSwapAlignment * kSwapAlignment;
 }
 
+/// Every persistent buffer starts at a multiple of this in its pool (the
+/// arena's alignment, StepContext): a buffer of `bytes` takes
+/// bufferPoolBytes(bytes) of it.
+constexpr int64_t kBufferAlignment = 256;
+constexpr int64_t bufferPoolBytes(int64_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
 constexpr int kMaxRank = 8;
 
 struct BufferSpec {

@@ -61,15 +61,6 @@ namespace {
 constexpr unsigned char kArenaSentinel = 0xA5;
 constexpr size_t kArenaGuardBytes = 64 << 10;
 
-/// Every persistent buffer starts at a multiple of this in their pool (the
-/// arena's alignment, StepContext).
-constexpr size_t kBufferAlignment = 256;
-
-size_t alignedBytes(int64_t bytes) {
-  return (size_t(bytes) + kBufferAlignment - 1) / kBufferAlignment *
-         kBufferAlignment;
-}
-
 /// Bytes of the pool that holds the persistent buffers of `info` kept in
 /// `storage`: device memory (not those offloaded), or host memory
 /// (ZeRO-Offload to the CPU).
@@ -78,7 +69,7 @@ size_t poolBytes(const ProgramInfo &info,
   size_t total = 0;
   for (int i = 0; i < info.numBuffers; ++i)
     if (info.buffers[i].storage == storage)
-      total += alignedBytes(info.buffers[i].bytes);
+      total += size_t(bufferPoolBytes(info.buffers[i].bytes));
   return total;
 }
 
@@ -996,7 +987,7 @@ int run(int argc, char **argv) {
     const BufferSpec &spec = info.buffers[i];
     if (spec.storage == BufferStorage::host) {
       buffers[i] = hostPool + hostOffset;
-      hostOffset += alignedBytes(spec.bytes);
+      hostOffset += size_t(bufferPoolBytes(spec.bytes));
       if (spec.derivedFrom < 0)
         loadBuffer(options.weightsDir, weightsIndex, spec, comm.rank(),
                    comm.size(), buffers[i]);
@@ -1016,7 +1007,7 @@ int run(int argc, char **argv) {
       continue;
     }
     buffers[i] = pool + offset;
-    offset += alignedBytes(spec.bytes);
+    offset += size_t(bufferPoolBytes(spec.bytes));
     switch (spec.role) {
     case BufferRole::param:
     case BufferRole::state:

@@ -354,19 +354,24 @@ def make_training_case(name: str, seed: int = 0,
     return case
 
 
-def export(case: Case, path) -> None:
-    """Exports `case` with the TorchScript exporter; the output is `loss`."""
+def export(case: Case, path, dynamic_batch: bool = False) -> None:
+    """Exports `case` with the TorchScript exporter; the output is `loss`.
+    With `dynamic_batch`, dimension 0 of every input is left free (sharc
+    then takes it from --input-shape)."""
+    names = list(case.inputs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             case.module,
             tuple(case.inputs.values()),
             str(path),
-            input_names=list(case.inputs),
+            input_names=names,
             output_names=["loss"],
             opset_version=case.opset,
             do_constant_folding=False,
             dynamo=False,
+            dynamic_axes=({name: {0: "batch"} for name in names}
+                          if dynamic_batch else None),
         )
 
 

@@ -22,6 +22,7 @@
 #include "tools/sharc/BuildConfig.h"
 #include "tools/sharc/Diagnostics.h"
 #include "tools/sharc/Options.h"
+#include "tools/sharc/Plan.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
@@ -90,7 +91,15 @@ struct CompileFlags {
                      "CUDA target does (the default there); on the CPU "
                      "target, whose device memory is the host's, this runs "
                      "that same program"),
-            cl::sub(sub), cl::cat(category)) {}
+            cl::sub(sub), cl::cat(category)),
+        memoryBudget(
+            "memory-budget",
+            cl::desc("Search ZeRO stage, offload, micro-batch and "
+                     "recomputation for the fastest plan whose memory per "
+                     "rank fits BYTES, print every candidate, and compile "
+                     "the chosen one (docs/budget.md)"),
+            cl::value_desc("BYTES"), cl::init(0), cl::sub(sub),
+            cl::cat(category)) {}
 
   cl::opt<std::string> target;
   cl::opt<std::string> cudaArch;
@@ -100,6 +109,7 @@ struct CompileFlags {
   cl::opt<bool> emitOnly;
   cl::opt<bool> plan;
   cl::opt<bool> hostUpdate;
+  cl::opt<int64_t> memoryBudget;
 };
 
 /// The flags, made by registerCompileFlags.
@@ -354,17 +364,6 @@ llvm::json::Array shapeJson(ArrayRef<int64_t> shape) {
   return array;
 }
 
-/// The bytes of device memory a rank holds (on the CPU target, host
-/// memory): the arena, the communicator's staging and every persistent
-/// buffer not offloaded to NVMe.
-int64_t deviceBytes(const ProgramReport &report) {
-  int64_t bytes = report.arenaBytes + report.stagingBytes;
-  for (const ReportBuffer &buffer : report.buffers)
-    if (!buffer.offloaded && !buffer.inHost)
-      bytes += buffer.bytes;
-  return bytes;
-}
-
 /// Prints the --report lines of `report` to `os`.
 void printReport(const ProgramReport &report, const EmitOptions &options,
                  llvm::raw_ostream &os) {
@@ -476,7 +475,8 @@ void sharc::registerCompileFlags(cl::SubCommand &compile,
 bool sharc::compileReadsShapesOnly() { return flags && flags->plan; }
 
 int sharc::runCompile(MLIRContext &context, LoadedModel &model,
-                      StringRef modelPath, StringRef outDir) {
+                      StringRef modelPath, ArrayRef<std::string> inputShapes,
+                      StringRef outDir) {
   bool plan = flags->plan;
   if (plan && !(outDir.empty() || outDir == "-"))
     return fail("--plan writes nothing; -o does not apply");
@@ -517,81 +517,61 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   if (!plan && failed(replaceableOutput(outDir)))
     return 1;
 
-  FailureOr<TrainingOptions> options = resolveTrainingOptions(model.entry);
+  bool budgeted = flags->memoryBudget.getNumOccurrences() != 0;
+  FailureOr<TrainingOptions> options =
+      resolveTrainingOptions(model.entry, budgeted);
   if (failed(options))
     return 1;
-  bool nvme = options->offloadOptimizer == OffloadDevice::nvme;
-  bool paramNvme = options->offloadParam == OffloadDevice::nvme;
-  // ZeRO-Offload, the CUDA target's way: the optimizer state in host memory
-  // (cpu) or read from its files into host memory (nvme), its update on the
-  // host, and at stage 3 the parameter slices the gathers read in host
-  // memory (offload_param cpu) or read from their files into host memory
-  // (offload_param nvme).  On the CPU target only with --host-update
-  // (otherwise CPU offload moves nothing there, and NVMe offload reads into
-  // the arena).
   bool anyOffload = options->offloadOptimizer != OffloadDevice::none ||
                     options->offloadParam != OffloadDevice::none;
-  if (flags->hostUpdate && !anyOffload)
+  PlanSettings settings{.cuda = cuda,
+                        .fuse = flags->fuse,
+                        .overlapComm = std::nullopt,
+                        .hostUpdate = flags->hostUpdate};
+  if (flags->overlapComm.getNumOccurrences())
+    settings.overlapComm = flags->overlapComm;
+  if (budgeted && flags->memoryBudget < 1)
+    return fail("--memory-budget must be a positive number of bytes, got " +
+                Twine(flags->memoryBudget));
+  if (flags->hostUpdate && !anyOffload && !budgeted)
     return fail("--host-update needs --offload-optimizer or --offload-param "
                 "cpu or nvme (or their keys in zero_optimization)");
-  bool hostLayout = anyOffload && (cuda || flags->hostUpdate);
-  bool hostUpdate =
-      hostLayout && options->offloadOptimizer != OffloadDevice::none;
-  bool paramsOnHost = hostLayout && options->offloadParam == OffloadDevice::cpu;
-  bool offload =
-      !hostLayout && (options->offloadOptimizer == OffloadDevice::cpu ||
-                      options->offloadParam == OffloadDevice::cpu);
 
   DefaultTimingManager timingManager;
   applyDefaultTimingManagerCLOptions(timingManager);
   TimingScope timing = timingManager.getRootScope();
   // One pass manager for the whole pipeline, so that the MLIR flags
   // (--mlir-print-ir-*, --mlir-timing) see every pass once.  It lives until
-  // the end: its timers are keyed by the passes' addresses, which later timers
-  // must not reuse.
-  PassManager pm(&context);
-  if (failed(applyPassManagerCLOptions(pm)))
-    return 1;
-  pm.enableTiming(timing);
-  buildTrainPipeline(pm, *options);
-  bool overlap = flags->overlapComm.getNumOccurrences() ? flags->overlapComm
-                                                        : options->overlapComm;
-  buildCompilePipeline(pm, flags->fuse, overlap,
-                       {options->maxReuseDistance, options->prefetchBucketSize,
-                        options->maxLiveParameters},
-                       {.device = nvme         ? OffloadDevice::nvme
-                                  : hostUpdate ? OffloadDevice::cpu
-                                               : OffloadDevice::none,
-                        .hostUpdate = hostLayout && (nvme || paramNvme),
-                        .paramDevice = paramNvme      ? OffloadDevice::nvme
-                                       : paramsOnHost ? OffloadDevice::cpu
-                                                      : OffloadDevice::none,
-                        .subGroupSize = options->subGroupSize,
-                        .pipelineRead = options->pipelineRead,
-                        .pipelineWrite = options->pipelineWrite});
-  if (failed(pm.run(*model.module)))
-    return 1;
-  auto step = model.module->lookupSymbol<func::FuncOp>("train_step");
-
-  FailureOr<EmitOptions> programOptions = programOptionsOf(step);
-  if (failed(programOptions))
-    return 1;
-  EmitOptions emit = *programOptions;
-  emit.target = cuda ? "cuda" : "cpu";
-  emit.model = modelPath.str();
-  emit.nvmePath = options->nvmePath;
-  emit.aioBlockSize = options->aio.blockSize;
-  emit.aioQueueDepth = options->aio.queueDepth;
-  emit.aioSingleSubmit = options->aio.singleSubmit;
-  emit.aioOverlapEvents = options->aio.overlapEvents;
-  std::string source;
-  ProgramReport report;
-  {
-    TimingScope emitTiming = timing.nest("emit-program");
-    llvm::raw_string_ostream os(source);
-    if (failed(emitProgram(step, emit, os, report)))
+  // the end: its timers are keyed by the passes' addresses, which later
+  // timers must not reuse.
+  std::optional<PassManager> pm;
+  FailureOr<PlannedProgram> planned = failure();
+  if (budgeted) {
+    FixedDimensions fixed{.zeroStage = trainingFlagGiven("zero-stage"),
+                          .offload = trainingFlagGiven("offload-optimizer") ||
+                                     trainingFlagGiven("offload-param"),
+                          .microBatch = trainingFlagGiven("grad-accum"),
+                          .recompute = trainingFlagGiven("recompute")};
+    planned = searchMemoryBudget(context, model, modelPath, inputShapes, plan,
+                                 *options, settings, fixed, flags->memoryBudget,
+                                 llvm::outs());
+  } else {
+    pm.emplace(&context);
+    if (failed(applyPassManagerCLOptions(*pm)))
       return 1;
+    pm->enableTiming(timing);
+    planned = planProgram(*pm, *model.module, *options, settings, modelPath,
+                          /*train=*/true, &timing);
   }
+  if (failed(planned))
+    return 1;
+  options = planned->options;
+  const EmitOptions &emit = planned->emit;
+  const ProgramReport &report = planned->report;
+  const std::string &source = planned->source;
+  bool nvme = planned->nvme, paramNvme = planned->paramNvme,
+       hostLayout = planned->hostLayout, hostUpdate = planned->hostUpdate,
+       paramsOnHost = planned->paramsOnHost, offload = planned->offload;
   auto printAll = [&] {
     printReport(report, emit, llvm::outs());
     if (offload)

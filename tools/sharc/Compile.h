@@ -28,7 +28,8 @@ void registerCompileFlags(llvm::cl::SubCommand &compile,
 bool compileReadsShapesOnly();
 
 int runCompile(mlir::MLIRContext &context, LoadedModel &model,
-               llvm::StringRef modelPath, llvm::StringRef outDir);
+               llvm::StringRef modelPath,
+               llvm::ArrayRef<std::string> inputShapes, llvm::StringRef outDir);
 
 } // namespace sharc
 

@@ -255,7 +255,7 @@ std::optional<SchedulerKind> parseScheduler(StringRef name) {
 /// Applies the command-line flags over `options` (defaults or the config's)
 /// and checks that each flag given applies to the chosen optimizer and
 /// schedule.
-LogicalResult applyFlags(TrainingOptions &options) {
+LogicalResult applyFlags(TrainingOptions &options, bool budgetSearch) {
   TrainFlags &f = *flags;
   override(f.loss, options.loss);
   override(f.freeze, options.freeze);
@@ -334,11 +334,11 @@ LogicalResult applyFlags(TrainingOptions &options) {
       fail("--nvme-path expects a folder, got an empty string");
       return failure();
     }
-    if (!nvme) {
+    if (!nvme && !budgetSearch) {
       fail("--nvme-path needs --offload-optimizer nvme or --offload-param "
            "nvme (or device \"nvme\" in zero_optimization.offload_optimizer "
-           "or offload_param in the config): it is where NVMe offload keeps "
-           "what it offloads");
+           "or offload_param in the config), or --memory-budget: it is "
+           "where NVMe offload keeps what it offloads");
       return failure();
     }
     options.nvmePath = f.nvmePath;
@@ -537,7 +537,8 @@ FailureOr<int64_t> microBatchOf(func::FuncOp forward, std::string &source) {
 
 } // namespace
 
-FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward) {
+FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward,
+                                                         bool budgetSearch) {
   TrainingOptions options;
   BatchSizeConfig batch;
   if (given(flags->config)) {
@@ -557,7 +558,7 @@ FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward) {
       warn(warning);
   }
   options.function = forward.getSymName().str();
-  if (failed(applyFlags(options)))
+  if (failed(applyFlags(options, budgetSearch)))
     return failure();
   // ZeRO-Offload moves what ZeRO partitions: the optimizer state from stage
   // 1 on, the parameters at stage 3 only (as in DeepSpeed).
@@ -626,6 +627,13 @@ std::optional<std::string> sharc::givenTrainingFlag() {
     if (given(*flag))
       return flag->ArgStr.str();
   return std::nullopt;
+}
+
+bool sharc::trainingFlagGiven(StringRef name) {
+  for (cl::Option *flag : flags->all())
+    if (flag->ArgStr == name)
+      return given(*flag);
+  return false;
 }
 
 int64_t sharc::trainingSteps() { return flags->steps; }

@@ -29,9 +29,11 @@ void registerTrainingFlags(llvm::cl::SubCommand &eval,
 
 /// The training options from --config and the flags, with the batch sizes
 /// settled against the micro-batch of `forward` (dim 0 of its inputs) and
-/// --world-size ranks.  Prints the error and fails on bad options.
+/// --world-size ranks.  Prints the error and fails on bad options.  With
+/// `budgetSearch` (sharc compile --memory-budget), --nvme-path may name the
+/// folder of NVMe offload without asking for it (the search may choose it).
 mlir::FailureOr<TrainingOptions>
-resolveTrainingOptions(mlir::func::FuncOp forward);
+resolveTrainingOptions(mlir::func::FuncOp forward, bool budgetSearch = false);
 
 /// True when --train was given.
 bool trainingRequested();
@@ -39,6 +41,9 @@ bool trainingRequested();
 /// The first training flag given on the command line, if any (an error
 /// without --train).
 std::optional<std::string> givenTrainingFlag();
+
+/// Whether the training flag `name` (without dashes) is on the command line.
+bool trainingFlagGiven(llvm::StringRef name);
 
 /// The number of steps `sharc eval --train` runs (--steps; 1 by default).
 int64_t trainingSteps();

@@ -450,7 +450,7 @@ int main(int argc, char **argv) {
     FailureOr<LoadedModel> model = loadGivenModel(context);
     if (failed(model))
       return 1;
-    return runCompile(context, *model, modelPath, outputPath);
+    return runCompile(context, *model, modelPath, inputShapes, outputPath);
   }
   return fail("no command given; run 'sharc --help'");
 }
