@@ -164,6 +164,10 @@ struct TrainingOptions {
   /// `activationMemory` bytes).
   std::string recompute = "none";
   int64_t activationMemory = 0;
+  /// activation_checkpointing.cpu_checkpointing: the checkpoints kept in
+  /// host memory (where the CPU target keeps everything; the CUDA target
+  /// refuses it, not built yet).
+  bool cpuCheckpointing = false;
   /// NVMe offload of the optimizer state: the folder under which each rank
   /// keeps its offloaded buffers in a folder of its own
   /// (zero_optimization.offload_optimizer.nvme_path; the training binary's

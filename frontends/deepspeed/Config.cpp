@@ -1196,7 +1196,7 @@ const StringLiteral activationCheckpointingKeys[] = {
 /// deepspeed.checkpointing.checkpoint and this block says how; sharc finds
 /// the layers itself, so the block turns on --recompute layers
 /// (docs/recompute.md).  A key that is on and has no meaning in a compiled
-/// step, or is not built yet, is refused with the reason.
+/// step is refused with the reason.
 Error ConfigReader::readActivationCheckpointing(const json::Value &value) {
   StringRef key = "activation_checkpointing";
   if (value.kind() == json::Value::Null)
@@ -1224,17 +1224,27 @@ Error ConfigReader::readActivationCheckpointing(const json::Value &value) {
     Expected<bool> flag = boolean(path, item);
     if (!flag)
       return flag.takeError();
-    if (name == "contiguous_memory_optimization")
-      config.checkpointing.contiguous = *flag;
-    if (!*flag || name == "contiguous_memory_optimization")
+    if (name == "contiguous_memory_optimization") {
       // sharc's arena is one contiguous, planned buffer either way.
+      config.checkpointing.contiguous = *flag;
       continue;
-    if (name == "partition_activations")
-      return fail(path, "not supported yet (the checkpoints split across "
-                        "data-parallel ranks and all-gathered for backward)");
-    if (name == "cpu_checkpointing")
-      return fail(path, "not supported yet (the checkpoints kept in host "
-                        "memory on the CUDA target)");
+    }
+    if (name == "partition_activations") {
+      // DeepSpeed splits each checkpoint across the tensor-model-parallel
+      // group (mpu), whose ranks hold the same activations; sharc's ranks
+      // are data-parallel only, DeepSpeed's mp_size 1, where the partition
+      // is the whole tensor.
+      config.checkpointing.partition = *flag;
+      continue;
+    }
+    if (name == "cpu_checkpointing") {
+      // The checkpoints in host memory: the CPU target's memory already;
+      // the CUDA target refuses it (runCompile).
+      options.cpuCheckpointing = *flag;
+      continue;
+    }
+    if (!*flag)
+      continue;
     if (name == "synchronize_checkpoint_boundary")
       return fail(path, "has no meaning in a compiled step: there is no "
                         "checkpoint boundary for the host to synchronize "
@@ -2068,9 +2078,9 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
   // DeepSpeed's activation checkpointing block as sharc resolves it
   // (readActivationCheckpointing), and the policy the pass runs.
   root["activation_checkpointing"] = json::Object{
-      {"partition_activations", false},
+      {"partition_activations", config.checkpointing.partition},
       {"contiguous_memory_optimization", config.checkpointing.contiguous},
-      {"cpu_checkpointing", false},
+      {"cpu_checkpointing", o.cpuCheckpointing},
       {"number_checkpoints", config.checkpointing.number >= 1
                                  ? json::Value(config.checkpointing.number)
                                  : json::Value(nullptr)},

@@ -41,10 +41,11 @@ struct DeepSpeedConfig {
   TrainingOptions training;
   BatchSizeConfig batch;
   /// activation_checkpointing's keys that do not change the step
-  /// (contiguous_memory_optimization, number_checkpoints; 0: null), for
-  /// `sharc config`.
+  /// (contiguous_memory_optimization, partition_activations,
+  /// number_checkpoints; 0: null), for `sharc config`.
   struct {
     bool contiguous = false;
+    bool partition = false;
     int64_t number = 0;
   } checkpointing;
   /// What the config says that still works but should change, as

@@ -153,19 +153,15 @@ CONFIG_ERRORS = {
     ),
     # activation_checkpointing (DeepSpeed 0.19.8's
     # DeepSpeedActivationCheckpointingConfig): every key checked, keys that
-    # are on and not built or without a meaning here refused with the reason.
+    # are on and without a meaning here refused with the reason.
     "activation-checkpointing-misspelt": (
         {"activation_checkpointing": {"partitioned_activations": True}},
         ["activation_checkpointing.partitioned_activations: unknown key; did "
          "you mean 'partition_activations'?"],
     ),
-    "activation-checkpointing-partitioned": (
-        {"activation_checkpointing": {"partition_activations": True}},
-        ["activation_checkpointing.partition_activations: not supported yet"],
-    ),
-    "activation-checkpointing-on-the-cpu": (
-        {"activation_checkpointing": {"cpu_checkpointing": True}},
-        ["activation_checkpointing.cpu_checkpointing: not supported yet"],
+    "activation-checkpointing-partition-not-a-boolean": (
+        {"activation_checkpointing": {"partition_activations": "yes"}},
+        ["activation_checkpointing.partition_activations: expected a boolean"],
     ),
     "activation-checkpointing-synchronized": (
         {"activation_checkpointing": {"synchronize_checkpoint_boundary": True}},
@@ -981,6 +977,30 @@ def test_activation_checkpointing_block_recomputes_layers(sharc, mlp):
     assert "sharc-rematerialize" not in overridden.stderr
 
 
+def test_checkpoints_in_host_memory(sharc, mlp, tmp_path):
+    """cpu_checkpointing: the CPU target keeps the checkpoints in host memory
+    already (the report says nothing moves, the step lines are those
+    without it); the CUDA target refuses it, not built yet, and writes
+    nothing.  partition_activations changes nothing without a
+    tensor-parallel group, as in DeepSpeed."""
+    path, inputs, directory = mlp
+    config = {"activation_checkpointing": {"cpu_checkpointing": True,
+                                           "partition_activations": True}}
+    config_path = tmp_path / "ds_config.json"
+    config_path.write_text(json.dumps(config))
+    assert train(sharc, mlp, config=config).stdout == train(sharc, mlp).stdout
+    cpu = sharc("compile", path, "--config", config_path, "--emit-only",
+                "--report", "-o", tmp_path / "cpu")
+    assert cpu.returncode == 0, cpu.stderr
+    assert "cpu_checkpointing: on the CPU target the checkpoints are in host " \
+        "memory already; nothing moves" in cpu.stdout
+    cuda = sharc("compile", path, "--config", config_path, "--target", "cuda",
+                 "--emit-only", "-o", tmp_path / "cuda")
+    assert_error(cuda, "activation_checkpointing.cpu_checkpointing is not "
+                       "supported yet on the CUDA target")
+    assert not (tmp_path / "cuda").exists()
+
+
 def test_grad_accum_flag_is_checked_against_the_config(sharc, mlp):
     config = {"train_batch_size": 16}
     assert_error(train(sharc, mlp, "--grad-accum", "3", config=config),
@@ -1058,9 +1078,9 @@ RESOLVE_CASES = {
     # Activation checkpointing with every key DeepSpeed's block has.
     "activation-checkpointing": ({"train_micro_batch_size_per_gpu": 2,
                                   "activation_checkpointing": {
-                                      "partition_activations": False,
+                                      "partition_activations": True,
                                       "contiguous_memory_optimization": True,
-                                      "cpu_checkpointing": False,
+                                      "cpu_checkpointing": True,
                                       "number_checkpoints": 12,
                                       "synchronize_checkpoint_boundary": False,
                                       "profile": False}},

@@ -20,81 +20,6 @@ using namespace sharc::test;
 
 namespace {
 
-/// A random function of exp, add, mul, broadcast, cast and constants, each
-/// op reading random earlier values.
-std::string randomFunction(std::mt19937 &rng) {
-  auto pick = [&](size_t n) {
-    return std::uniform_int_distribution<size_t>(0, n - 1)(rng);
-  };
-  const char *elements[] = {"f16", "f32", "f64"};
-  auto randomShape = [&] {
-    std::vector<int64_t> shape(pick(3));
-    for (int64_t &dim : shape)
-      dim = 1 + pick(40);
-    return shape;
-  };
-
-  std::vector<GeneratedValue> values;
-  std::string args;
-  for (int i = 0; i < 2; ++i) {
-    values.push_back(
-        {"%arg" + std::to_string(i), randomShape(), elements[pick(3)]});
-    args += (i ? ", " : "") + values.back().name + ": " + values.back().type();
-  }
-
-  std::string body;
-  size_t count = 1 + pick(30);
-  for (size_t i = 0; i < count; ++i) {
-    const GeneratedValue &x = values[pick(values.size())];
-    GeneratedValue result{"%v" + std::to_string(i), x.shape, x.element};
-    std::string line = "  " + result.name + " = ";
-    switch (pick(5)) {
-    case 0:
-      line += "sharc.exp " + x.name + " : " + x.type();
-      break;
-    case 1: {
-      std::vector<const GeneratedValue *> sameType;
-      for (const GeneratedValue &value : values)
-        if (value.type() == x.type())
-          sameType.push_back(&value);
-      const GeneratedValue &y = *sameType[pick(sameType.size())];
-      line += std::string(pick(2) ? "sharc.add " : "sharc.mul ") + x.name +
-              ", " + y.name + " : (" + x.type() + ", " + y.type() + ") -> " +
-              x.type();
-      break;
-    }
-    case 2:
-      result.shape.insert(result.shape.begin(), 1 + pick(4));
-      line += "sharc.broadcast " + x.name + " : " + x.type() + " to " +
-              result.type();
-      break;
-    case 3:
-      result.element = elements[pick(3)];
-      line +=
-          "sharc.cast " + x.name + " : " + x.type() + " to " + result.type();
-      break;
-    default:
-      result.shape = randomShape();
-      line += "sharc.constant dense<1.0> : " + result.type();
-      break;
-    }
-    body += line + "\n";
-    values.push_back(result);
-  }
-
-  std::vector<const GeneratedValue *> returned = {&values.back()};
-  for (size_t i = 2; i + 1 < values.size(); ++i)
-    if (pick(4) == 0)
-      returned.push_back(&values[i]);
-  std::string names, types;
-  for (const GeneratedValue *value : returned) {
-    names += (names.empty() ? "" : ", ") + value->name;
-    types += (types.empty() ? "" : ", ") + value->type();
-  }
-  return "func.func @main(" + args + ") -> (" + types + ") {\n" + body +
-         "  return " + names + " : " + types + "\n}\n";
-}
-
 struct PlannedValue {
   /// Aligned size and bytes in use.
   int64_t offset, size, bytes, first, last;
@@ -106,7 +31,7 @@ TEST_F(MemoryPlanTest, RandomFunctions) {
   std::mt19937 rng(20261130);
   const int64_t alignments[] = {1, 8, 64, 256};
   for (int trial = 0; trial < 300; ++trial) {
-    std::string text = randomFunction(rng);
+    std::string text = randomStraightLineFunction(rng);
     int64_t alignment = alignments[trial % 4];
     SCOPED_TRACE("alignment " + std::to_string(alignment) + "\n" + text);
     func::FuncOp func = parse(text);
@@ -137,8 +62,8 @@ TEST_F(MemoryPlanTest, RandomFunctions) {
       int64_t bytes =
           type.getNumElements() * (type.getElementTypeBitWidth() / 8);
       PlannedValue value{offsets[0],
-                         (bytes + alignment - 1) / alignment * alignment,
-                         bytes, index[&op], index[&op]};
+                         (bytes + alignment - 1) / alignment * alignment, bytes,
+                         index[&op], index[&op]};
       for (Operation *user : op.getResult(0).getUsers())
         value.last = std::max(value.last, index[user]);
       EXPECT_GE(value.offset, 0);

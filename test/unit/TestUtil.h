@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ struct GeneratedValue {
   std::string type() const { return tensorType(shape, element); }
   bool isFloat() const { return element[0] == 'f'; }
 };
+
+/// A random straight-line function @main of exp, add, mul, broadcast, cast
+/// and constants, each op reading random earlier values (two arguments,
+/// the last value and some others returned).
+std::string randomStraightLineFunction(std::mt19937 &rng);
 
 /// `text` with each "$i" replaced by `args[i]` (i < 10).
 std::string substitute(llvm::StringRef text, llvm::ArrayRef<std::string> args);

@@ -530,6 +530,10 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                         .hostUpdate = flags->hostUpdate};
   if (flags->overlapComm.getNumOccurrences())
     settings.overlapComm = flags->overlapComm;
+  if (cuda && options->cpuCheckpointing && options->recompute != "none")
+    return fail("activation_checkpointing.cpu_checkpointing is not supported "
+                "yet on the CUDA target (the checkpoints kept in pinned host "
+                "memory between forward and backward)");
   if (budgeted && flags->memoryBudget < 1)
     return fail("--memory-budget must be a positive number of bytes, got " +
                 Twine(flags->memoryBudget));
@@ -589,6 +593,10 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << "): on the CPU target the device memory is the host's, "
                       "so nothing moves and the bytes above stay where they "
                       "are\n";
+    if (options->cpuCheckpointing && options->recompute != "none")
+      llvm::outs() << "report: activation_checkpointing.cpu_checkpointing: on "
+                      "the CPU target the checkpoints are in host memory "
+                      "already; nothing moves\n";
     if (paramsOnHost)
       llvm::outs() << "report: ZeRO-Offload of the parameters (stage 3): each "
                       "rank keeps the slices its gathers read in "
