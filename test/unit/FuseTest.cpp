@@ -253,13 +253,7 @@ std::string DagGenerator::generate() {
   for (size_t i = numArgs; i + 1 < values.size(); ++i)
     if (pick(5) == 0)
       returned.push_back(&values[i]);
-  std::string names, types;
-  for (const GeneratedValue *value : returned) {
-    names += (names.empty() ? "" : ", ") + value->name;
-    types += (types.empty() ? "" : ", ") + value->type();
-  }
-  return "func.func @main(" + args + ") -> (" + types + ") {\n" + body +
-         "  return " + names + " : " + types + "\n}\n";
+  return mainFunction(args, body, returned);
 }
 
 /// Random arguments of `func`: floats in [-2, 2), i32 in [-4, 4), i1 0 or 1.

@@ -225,6 +225,12 @@ std::string sharc::test::randomStraightLineFunction(std::mt19937 &rng) {
   for (size_t i = 2; i + 1 < values.size(); ++i)
     if (pick(4) == 0)
       returned.push_back(&values[i]);
+  return mainFunction(args, body, returned);
+}
+
+std::string
+sharc::test::mainFunction(const std::string &args, const std::string &body,
+                          llvm::ArrayRef<const GeneratedValue *> returned) {
   std::string names, types;
   for (const GeneratedValue *value : returned) {
     names += (names.empty() ? "" : ", ") + value->name;

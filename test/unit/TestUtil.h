@@ -60,6 +60,11 @@ struct GeneratedValue {
   bool isFloat() const { return element[0] == 'f'; }
 };
 
+/// The text of `func.func @main(ARGS) -> (...)` with `body` (lines of ops)
+/// returning `returned`.
+std::string mainFunction(const std::string &args, const std::string &body,
+                         llvm::ArrayRef<const GeneratedValue *> returned);
+
 /// A random straight-line function @main of exp, add, mul, broadcast, cast
 /// and constants, each op reading random earlier values (two arguments,
 /// the last value and some others returned).
