@@ -168,6 +168,10 @@ struct TrainingOptions {
   /// host memory (where the CPU target keeps everything; the CUDA target
   /// refuses it, not built yet).
   bool cpuCheckpointing = false;
+  /// Whether the checkpoints move to host memory: cpuCheckpointing on the
+  /// CUDA target (or the CPU target with --host-update); set by sharc
+  /// compile.
+  bool checkpointsOnHost = false;
   /// NVMe offload of the optimizer state: the folder under which each rank
   /// keeps its offloaded buffers in a folder of its own
   /// (zero_optimization.offload_optimizer.nvme_path; the training binary's

@@ -239,20 +239,25 @@ struct RecomputeSummary {
   int64_t peakAfter = 0;
   /// Policy auto: the limit it was given.
   int64_t limit = 0;
+  /// With `host`: the bytes of the checkpoints kept in host memory.
+  int64_t hostBytes = 0;
 };
 
 /// Activation checkpointing at layer boundaries (sharc-rematerialize): in
 /// `func`, a gradient function (`@F_grad`, one block, the loss first), the
 /// values backward reads inside each repeated layer of forward are computed
 /// again from the layer's input before the layer's backward.
-mlir::FailureOr<RecomputeSummary> rematerializeLayers(mlir::func::FuncOp func);
+/// With `host`, each recomputed layer's input (its checkpoint) is kept in
+/// host memory between forward and backward (cpu_checkpointing).
+mlir::FailureOr<RecomputeSummary> rematerializeLayers(mlir::func::FuncOp func,
+                                                      bool host = false);
 
 /// Activation checkpointing within a memory limit (policy auto): the
 /// segments of forward whose recomputation costs the fewest FLOPs and
 /// brings `func`'s activation memory (peakLiveBytes) to at most `limit`
 /// bytes; an error naming the shortfall when recomputing them all does not.
-mlir::FailureOr<RecomputeSummary> rematerializeWithin(mlir::func::FuncOp func,
-                                                      int64_t limit);
+mlir::FailureOr<RecomputeSummary>
+rematerializeWithin(mlir::func::FuncOp func, int64_t limit, bool host = false);
 
 /// The activation memory of gradient function `func` without recomputation
 /// and with every segment recomputed (the least `rematerializeWithin`

@@ -75,6 +75,10 @@ def Rematerialize : Pass<"sharc-rematerialize", "mlir::ModuleOp"> {
     segment frees its kept values but holds them again while its backward
     runs; an exact covering knapsack over the segments, each choice checked
     by rewriting a copy of the function), or fails naming the shortfall.
+    With `host=true` (DeepSpeed's cpu_checkpointing), each recomputed unit's
+    input is copied to host memory (`sharc.transfer_start ... to <host>`)
+    after its last forward reader and back before its first backward
+    reader, which with the later ones reads the copy.
     See docs/recompute.md.
   }];
   let options = [
@@ -86,6 +90,9 @@ def Rematerialize : Pass<"sharc-rematerialize", "mlir::ModuleOp"> {
     Option<"limit", "limit", "int64_t", "0",
            "policy=auto: the most bytes the gradient function's values may "
            "take at once (its activation memory)">,
+    Option<"host", "host", "bool", "false",
+           "Keep each recomputed unit's input (its checkpoint) in host "
+           "memory between forward and backward (cpu_checkpointing)">,
   ];
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }

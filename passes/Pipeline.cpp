@@ -45,8 +45,9 @@ static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
   pm.addPass(createCSEPass());
   // After CSE, which would merge the recomputed copies back.
   if (parallel.recompute != "none")
-    pm.addPass(createRematerialize(
-        {parallel.function, parallel.recompute, parallel.activationMemory}));
+    pm.addPass(createRematerialize({parallel.function, parallel.recompute,
+                                    parallel.activationMemory,
+                                    parallel.checkpointsOnHost}));
 }
 
 void sharc::buildTrainPipeline(OpPassManager &pm,

@@ -200,6 +200,9 @@ namespace {
 /// backward reads from them (but the last one's cut, the next segment's
 /// input, kept), the ops those depend on, and where the copies go.
 struct Closure {
+  /// The cut before the segments (their input, a checkpoint); null for the
+  /// first segment, whose inputs are the function's arguments.
+  Value input;
   SetVector<Value> needed;
   /// In program order.
   SmallVector<Operation *> ops;
@@ -219,6 +222,8 @@ std::pair<unsigned, unsigned> opRange(const Layers &layers, unsigned first,
 Closure closureOf(const Layers &layers, const llvm::DenseSet<Operation *> &fwd,
                   unsigned first, unsigned last) {
   Closure closure;
+  if (first > 0)
+    closure.input = layers.ops[layers.cuts[first - 1]]->getResult(0);
   auto [from, to] = opRange(layers, first, last);
   for (unsigned i = from; i < to; ++i)
     for (Value result : layers.ops[i]->getResults())
@@ -268,6 +273,58 @@ void recompute(const Closure &closure, const llvm::DenseSet<Operation *> &fwd,
   summary.recomputedOps += closure.ops.size();
   summary.recomputedBytes += closure.bytes;
   summary.recomputedFlops += closure.flops;
+}
+
+/// Keeps checkpoint `value` in host memory between forward and backward:
+/// copied to the host after its last forward reader, back to the device
+/// before its first backward reader (a recomputed copy, or a gradient),
+/// which with every later backward reader reads the copy.  Returns the
+/// bytes moved each way.
+int64_t keepOnHost(Value value, const llvm::DenseSet<Operation *> &fwd) {
+  Block *block = value.getParentBlock();
+  Operation *lastForward = value.getDefiningOp(), *firstBackward = nullptr;
+  SmallVector<OpOperand *> backward;
+  for (OpOperand &use : value.getUses()) {
+    Operation *user = block->findAncestorOpInBlock(*use.getOwner());
+    if (!user)
+      continue;
+    if (fwd.contains(user)) {
+      if (!lastForward || lastForward->isBeforeInBlock(user))
+        lastForward = user;
+      continue;
+    }
+    backward.push_back(&use);
+    if (!firstBackward || user->isBeforeInBlock(firstBackward))
+      firstBackward = user;
+  }
+  if (!firstBackward || !lastForward ||
+      !lastForward->isBeforeInBlock(firstBackward))
+    return 0;
+  MLIRContext *context = value.getContext();
+  OpBuilder builder(context);
+  builder.setInsertionPointAfter(lastForward);
+  auto out = TransferStartOp::create(builder, value.getLoc(), value,
+                                     StorageAttr::get(context, Storage::host));
+  Value onHost = WaitOp::create(builder, value.getLoc(), out.getFuture());
+  builder.setInsertionPoint(firstBackward);
+  auto in = TransferStartOp::create(builder, value.getLoc(), onHost,
+                                    StorageAttr::get(context, Storage::device));
+  Value back = WaitOp::create(builder, value.getLoc(), in.getFuture());
+  for (OpOperand *use : backward)
+    use->set(back);
+  return tensorBytes(value.getType());
+}
+
+/// Keeps the inputs of `closures` that were recomputed in host memory
+/// between forward and backward (keepOnHost).
+void keepInputsOnHost(ArrayRef<Closure> closures,
+                      const llvm::DenseSet<Operation *> &fwd,
+                      RecomputeSummary &summary) {
+  llvm::DenseSet<Value> done;
+  for (const Closure &closure : closures)
+    if (closure.input && !closure.needed.empty() &&
+        done.insert(closure.input).second)
+      summary.hostBytes += keepOnHost(closure.input, fwd);
 }
 
 /// The cheapest set of `items` (bytes saved, FLOPs) whose saving minus its
@@ -356,8 +413,8 @@ FailureOr<Analysis> analyse(func::FuncOp func) {
 }
 
 /// Recomputes segments `chosen` (ascending) of `func`.
-RecomputeSummary recomputeSegments(func::FuncOp func,
-                                   ArrayRef<unsigned> chosen) {
+RecomputeSummary recomputeSegments(func::FuncOp func, ArrayRef<unsigned> chosen,
+                                   bool host = false) {
   FailureOr<Analysis> analysed = analyse(func);
   if (failed(analysed))
     return {};
@@ -371,6 +428,8 @@ RecomputeSummary recomputeSegments(func::FuncOp func,
       recompute(closure, fwd, summary);
       ++summary.recomputedSegments;
     }
+  if (host)
+    keepInputsOnHost(closures, fwd, summary);
   summary.peakAfter = peakLiveBytes(func);
   return summary;
 }
@@ -413,7 +472,8 @@ sharc::activationMemoryRange(func::FuncOp func) {
                         trial(func, recomputable(layers, fwd)).peakAfter);
 }
 
-FailureOr<RecomputeSummary> sharc::rematerializeLayers(func::FuncOp func) {
+FailureOr<RecomputeSummary> sharc::rematerializeLayers(func::FuncOp func,
+                                                       bool host) {
   FailureOr<Analysis> analysed = analyse(func);
   if (failed(analysed))
     return failure();
@@ -432,12 +492,14 @@ FailureOr<RecomputeSummary> sharc::rematerializeLayers(func::FuncOp func) {
       recompute(closure, fwd, summary);
       summary.recomputedSegments += layers.period;
     }
+  if (host)
+    keepInputsOnHost(closures, fwd, summary);
   summary.peakAfter = peakLiveBytes(func);
   return summary;
 }
 
-FailureOr<RecomputeSummary> sharc::rematerializeWithin(func::FuncOp func,
-                                                       int64_t limit) {
+FailureOr<RecomputeSummary>
+sharc::rematerializeWithin(func::FuncOp func, int64_t limit, bool host) {
   FailureOr<Analysis> analysed = analyse(func);
   if (failed(analysed))
     return failure();
@@ -474,7 +536,7 @@ FailureOr<RecomputeSummary> sharc::rematerializeWithin(func::FuncOp func,
     }
     need += peak - limit;
   }
-  RecomputeSummary done = recomputeSegments(func, chosen);
+  RecomputeSummary done = recomputeSegments(func, chosen, host);
   done.peakBefore = summary.peakBefore;
   done.limit = limit;
   return done;
@@ -507,9 +569,9 @@ struct RematerializePass : sharc::impl::RematerializeBase<RematerializePass> {
           << "_grad of one block (run sharc-autodiff first)";
       return signalPassFailure();
     }
-    FailureOr<RecomputeSummary> summary = policy == "auto"
-                                              ? rematerializeWithin(func, limit)
-                                              : rematerializeLayers(func);
+    FailureOr<RecomputeSummary> summary =
+        policy == "auto" ? rematerializeWithin(func, limit, host)
+                         : rematerializeLayers(func, host);
     if (failed(summary))
       return signalPassFailure();
     if (policy == "layers" && summary->layers < 2) {
@@ -535,6 +597,9 @@ struct RematerializePass : sharc::impl::RematerializeBase<RematerializePass> {
            << " FLOPs) instead of keeping " << summary->recomputedBytes
            << " bytes of their values; activation memory "
            << summary->peakBefore << " -> " << summary->peakAfter << " bytes";
+    if (host)
+      remark << "; " << summary->hostBytes
+             << " bytes of checkpoints kept in host memory";
   }
 };
 } // namespace

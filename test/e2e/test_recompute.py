@@ -10,6 +10,7 @@ the measured peak fall.  A model without repeated layers gets a warning and
 the same step.
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -213,3 +214,75 @@ def test_measured_peak_falls_as_planned(sharc, tmp_path):
         measured = peaks["none"][1] - peaks[policy][1]
         assert 0 < planned <= kept[policy], (policy, peaks, kept)
         assert abs(measured - planned) <= 0.1 * planned, (policy, peaks)
+
+
+CPU_CHECKPOINTING = {"activation_checkpointing": {"cpu_checkpointing": True}}
+MEMORY = re.compile(r"^report: per rank memory: (?:cpu|cuda) device (\d+) bytes .*?, "
+                    r"pinned host (\d+), NVMe \d+; moved per step: PCIe (\d+),",
+                    re.MULTILINE)
+
+
+@pytest.mark.parametrize("flags", [
+    ["--zero-stage", 3, "--param-persistence-threshold", 0, "--grad-accum", 2],
+    ["--zero-stage", 2, "--grad-accum", 2, "--precision", "bf16"]])
+def test_checkpoints_in_host_memory_train_as_without(sharc, exported, tmp_path,
+                                                     flags):
+    """DeepSpeed's cpu_checkpointing, the CUDA target's program run on the
+    CPU (--host-update): each recomputed layer's input goes to host memory
+    after its forward and comes back for its backward; the GPT on 2 ranks
+    (ZeRO 3 with GAS 2, bf16 at ZeRO 2) prints the step lines and saves the
+    state of the same recomputation without it, and the report puts the
+    checkpoints in (pinned) host memory, each copied out and back once per
+    micro-batch."""
+    path, inputs = exported["gpt"]
+    config = tmp_path / "ds_config.json"
+    config.write_text(json.dumps(CPU_CHECKPOINTING))
+    runs = {}
+    for name, extra in (("device", ["--recompute", "layers"]),
+                        ("host", ["--config", config, "--host-update"])):
+        out = tmp_path / name
+        result = sharc("compile", path, *RECIPE, "--world-size", 2, *flags,
+                       *extra, "-o", out, "--report")
+        assert result.returncode == 0, result.stderr
+        device, host, moved = map(int, MEMORY.search(result.stdout).groups())
+        run = mpirun(2, out / "train", *inputs, "--steps", 4,
+                     "--save-state", tmp_path / f"state-{name}")
+        assert run.returncode == 0, run.stderr
+        runs[name] = (STEP.findall(run.stdout), host, moved, result.stdout)
+    assert runs["device"][0] == runs["host"][0] and len(runs["host"][0]) == 4
+    assert runs["device"][1:3] == (0, 0)
+    host, moved = runs["host"][1:3]
+    # Out and back once per micro-batch (GAS 2).
+    assert host > 0 and moved == 2 * 2 * host, runs["host"][3]
+    assert "each recomputed layer's input is kept in host memory" in runs["host"][3]
+    saved = lambda d: sorted(p.relative_to(d) for p in d.rglob("*.npy"))
+    device_state, host_state = tmp_path / "state-device", tmp_path / "state-host"
+    assert saved(device_state) == saved(host_state)
+    for name in saved(device_state):
+        np.testing.assert_array_equal(np.load(device_state / name),
+                                      np.load(host_state / name))
+
+
+def test_checkpoints_in_host_memory_lower_the_device_plan(sharc, tmp_path):
+    """Where the checkpoints set the device's peak (a GPT of 16 narrow
+    layers, 8 x 256 tokens), keeping them in host memory lowers the device
+    arena, by no more than their bytes."""
+    config = models.GptConfig(vocab=256, seq=256, dim=128, heads=4, layers=16,
+                              batch=8)
+    path = tmp_path / "gpt.onnx"
+    models.export(models.make_training_case("gpt", gpt_config=config), path)
+    block = tmp_path / "ds_config.json"
+    block.write_text(json.dumps(CPU_CHECKPOINTING))
+    plans = {}
+    for name, extra in (("device", ["--recompute", "layers"]),
+                        ("host", ["--config", block, "--host-update"]),
+                        ("cuda", ["--config", block, "--target", "cuda"])):
+        result = sharc("compile", path, *RECIPE, *extra, "--plan")
+        assert result.returncode == 0, result.stderr
+        plans[name] = tuple(map(int, MEMORY.search(result.stdout).groups()))
+    device, host = plans["device"], plans["host"]
+    assert host[1] > 0 and device[1] == 0
+    assert device[0] - host[1] <= host[0] < device[0], plans
+    # The CUDA target plans the same program, the checkpoints in pinned host
+    # memory.
+    assert plans["cuda"][1] == host[1], plans

@@ -1,6 +1,7 @@
 // RUN: sharc-opt %s -split-input-file --sharc-autodiff --cse --sharc-rematerialize 2>/dev/null | FileCheck %s
 // RUN: sharc-opt %s -split-input-file --sharc-autodiff --cse --sharc-rematerialize 2>&1 >/dev/null | FileCheck %s --check-prefix=DIAG
 // RUN: sharc-opt %s -split-input-file --sharc-autodiff --cse --sharc-rematerialize="policy=none" | FileCheck %s --check-prefix=NONE
+// RUN: sharc-opt %s -split-input-file --sharc-autodiff --cse --sharc-rematerialize="host=true" 2>/dev/null | FileCheck %s --check-prefix=HOST
 // RUN: not sharc-opt %s -split-input-file --sharc-autodiff --sharc-rematerialize="policy=some" 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: not sharc-opt %s -split-input-file --sharc-autodiff --sharc-rematerialize="policy=auto" 2>&1 | FileCheck %s --check-prefix=NOLIMIT
 
@@ -39,6 +40,29 @@
 // CHECK-NEXT: sharc.mul %{{.*}}, %[[RT0]]
 // CHECK-NOT: %[[T0]]
 // CHECK: return
+
+// host=true (cpu_checkpointing): each layer's input but the first's (an
+// argument) goes to host memory after its last forward reader and comes
+// back before its backward, which reads the copy (the recomputed matmul
+// and the weight gradient's matmul).
+// HOST-LABEL: func.func @main_grad(
+// HOST: %[[X1:.*]] = sharc.add %arg0, %{{.*}} :
+// HOST: %[[X2:.*]] = sharc.add %[[X1]], %{{.*}} :
+// HOST-NEXT: %[[O1:.*]] = sharc.transfer_start %[[X1]] to <host>
+// HOST-NEXT: %[[H1:.*]] = sharc.wait %[[O1]]
+// HOST: %[[X3:.*]] = sharc.add %[[X2]], %{{.*}} :
+// HOST-NEXT: %[[O2:.*]] = sharc.transfer_start %[[X2]] to <host>
+// HOST-NEXT: %[[H2:.*]] = sharc.wait %[[O2]]
+// HOST: %[[I2:.*]] = sharc.transfer_start %[[H2]] to <device>
+// HOST-NEXT: %[[D2:.*]] = sharc.wait %[[I2]]
+// HOST-NEXT: sharc.matmul %[[D2]], %arg3 :
+// HOST: sharc.matmul %[[D2]], %{{.*}} {transpose_lhs = true}
+// HOST: %[[I1:.*]] = sharc.transfer_start %[[H1]] to <device>
+// HOST-NEXT: %[[D1:.*]] = sharc.wait %[[I1]]
+// HOST-NEXT: sharc.matmul %[[D1]], %arg2 :
+// HOST: sharc.matmul %[[D1]], %{{.*}} {transpose_lhs = true}
+// HOST-NOT: transfer_start
+// HOST: return
 
 // NONE-LABEL: func.func @main_grad(
 // NONE-COUNT-3: sharc.tanh

@@ -530,16 +530,20 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                         .hostUpdate = flags->hostUpdate};
   if (flags->overlapComm.getNumOccurrences())
     settings.overlapComm = flags->overlapComm;
-  if (cuda && options->cpuCheckpointing && options->recompute != "none")
-    return fail("activation_checkpointing.cpu_checkpointing is not supported "
-                "yet on the CUDA target (the checkpoints kept in pinned host "
-                "memory between forward and backward)");
+  // cpu_checkpointing: the checkpoints in host memory, which on the CPU
+  // target is where they are (unless --host-update runs the CUDA target's
+  // program).
+  options->checkpointsOnHost = options->cpuCheckpointing &&
+                               options->recompute != "none" &&
+                               (cuda || flags->hostUpdate);
   if (budgeted && flags->memoryBudget < 1)
     return fail("--memory-budget must be a positive number of bytes, got " +
                 Twine(flags->memoryBudget));
-  if (flags->hostUpdate && !anyOffload && !budgeted)
+  if (flags->hostUpdate && !anyOffload && !budgeted &&
+      !options->checkpointsOnHost)
     return fail("--host-update needs --offload-optimizer or --offload-param "
-                "cpu or nvme (or their keys in zero_optimization)");
+                "cpu or nvme (or their keys in zero_optimization), or "
+                "activation_checkpointing.cpu_checkpointing");
 
   DefaultTimingManager timingManager;
   applyDefaultTimingManagerCLOptions(timingManager);
@@ -593,7 +597,13 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << "): on the CPU target the device memory is the host's, "
                       "so nothing moves and the bytes above stay where they "
                       "are\n";
-    if (options->cpuCheckpointing && options->recompute != "none")
+    if (options->checkpointsOnHost)
+      llvm::outs() << "report: activation_checkpointing.cpu_checkpointing: "
+                      "each recomputed layer's input is kept in "
+                   << (cuda ? "pinned host memory" : "host memory")
+                   << " between forward and backward (in the host arena), "
+                      "copied back before its backward\n";
+    else if (options->cpuCheckpointing && options->recompute != "none")
       llvm::outs() << "report: activation_checkpointing.cpu_checkpointing: on "
                       "the CPU target the checkpoints are in host memory "
                       "already; nothing moves\n";
