@@ -22,7 +22,9 @@ random GEMMs and epilogues.  Output, one line per check:
   gpu-check: gemm-cuda-check PASS|FAIL   (after the check's own summary line)
   gpu-check: MODEL N=K max_rel_loss_diff D PASS|FAIL   (gpt-bf16 and gpt-fp16:
       the GPT compiled with --precision bf16 / fp16, tolerances 2e-2 / 5e-3,
-      and for fp16 the same scales and skipped steps as the CPU binary)
+      and for fp16 the same scales and skipped steps as the CPU binary;
+      gpt-recompute: the GPT recomputing its layers, their inputs kept in
+      pinned host memory on the GPU)
   gpu-check: timing MODEL target T ms/step X tokens/s
 where D = max over steps of |cuda - cpu| / |cpu|, PASS when D < --tolerance
 (1e-4); T is the mean step time after --warmup steps and X = tokens per step /
@@ -42,9 +44,15 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parent.parent
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+)(?: scale (\S+))? ms (\S+)"
                        r" tokens/s (\S+)( skipped)?$", re.MULTILINE)
-MODELS = ("mlp", "gpt", "bert", "epilogues", "gpt-bf16", "gpt-fp16")
+MODELS = ("mlp", "gpt", "bert", "epilogues", "gpt-bf16", "gpt-fp16",
+          "gpt-recompute")
 SEEDS = {"mlp": 101, "gpt": 202, "bert": 303, "epilogues": 505,
-         "gpt-large": 404, "gpt-bf16": 606, "gpt-fp16": 707}
+         "gpt-large": 404, "gpt-bf16": 606, "gpt-fp16": 707,
+         "gpt-recompute": 808}
+# Models compiled with more than the recipe: gpt-recompute recomputes its
+# layers and, on the CUDA target, keeps their inputs in pinned host memory
+# (DeepSpeed's cpu_checkpointing; docs/recompute.md) -- the same losses.
+CHECKPOINTING = {"activation_checkpointing": {"cpu_checkpointing": True}}
 # The 16-bit programs (--precision) and their loss tolerance against the CPU
 # binary: both accumulate GEMMs in f32 but in other orders (and cuBLASLt's
 # GELU differs in last bits), so a 16-bit activation now and then rounds to
@@ -150,7 +158,7 @@ def export_model(key, work, gpt=None):
     sys.path.insert(0, str(REPO / "test" / "e2e"))
     import models
 
-    name = "gpt" if key in ("gpt-large", *PRECISION) else key
+    name = "gpt" if key in ("gpt-large", "gpt-recompute", *PRECISION) else key
     directory = work / key
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{key}.onnx"
@@ -183,6 +191,10 @@ def compile_one(sharc, key, spec, out, target, arch, ranks):
             "--world-size", str(ranks), "-o", str(out)]
     if key in PRECISION:
         argv += ["--precision", PRECISION[key]]
+    if key == "gpt-recompute":
+        config = out.parent / "ds_config.json"
+        config.write_text(json.dumps(CHECKPOINTING))
+        argv += ["--config", str(config)]
     if target == "cuda":
         argv += ["--cuda-arch", arch]
     result = subprocess.run(argv, capture_output=True, text=True)

@@ -314,3 +314,29 @@ def test_cuda_optimizer_offload_builds(sharc, exported, work, stage, arch, devic
     assert int(line.group(2)) == manifest["host_bytes"] + manifest["host_arena_bytes"]
     assert int(line.group(3)) == manifest["nvme_bytes"]
     assert int(line.group(4)) == manifest["transfer_bytes_per_step"]
+
+
+def test_cuda_checkpoints_in_host_memory_build(sharc, exported, work):
+    """DeepSpeed's cpu_checkpointing on the CUDA target: the recomputed
+    layers' inputs go to pinned host memory after their forward and come
+    back for their backward (docs/recompute.md); the program compiles and
+    links for sm_90, and the manifest's host arena and bytes moved are what
+    the report states (the same program runs on the CPU with --host-update,
+    test_recompute.py)."""
+    out = work / "gpt-cpu-checkpointing"
+    config = work / "cpu-checkpointing.json"
+    config.write_text(json.dumps(
+        {"activation_checkpointing": {"cpu_checkpointing": True}}))
+    result = sharc("compile", exported("gpt"), "--target", "cuda",
+                   "--cuda-arch", "sm_90", "--optimizer", "adamw",
+                   "--config", config, "-o", out, "--report", timeout=600)
+    if result.returncode != 0 and UNSUPPORTED in result.stderr:
+        pytest.skip(result.stderr.strip().splitlines()[-1])
+    assert result.returncode == 0, result.stderr
+    assert 90 in [a for kind, a in fatbin_entries(out / "train") if kind == "elf"]
+    assert "sharc::kern::transferStart(" in (out / "program.cu").read_text()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["host_bytes"] == 0 and manifest["host_arena_bytes"] > 0
+    # Out and back once each step.
+    assert manifest["transfer_bytes_per_step"] == 2 * manifest["host_arena_bytes"]
+    assert "kept in pinned host memory between forward and backward" in result.stdout

@@ -597,7 +597,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                    << "): on the CPU target the device memory is the host's, "
                       "so nothing moves and the bytes above stay where they "
                       "are\n";
-    if (options->checkpointsOnHost)
+    if (options->checkpointsOnHost && options->recompute != "none")
       llvm::outs() << "report: activation_checkpointing.cpu_checkpointing: "
                       "each recomputed layer's input is kept in "
                    << (cuda ? "pinned host memory" : "host memory")

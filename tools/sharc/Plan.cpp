@@ -304,8 +304,8 @@ FailureOr<PlannedProgram> sharc::searchMemoryBudget(
           OwningOpRef<ModuleOp> copy = trained->clone();
           PassManager pm(&context);
           if (policy != "none")
-            pm.addPass(
-                createRematerialize({options.function, policy.str(), limit}));
+            pm.addPass(createRematerialize({options.function, policy.str(),
+                                            limit, options.checkpointsOnHost}));
           consider(candidate, planProgram(pm, *copy, candidate.options,
                                           settings, modelPath, false));
           return tried.back();
