@@ -21,6 +21,14 @@ int64_t sharc::tensorBytes(Type type) {
 }
 
 namespace {
+/// Collectives, their waits, NVMe swaps, host transfers and shards: traffic
+/// the planner counts on its own, no FLOPs.
+bool isCommunication(Operation *op) {
+  return isa<AllReduceOp, AllReduceStartOp, WaitOp, ReduceScatterOp,
+             ReduceScatterStartOp, AllGatherOp, AllGatherStartOp, SwapInStartOp,
+             SwapOutStartOp, TransferStartOp, ShardOp, BroadcastFromOp>(op);
+}
+
 int64_t elementsOf(Value value) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
   return type && type.hasStaticShape() ? type.getNumElements() : 0;
@@ -82,12 +90,7 @@ int64_t sharc::flopsOf(Operation *op) {
             });
           return total;
         }
-        return isa<AllReduceOp, AllReduceStartOp, WaitOp, ReduceScatterOp,
-                   ReduceScatterStartOp, AllGatherOp, AllGatherStartOp,
-                   SwapInStartOp, SwapOutStartOp, TransferStartOp, ShardOp,
-                   BroadcastFromOp>(other)
-                   ? 0
-                   : out;
+        return isCommunication(other) ? 0 : out;
       });
 }
 
@@ -160,10 +163,7 @@ double sharc::estimateComputeSeconds(func::FuncOp step,
          loop = loop->getParentOfType<MicroBatchLoopOp>())
       repeats *= loop.getCount();
     int64_t flops = flopsOf(op), bytes = 0;
-    if (isa<ReshapeOp, func::ReturnOp, WaitOp, AllReduceOp, AllReduceStartOp,
-            ReduceScatterOp, ReduceScatterStartOp, AllGatherOp,
-            AllGatherStartOp, SwapInStartOp, SwapOutStartOp, TransferStartOp,
-            ShardOp, BroadcastFromOp, ConstantOp>(op)) {
+    if (isa<ReshapeOp, func::ReturnOp, ConstantOp>(op) || isCommunication(op)) {
       // Views, and the traffic the planner counts on its own.
       return;
     } else if (auto insert = dyn_cast<InsertSliceOp>(op)) {

@@ -383,8 +383,9 @@ struct Analysis {
   RecomputeSummary summary;
 };
 
-/// The forward ops and layers of `func`, or an error.
-FailureOr<Analysis> analyse(func::FuncOp func) {
+/// The forward ops and layers of `func`, or an error; with `measure`, its
+/// activation memory too (peakBefore, peakAfter).
+FailureOr<Analysis> analyse(func::FuncOp func, bool measure = true) {
   Block &body = func.getBody().front();
   auto ret = dyn_cast<func::ReturnOp>(body.getTerminator());
   if (!ret || ret.getNumOperands() == 0)
@@ -407,15 +408,16 @@ FailureOr<Analysis> analyse(func::FuncOp func) {
   if (covered(context) > covered(analysis.layers))
     analysis.layers = std::move(context);
   analysis.summary.segments = analysis.layers.cuts.size();
-  analysis.summary.peakBefore = analysis.summary.peakAfter =
-      peakLiveBytes(func);
+  if (measure)
+    analysis.summary.peakBefore = analysis.summary.peakAfter =
+        peakLiveBytes(func);
   return analysis;
 }
 
 /// Recomputes segments `chosen` (ascending) of `func`.
 RecomputeSummary recomputeSegments(func::FuncOp func, ArrayRef<unsigned> chosen,
                                    bool host = false) {
-  FailureOr<Analysis> analysed = analyse(func);
+  FailureOr<Analysis> analysed = analyse(func, /*measure=*/false);
   if (failed(analysed))
     return {};
   auto &[fwd, layers, summary] = *analysed;

@@ -506,7 +506,10 @@ LogicalResult applyFlags(TrainingOptions &options, bool budgetSearch) {
 
 /// The micro-batch size of `forward`: dim 0 of its data inputs, which must
 /// agree.  `source` describes where it comes from.
-FailureOr<int64_t> microBatchOf(func::FuncOp forward, std::string &source) {
+} // namespace
+
+FailureOr<int64_t> sharc::microBatchOf(func::FuncOp forward,
+                                       std::string &source) {
   std::optional<int64_t> micro;
   for (unsigned i = 0, e = forward.getNumArguments(); i < e; ++i) {
     if (getParamAttr(forward, i))
@@ -534,8 +537,6 @@ FailureOr<int64_t> microBatchOf(func::FuncOp forward, std::string &source) {
   }
   return *micro;
 }
-
-} // namespace
 
 FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward,
                                                          bool budgetSearch) {

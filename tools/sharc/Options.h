@@ -42,6 +42,12 @@ bool trainingRequested();
 /// without --train).
 std::optional<std::string> givenTrainingFlag();
 
+/// The micro-batch of `forward`: dimension 0 of its data inputs, which must
+/// agree (`source` names where it was read); prints the error and fails
+/// otherwise.
+mlir::FailureOr<int64_t> microBatchOf(mlir::func::FuncOp forward,
+                                      std::string &source);
+
 /// Whether the training flag `name` (without dashes) is on the command line.
 bool trainingFlagGiven(llvm::StringRef name);
 

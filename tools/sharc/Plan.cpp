@@ -8,11 +8,11 @@
 
 #include "tools/sharc/Plan.h"
 
-#include "ir/SharcOps.h"
 #include "passes/Cost.h"
 #include "passes/Passes.h"
 #include "runtime/Program.h"
 #include "tools/sharc/Diagnostics.h"
+#include "tools/sharc/Options.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -221,16 +221,13 @@ FailureOr<PlannedProgram> sharc::searchMemoryBudget(
   // and with --input-shape (a model whose batch dimension is free) every
   // divisor of the rows a rank takes per step, with the accumulation that
   // keeps them.
-  int64_t modelMicro = 0;
-  for (BlockArgument arg : model.entry.getArguments())
-    if (model.entry.getArgAttr(arg.getArgNumber(),
-                               SharcDialect::getInputAttrName()))
-      if (auto type = dyn_cast<RankedTensorType>(arg.getType());
-          type && type.getRank() >= 1 && !modelMicro)
-        modelMicro = type.getDimSize(0);
-  int64_t rows = modelMicro * base.gradAccum;
+  std::string source;
+  FailureOr<int64_t> modelMicro = microBatchOf(model.entry, source);
+  if (failed(modelMicro))
+    return failure();
+  int64_t rows = *modelMicro * base.gradAccum;
   SmallVector<std::pair<int64_t, std::vector<std::string>>> micros = {
-      {modelMicro, {}}};
+      {*modelMicro, {}}};
   if (!fixed.microBatch && !inputShapes.empty())
     for (int64_t micro = rows; micro >= 1; --micro)
       if (rows % micro == 0 && micro != micros.front().first)
