@@ -162,6 +162,7 @@ LogicalResult ProgramEmitter::collectBuffers() {
       buffer.name = state.getParam().empty()
                         ? state.getRole().str()
                         : (state.getParam() + "." + state.getRole()).str();
+      buffer.stateOf = state.getParam().str();
       if (state.getParam().empty() && state.getRole() == "step")
         stepBuffer = static_cast<int>(buffers.size());
       if (state.getRole() == "compute_copy")
@@ -907,10 +908,22 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
     return (buffer.role == "param" || buffer.role == "state") &&
            buffer.derivedFrom < 0;
   };
+  // Files are named after the ONNX names, as the evaluator names them
+  // (`sharc eval --dump-state`): <onnx name>.npy, <onnx name>.<role>.npy.
+  llvm::StringMap<std::string> sourceOf;
+  for (const Buffer &buffer : buffers)
+    if (buffer.role == "param")
+      sourceOf[buffer.name] =
+          buffer.source.empty() ? buffer.name : buffer.source;
   std::vector<std::string> persistentNames;
   for (const Buffer &buffer : buffers)
     if (hasFile(buffer))
-      persistentNames.push_back(buffer.name);
+      persistentNames.push_back(
+          buffer.role == "param" ? sourceOf.lookup(buffer.name)
+          : buffer.stateOf.empty()
+              ? buffer.name
+              : sourceOf.lookup(buffer.stateOf) +
+                    buffer.name.substr(buffer.stateOf.size()));
   std::vector<std::string> files = rt::npyFileNames(persistentNames);
   size_t nextFile = 0;
   for (Buffer &buffer : buffers)
@@ -1020,8 +1033,10 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << (options.aioSingleSubmit ? "true" : "false") << ", "
      << (options.aioOverlapEvents ? "true" : "false") << ", "
      << report.swapReadBytes << "u, " << report.swapWriteBytes << "u},\n  "
-     << report.hostArenaBytes << ", " << report.transferBytes << "u"
-     << "};\n} // namespace\n\n";
+     << report.hostArenaBytes << ", " << report.transferBytes << "u,\n  "
+     << cppStringLiteral(options.sharcVersion) << ", "
+     << cppStringLiteral(options.modelHash) << ",\n  "
+     << cppStringLiteral(options.trainingConfig) << "};\n} // namespace\n\n";
   os << "extern \"C\" const sharc::rt::ProgramInfo *sharcProgramInfo() {\n"
      << "  return &info;\n}\n\n"
      << "extern \"C\" void sharcProgramStep(const sharc::rt::StepContext "

@@ -41,6 +41,11 @@ struct EmitOptions {
   int64_t aioQueueDepth = 8;
   bool aioSingleSubmit = false;
   bool aioOverlapEvents = true;
+  /// Recorded for checkpoints (ProgramInfo): the sharc version, the model's
+  /// hash and the training configuration ("NAME VALUE" lines).
+  std::string sharcVersion;
+  std::string modelHash;
+  std::string trainingConfig;
 };
 
 /// One persistent buffer of the emitted program.

@@ -235,6 +235,9 @@ private:
   struct Buffer {
     std::string name;
     std::string source;
+    /// A parameter's state: the parameter's name (`name` is
+    /// "<parameter>.<role>").
+    std::string stateOf;
     /// The .npy file of a parameter or state buffer (rt::npyFileNames).
     std::string file;
     std::string role;

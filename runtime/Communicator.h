@@ -159,6 +159,11 @@ public:
     return counters[static_cast<size_t>(kind)];
   }
   void resetStats() { counters = {}; }
+  /// The counters as they are, and put back: collectives that are not the
+  /// step's (a checkpoint's agreement) stay out of its figures.
+  using StatsSnapshot = std::array<CollectiveStats, kNumCollectiveKinds>;
+  StatsSnapshot snapshotStats() const { return counters; }
+  void restoreStats(const StatsSnapshot &saved) { counters = saved; }
 
 protected:
   /// Starts `doAllReduce` asynchronously; returns its ticket (1, 2, ...).

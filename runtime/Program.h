@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 9;
+constexpr int kProgramAbiVersion = 10;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -186,6 +186,14 @@ struct ProgramInfo {
   /// which the runtime counts and checks.
   int64_t hostArenaBytes;
   uint64_t plannedTransferBytes;
+  /// What a checkpoint records and a resume compares (runtime/Checkpoint.h):
+  /// the sharc release that compiled the program, the model's hash (of what
+  /// it computes, not of its weights or input dimensions) and the training
+  /// configuration, one "NAME VALUE" line per option that changes what the
+  /// steps compute.  Null reads as empty.
+  const char *sharcVersion;
+  const char *modelHash;
+  const char *trainingConfig;
 };
 
 class SwapStore;

@@ -21,18 +21,6 @@ namespace {
 constexpr const char *kIndexName = "sharc-state.txt";
 constexpr const char *kSaveIdName = "sharc-save-id.txt";
 
-std::string join(const std::string &dir, const std::string &name) {
-  if (dir.empty() || dir.back() == '/')
-    return dir + name;
-  return dir + "/" + name;
-}
-
-std::string hex(uint64_t value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%016" PRIx64, value);
-  return text;
-}
-
 bool parseType(const std::string &name, NpyType &type) {
   for (NpyType candidate : {NpyType::f64, NpyType::f32, NpyType::f16,
                             NpyType::i64, NpyType::i32, NpyType::b1})
@@ -51,6 +39,31 @@ bool plainName(const std::string &name) {
          name.find('\0') == std::string::npos;
 }
 
+bool parseHex(const std::string &text, uint64_t &value) {
+  if (text.size() != 16)
+    return false;
+  char *end = nullptr;
+  value = std::strtoull(text.c_str(), &end, 16);
+  return *end == '\0';
+}
+
+/// Checks `array`, read from `path`, against `checksums[file]` if there.
+bool verifyChecksum(const std::map<std::string, uint64_t> &checksums,
+                    const std::string &file, const std::string &path,
+                    const std::string &listedIn, const NpyArray &array,
+                    std::string &error) {
+  auto it = checksums.find(file);
+  if (it == checksums.end())
+    return true;
+  uint64_t actual = checksum64(array.data.data(), array.data.size());
+  if (actual == it->second)
+    return true;
+  error = path + ": the data does not match its checksum in " + listedIn +
+          " (" + hex16(actual) + ", expected " + hex16(it->second) +
+          "): the file is damaged";
+  return false;
+}
+
 /// The whole contents of `path` (false with `error` if it cannot be read).
 bool readText(const std::string &path, std::string &text, std::string &error) {
   std::ifstream in(path, std::ios::binary);
@@ -66,24 +79,89 @@ bool readText(const std::string &path, std::string &text, std::string &error) {
 
 } // namespace
 
+std::string joinPath(const std::string &dir, const std::string &name) {
+  if (dir.empty() || dir.back() == '/')
+    return dir + name;
+  return dir + "/" + name;
+}
+
+std::string hex16(uint64_t value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%016" PRIx64, value);
+  return text;
+}
+
+uint64_t checksum64(const void *data, size_t size) {
+  constexpr uint64_t k1 = 0x9E3779B185EBCA87ull, k2 = 0xC2B2AE3D27D4EB4Full,
+                     k3 = 0x165667B19E3779F9ull, k4 = 0x85EBCA77C2B2AE63ull;
+  auto rotate = [](uint64_t x, int r) { return (x << r) | (x >> (64 - r)); };
+  auto fold = [&](uint64_t lane, uint64_t word) {
+    return rotate(lane + word * k2, 31) * k1;
+  };
+  auto word = [](const unsigned char *p) {
+    uint64_t w;
+    std::memcpy(&w, p, sizeof(w));
+    return w;
+  };
+  const auto *bytes = static_cast<const unsigned char *>(data);
+  size_t i = 0;
+  uint64_t hash;
+  if (size >= 32) {
+    uint64_t lanes[4] = {k1 + k2, k2, 0, 0 - k1};
+    for (; i + 32 <= size; i += 32)
+      for (int l = 0; l < 4; ++l)
+        lanes[l] = fold(lanes[l], word(bytes + i + 8 * l));
+    hash = rotate(lanes[0], 1) + rotate(lanes[1], 7) + rotate(lanes[2], 12) +
+           rotate(lanes[3], 18);
+    for (uint64_t lane : lanes)
+      hash = (hash ^ fold(0, lane)) * k1 + k4;
+  } else {
+    hash = k3;
+  }
+  hash += uint64_t(size);
+  for (; i + 8 <= size; i += 8)
+    hash = rotate(hash ^ fold(0, word(bytes + i)), 27) * k1 + k4;
+  for (; i < size; ++i)
+    hash = rotate(hash ^ (uint64_t(bytes[i]) * k3), 11) * k1;
+  hash ^= hash >> 33;
+  hash *= k2;
+  hash ^= hash >> 29;
+  hash *= k3;
+  hash ^= hash >> 32;
+  return hash;
+}
+
+const std::string *StateIndex::findMeta(const std::string &key) const {
+  for (const auto &[name, value] : meta)
+    if (name == key)
+      return &value;
+  return nullptr;
+}
+
 std::string stateIndexPath(const std::string &dir) {
-  return join(dir, kIndexName);
+  return joinPath(dir, kIndexName);
 }
 
 std::string sliceDirectory(const std::string &dir, int rank, int ranks) {
-  return join(dir,
-              "rank-" + std::to_string(rank) + "-of-" + std::to_string(ranks));
+  return joinPath(dir, "rank-" + std::to_string(rank) + "-of-" +
+                           std::to_string(ranks));
 }
 
 std::string saveIdPath(const std::string &dir, int rank, int ranks) {
-  return join(sliceDirectory(dir, rank, ranks), kSaveIdName);
+  return joinPath(sliceDirectory(dir, rank, ranks), kSaveIdName);
 }
 
 std::string stateIndexText(const StateIndex &index) {
-  std::string text = "sharc-state 1\nsave-id " + hex(index.saveId) +
+  std::string text = "sharc-state 2\nsave-id " + hex16(index.saveId) +
                      "\nranks " + std::to_string(index.ranks) + "\n";
-  for (const std::string &file : index.whole)
-    text += "whole " + file + "\n";
+  for (const auto &[key, value] : index.meta)
+    text += "meta " + key + " " + value + "\n";
+  for (const std::string &file : index.whole) {
+    text += "whole " + file;
+    if (auto it = index.checksums.find(file); it != index.checksums.end())
+      text += " " + hex16(it->second);
+    text += "\n";
+  }
   for (const auto &[file, sliced] : index.sliced) {
     text += "sliced " + file + " " + npyTypeName(sliced.type);
     for (int64_t size : sliced.shape)
@@ -93,7 +171,21 @@ std::string stateIndexText(const StateIndex &index) {
   return text;
 }
 
-std::string saveIdText(uint64_t saveId) { return hex(saveId) + "\n"; }
+std::string saveIdText(uint64_t saveId,
+                       const std::map<std::string, uint64_t> &checksums) {
+  std::string text = hex16(saveId) + "\n";
+  for (const auto &[file, checksum] : checksums)
+    text += file + " " + hex16(checksum) + "\n";
+  return text;
+}
+
+bool writeStateArray(AtomicFileSet &files, const std::string &dir,
+                     const std::string &file, const NpyArray &array,
+                     std::map<std::string, uint64_t> &checksums,
+                     std::string &error) {
+  checksums[file] = checksum64(array.data.data(), array.data.size());
+  return writeNpy(files, joinPath(dir, file), array, error);
+}
 
 bool writeText(AtomicFileSet &files, const std::string &path,
                const std::string &text, std::string &error) {
@@ -114,7 +206,7 @@ bool readStateIndex(const std::string &dir, StateIndex &index,
     return false;
   }
   index.present = true;
-  std::string line;
+  std::string line, version;
   int number = 0;
   bool sawId = false, sawRanks = false;
   std::set<std::string> files;
@@ -129,10 +221,20 @@ bool readStateIndex(const std::string &dir, StateIndex &index,
     std::string key;
     fields >> key;
     if (number == 1) {
-      std::string version;
       fields >> version;
-      if (key != "sharc-state" || version != "1")
-        return bad("expected 'sharc-state 1'");
+      if (key != "sharc-state" || (version != "1" && version != "2"))
+        return bad("expected 'sharc-state 1' or 'sharc-state 2'");
+      continue;
+    }
+    if (key == "meta" && version == "2") {
+      std::string name, value;
+      fields >> name;
+      std::getline(fields >> std::ws, value);
+      if (name.empty())
+        return bad("a meta line without a key");
+      if (index.findMeta(name))
+        return bad("meta '" + name + "' is given twice");
+      index.meta.emplace_back(name, value);
       continue;
     }
     if (key == "save-id") {
@@ -158,6 +260,10 @@ bool readStateIndex(const std::string &dir, StateIndex &index,
         return bad("'" + file + "' is listed twice");
       if (key == "whole") {
         index.whole.push_back(file);
+        std::string checksum;
+        if (version == "2" && (fields >> checksum) &&
+            !parseHex(checksum, index.checksums[file]))
+          return bad("a checksum is 16 hex digits, got '" + checksum + "'");
       } else {
         StateIndex::Sliced sliced;
         std::string type;
@@ -203,18 +309,35 @@ bool readStateSlice(const std::string &dir, const StateIndex &index,
     return false;
   }
   std::string idPath = saveIdPath(dir, rank, index.ranks);
-  std::string id;
-  if (!readText(idPath, id, error))
+  std::string text;
+  if (!readText(idPath, text, error))
     return false;
-  if (id != saveIdText(index.saveId)) {
+  // The id, then `FILE CHECKSUM` lines.
+  std::istringstream lines(text);
+  std::string id, line;
+  std::getline(lines, id);
+  std::map<std::string, uint64_t> checksums;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string name, checksum, rest;
+    fields >> name >> checksum;
+    if (!plainName(name) || !parseHex(checksum, checksums[name]) ||
+        (fields >> rest)) {
+      error = idPath + ": '" + line +
+              "' is not a slice's checksum (not a file sharc wrote)";
+      return false;
+    }
+  }
+  if (id + "\n" != saveIdText(index.saveId)) {
     error = idPath + ": this slice folder belongs to another save than " +
             stateIndexPath(dir) +
             " (a save that did not finish on every rank); save the state "
             "again";
     return false;
   }
-  std::string path = join(sliceDirectory(dir, rank, index.ranks), file);
-  if (!readNpy(path, out, error))
+  std::string path = joinPath(sliceDirectory(dir, rank, index.ranks), file);
+  if (!readNpy(path, out, error) ||
+      !verifyChecksum(checksums, file, path, idPath, out, error))
     return false;
   int64_t elements = 1;
   for (int64_t size : it->second.shape)
@@ -241,7 +364,10 @@ bool readStateTensor(const std::string &dir, const StateIndex &index,
               "' (saved from another program?)";
       return false;
     }
-    return readNpy(join(dir, file), out, error);
+    std::string path = joinPath(dir, file);
+    return readNpy(path, out, error) &&
+           verifyChecksum(index.checksums, file, path, stateIndexPath(dir), out,
+                          error);
   }
   NpyArray whole;
   whole.type = it->second.type;

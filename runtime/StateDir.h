@@ -14,11 +14,20 @@
 //
 // The index is plain text, one entry per line:
 //
-//   sharc-state 1
+//   sharc-state 2
 //   save-id 0123456789abcdef
 //   ranks N
-//   whole FILE.npy
+//   meta KEY VALUE                     (what the state is, below)
+//   whole FILE.npy CHECKSUM
 //   sliced FILE.npy DTYPE D0 D1 ...    (the whole tensor's type and shape)
+//
+// and a slice folder's save-id file holds the save's id, then one line
+// `FILE.npy CHECKSUM` per slice.  CHECKSUM is checksum64 of the array's data
+// bytes (16 hex digits): a reader refuses a file whose data does not match,
+// naming it.  The `meta` lines describe the state for checkpoints
+// (Checkpoint.h): the step, the model's hash, the training configuration,
+// the layout it was saved in.  Version 1 (no meta lines and no checksums)
+// is still read.
 //
 // A directory without an index (the `weights` folder `sharc compile` writes,
 // a state saved by an earlier sharc) holds whole tensors only.  A reader
@@ -58,7 +67,27 @@ struct StateIndex {
     std::vector<int64_t> shape;
   };
   std::map<std::string, Sliced> sliced;
+  /// checksum64 of the data of the whole files (and, in a slice folder's
+  /// file, of its slices); a file without one is not checked.
+  std::map<std::string, uint64_t> checksums;
+  /// What the state is (Checkpoint.h): KEY (no white space) and VALUE (the
+  /// rest of the line), in order.
+  std::vector<std::pair<std::string, std::string>> meta;
+
+  /// The value of meta KEY, or null.
+  const std::string *findMeta(const std::string &key) const;
 };
+
+/// A checksum of `size` bytes: four lanes of 64-bit words, each folded with
+/// a multiply and a rotation, then mixed (the structure of xxHash64; not
+/// cryptographic: it finds damaged files, not forged ones).
+uint64_t checksum64(const void *data, size_t size);
+
+/// "DIR/NAME" ("DIR" + NAME when DIR ends in '/').
+std::string joinPath(const std::string &dir, const std::string &name);
+
+/// `value` as 16 lower-case hex digits (save ids, checksums).
+std::string hex16(uint64_t value);
 
 /// "DIR/sharc-state.txt".
 std::string stateIndexPath(const std::string &dir);
@@ -72,8 +101,17 @@ std::string saveIdPath(const std::string &dir, int rank, int ranks);
 /// The text of `index` (its `present` is ignored).
 std::string stateIndexText(const StateIndex &index);
 
-/// The text of a slice folder's save-id file.
-std::string saveIdText(uint64_t saveId);
+/// The text of a slice folder's save-id file: the id, then its slices'
+/// checksums.
+std::string saveIdText(uint64_t saveId,
+                       const std::map<std::string, uint64_t> &checksums = {});
+
+/// Writes `array` as DIR/FILE in `files` and records the checksum of its
+/// data in `checksums` under FILE.
+bool writeStateArray(AtomicFileSet &files, const std::string &dir,
+                     const std::string &file, const NpyArray &array,
+                     std::map<std::string, uint64_t> &checksums,
+                     std::string &error);
 
 /// Adds `path` to `files` with `text` in it (an index, a save id).
 bool writeText(AtomicFileSet &files, const std::string &path,

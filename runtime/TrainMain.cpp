@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/AtomicFile.h"
+#include "runtime/Checkpoint.h"
 #include "runtime/DataLoader.h"
 #include "runtime/Device.h"
 #include "runtime/Errors.h"
@@ -26,6 +27,7 @@
 #include "runtime/ThreadPool.h"
 
 #include <mpi.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -148,7 +150,15 @@ struct Options {
   int64_t steps = 1;
   int64_t logEvery = 1;
   std::string weightsDir;
+  bool weightsGiven = false;
   std::string saveStateDir;
+  /// Checkpoints (Checkpoint.h): every --save-every steps (0: only after
+  /// the last step) in --save-dir (empty: none), keeping the --keep-last
+  /// newest (0: all); --resume: where the run continues from.
+  int64_t saveEvery = 0;
+  std::string saveDir;
+  int64_t keepLast = 0;
+  std::string resumeDir;
   /// --nvme-path: the folder for the files of buffers offloaded to NVMe
   /// (empty: the program's SwapSettings::path).
   std::string nvmePath;
@@ -251,8 +261,9 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
   std::string text =
       std::string("usage: ") + argv0 +
       " --input NAME=FILE.npy ... [--steps S] [--log-every K]\n"
-      "       [--weights DIR] [--save-state DIR] [--nvme-path DIR]\n"
-      "       [--collective-timeout SECONDS] [--help]\n"
+      "       [--weights DIR | --resume DIR] [--save-state DIR]\n"
+      "       [--save-dir DIR [--save-every K] [--keep-last M]]\n"
+      "       [--nvme-path DIR] [--collective-timeout SECONDS] [--help]\n"
       "\n"
       "Trains " +
       info.model + " (target " + info.target + ", " +
@@ -263,7 +274,12 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
       "(--weights, default: the `weights` folder next to this binary), or\n"
       "from a state saved at any stage and world size; --save-state writes\n"
       "them after the last step (under ZeRO each rank its own slices; `sharc\n"
-      "consolidate` makes them whole).  A collective or barrier\n"
+      "consolidate` makes them whole).  --save-dir DIR writes a checkpoint\n"
+      "DIR/step-N every --save-every K steps and after the last step, each\n"
+      "complete or not at all, keeping the newest M (--keep-last; default:\n"
+      "all); --resume DIR continues from DIR's newest checkpoint (or from\n"
+      "DIR itself) exactly where it stopped: the same model and training\n"
+      "configuration, any world size and ZeRO stage.  A collective or barrier\n"
       "that waits longer than --collective-timeout seconds (default 600) for\n"
       "the other ranks ends the job with an error naming them.  A program\n"
       "that offloads buffers to NVMe (offload_optimizer.device nvme) keeps\n"
@@ -323,9 +339,11 @@ Options parseOptions(int argc, char **argv) {
       options.help = true;
       continue;
     }
-    if (flag != "--input" && flag != "--steps" && flag != "--log-every" &&
-        flag != "--weights" && flag != "--save-state" &&
-        flag != "--nvme-path" && flag != "--collective-timeout")
+    static const std::set<std::string> known = {
+        "--input",      "--steps",     "--log-every",         "--weights",
+        "--save-state", "--save-dir",  "--save-every",        "--keep-last",
+        "--resume",     "--nvme-path", "--collective-timeout"};
+    if (!known.count(flag))
       return fail("unknown argument '" + arg + "' (see " +
                   std::string(argv[0]) + " --help)");
     if (!hasValue) {
@@ -347,23 +365,35 @@ Options parseOptions(int argc, char **argv) {
     } else if (flag == "--log-every") {
       if (!parsePositive(flag, value, options.logEvery, error))
         return fail(error);
-    } else if (flag == "--weights") {
-      options.weightsDir = value;
-      if (options.weightsDir.empty())
-        return fail("--weights: empty directory name");
-    } else if (flag == "--save-state") {
-      options.saveStateDir = value;
-      if (options.saveStateDir.empty())
-        return fail("--save-state: empty directory name");
-    } else if (flag == "--nvme-path") {
-      options.nvmePath = value;
-      if (options.nvmePath.empty())
-        return fail("--nvme-path: empty directory name");
+    } else if (flag == "--save-every") {
+      if (!parsePositive(flag, value, options.saveEvery, error))
+        return fail(error);
+    } else if (flag == "--keep-last") {
+      if (!parsePositive(flag, value, options.keepLast, error))
+        return fail(error);
     } else if (flag == "--collective-timeout") {
       if (!parseCollectiveTimeout(value, options.collectiveTimeout, error))
         return fail("--collective-timeout: " + error);
+    } else {
+      // A folder.
+      if (value.empty())
+        return fail(flag + ": empty directory name");
+      std::string &target = flag == "--weights"      ? options.weightsDir
+                            : flag == "--save-state" ? options.saveStateDir
+                            : flag == "--save-dir"   ? options.saveDir
+                            : flag == "--resume"     ? options.resumeDir
+                                                     : options.nvmePath;
+      target = value;
+      options.weightsGiven |= flag == "--weights";
     }
   }
+  if (options.weightsGiven && !options.resumeDir.empty())
+    return fail("--weights and --resume both choose where the run starts: "
+                "give one");
+  if (options.saveDir.empty() && (options.saveEvery || options.keepLast))
+    return fail(
+        std::string(options.saveEvery ? "--save-every" : "--keep-last") +
+        " needs --save-dir DIR");
   if (options.weightsDir.empty()) {
     std::filesystem::path self(argc > 0 ? argv[0] : "train");
     options.weightsDir = (self.parent_path() / "weights").string();
@@ -583,10 +613,11 @@ void loadBuffer(const std::string &dir, const StateIndex &index,
 }
 
 /// The file of the whole (not partitioned) buffer `spec`, whose bytes are
-/// `host`, as `dir/FILE` in `files` (bf16 as f32: NumPy has no bfloat16).
+/// `host`, as `dir/FILE` in `files` (bf16 as f32: NumPy has no bfloat16),
+/// its checksum in `checksums`.
 bool saveWhole(AtomicFileSet &files, const std::string &dir,
                const BufferSpec &spec, std::vector<char> host,
-               std::string &error) {
+               std::map<std::string, uint64_t> &checksums, std::string &error) {
   NpyArray array;
   array.type = fileType(spec.type);
   array.shape = fileShape(spec);
@@ -599,8 +630,7 @@ bool saveWhole(AtomicFileSet &files, const std::string &dir,
   } else {
     array.data = std::move(host);
   }
-  return writeNpy(files, (std::filesystem::path(dir) / spec.file).string(),
-                  array, error);
+  return writeStateArray(files, dir, spec.file, array, checksums, error);
 }
 
 /// Copies the `spec.bytes` bytes of buffer `index` to `host`: from device
@@ -624,35 +654,74 @@ bool bufferToHost(const ProgramInfo &info, const std::vector<void *> &buffers,
   return true;
 }
 
-/// Saves the parameters and optimizer state in `dir` (StateDir.h): each rank
-/// writes its slices of the partitioned buffers into its slice folder, rank
-/// 0 the whole buffers and, last, the index.  No rank's files replace
-/// anything until every rank has written all of its own (a collective
-/// agrees on it); a rank that fails reports why, after every rank removed
-/// what it wrote.  Buffers offloaded to NVMe are read from `store`; the
-/// files are the same either way.
-void saveState(Communicator &comm, const ProgramInfo &info,
-               const std::vector<void *> &buffers, SwapStore *store,
-               const std::string &dir) {
-  comm.setContext("--save-state");
+/// A value every rank agrees on: rank 0's `value`.
+uint64_t broadcastValue(Communicator &comm, uint64_t value) {
+  void *scratch = deviceAlloc(sizeof(uint64_t));
+  copyToDevice(scratch, &value, sizeof(value));
+  comm.broadcast(scratch, 1, DType::i64, 0);
+  copyToHost(&value, scratch, sizeof(value));
+  deviceFree(scratch);
+  return value;
+}
+
+/// A fresh save id (rank 0's, broadcast): it tells this save's slice
+/// folders from an earlier one's.
+uint64_t agreeOnSaveId(Communicator &comm) {
+  uint64_t id = 0;
+  if (comm.rank() == 0)
+    id = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+         (uint64_t(std::random_device()()) << 32) ^ uint64_t(::getpid());
+  return broadcastValue(comm, id);
+}
+
+/// The meta lines of a state saved after `step` steps (Checkpoint.h): the
+/// step, what a resume compares, and the layout it was saved in.
+MetaLines stateMeta(const ProgramInfo &info, int ranks, int64_t step) {
+  auto text = [](const char *value) {
+    return std::string(value && *value ? value : "-");
+  };
+  MetaLines meta = {{"step", std::to_string(step)},
+                    {"sharc-version", text(info.sharcVersion)},
+                    {"model", text(info.model)}};
+  for (auto &line :
+       resumeIdentity(text(info.modelHash),
+                      info.trainingConfig ? info.trainingConfig : ""))
+    meta.push_back(std::move(line));
+  meta.insert(meta.end(), {{"target", text(info.target)},
+                           {"world-size", std::to_string(ranks)},
+                           {"zero-stage", std::to_string(info.zeroStage)},
+                           {"micro-batch", std::to_string(info.microBatch)},
+                           {"gradient-accumulation",
+                            std::to_string(info.gradientAccumulation)}});
+  return meta;
+}
+
+/// Saves the parameters and optimizer state in `dir` (StateDir.h) as save
+/// `id`, the index with `meta`: each rank writes its slices of the
+/// partitioned buffers into its slice folder, rank 0 the whole buffers and,
+/// last, the index.  No rank's files replace anything until every rank has
+/// written all of its own (a collective agrees on it); a rank that fails
+/// reports why (after `flag`), after every rank removed what it wrote and
+/// rank 0 discarded `rootFolders` (the checkpoint's folder).  Buffers
+/// offloaded to NVMe are read from `store`; the files are the same either
+/// way.  Returns the bytes this rank wrote.
+uint64_t saveState(Communicator &comm, const ProgramInfo &info,
+                   const std::vector<void *> &buffers, SwapStore *store,
+                   const std::string &dir, uint64_t id, const MetaLines &meta,
+                   const std::string &flag,
+                   AtomicFileSet *rootFolders = nullptr) {
+  comm.setContext(flag);
   int rank = comm.rank(), ranks = comm.size();
   StateIndex index;
   index.ranks = ranks;
-  // The save's id, from rank 0: it tells this save's slice folders from an
-  // earlier one's.
-  uint64_t id = 0;
-  if (rank == 0)
-    id = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-         (uint64_t(std::random_device()()) << 32) ^ uint64_t(::getpid());
-  void *scratch = deviceAlloc(sizeof(uint64_t));
-  copyToDevice(scratch, &id, sizeof(id));
-  comm.broadcast(scratch, 1, DType::i64, 0);
-  copyToHost(&id, scratch, sizeof(id));
   index.saveId = id;
+  index.meta = meta;
 
   AtomicFileSet files;
   std::string error;
   bool ok = true;
+  uint64_t written = 0;
+  std::map<std::string, uint64_t> sliceChecksums;
   // Carried 16-bit copies are derived from their parameters: not saved.
   auto saved = [](const BufferSpec &spec) {
     return (spec.role == BufferRole::param || spec.role == BufferRole::state) &&
@@ -683,18 +752,19 @@ void saveState(Communicator &comm, const ProgramInfo &info,
       array.shape = {spec.numElements};
       array.data.resize(spec.bytes);
       ok = bufferToHost(info, buffers, store, i, array.data.data(), error) &&
-           writeNpy(files,
-                    (std::filesystem::path(sliceDir) / spec.file).string(),
-                    array, error);
+           writeStateArray(files, sliceDir, spec.file, array, sliceChecksums,
+                           error);
+      written += uint64_t(spec.bytes);
     } else if (rank == 0) {
       std::vector<char> host(spec.bytes);
       ok = bufferToHost(info, buffers, store, i, host.data(), error) &&
-           saveWhole(files, dir, spec, std::move(host), error);
+           saveWhole(files, dir, spec, std::move(host), index.checksums, error);
+      written += uint64_t(spec.bytes);
     }
   }
   if (ok && anySliced)
     ok = writeText(files, saveIdPath(dir, rank, ranks),
-                   saveIdText(index.saveId), error);
+                   saveIdText(index.saveId, sliceChecksums), error);
   if (ok && rank == 0)
     ok = writeText(files, stateIndexPath(dir), stateIndexText(index), error);
 
@@ -702,6 +772,7 @@ void saveState(Communicator &comm, const ProgramInfo &info,
   // if any (the largest `ranks - rank` of a failing rank), reports after
   // every rank removed its temporary files.
   int32_t code = ok ? 0 : ranks - rank;
+  void *scratch = deviceAlloc(sizeof(int32_t));
   copyToDevice(scratch, &code, sizeof(code));
   comm.allReduce(scratch, 1, DType::i32, ReduceOp::max);
   copyToHost(&code, scratch, sizeof(code));
@@ -710,17 +781,84 @@ void saveState(Communicator &comm, const ProgramInfo &info,
   if (code > 0) {
     files.discard();
     comm.barrier();
+    if (rootFolders)
+      rootFolders->discard();
     if (rank == failed)
-      fatal("--save-state: " + error);
+      fatal(flag + ": " + error);
     comm.barrier(); // ended by the failing rank's abort
-    fatal("--save-state: rank " + std::to_string(failed) + " failed");
+    fatal(flag + ": rank " + std::to_string(failed) + " failed");
   }
   // Rank 0 renames its files, the index last, after the others did theirs.
   if (rank != 0 && !files.commit(error))
-    fatal("--save-state: " + error);
+    fatal(flag + ": " + error);
   comm.barrier();
   if (rank == 0 && !files.commit(error))
-    fatal("--save-state: " + error);
+    fatal(flag + ": " + error);
+  return written;
+}
+
+/// Writes the checkpoint after `step` steps: the state saved into a hidden
+/// folder of --save-dir, which rank 0 renames to `step-N` once every rank
+/// has written its files, then removes the checkpoints beyond --keep-last
+/// (Checkpoint.h).  Its collectives are left out of the run's figures.
+void saveCheckpoint(Communicator &comm, const ProgramInfo &info,
+                    const std::vector<void *> &buffers, SwapStore *store,
+                    const Options &options, int64_t step) {
+  Communicator::StatsSnapshot stats = comm.snapshotStats();
+  auto start = std::chrono::steady_clock::now();
+  const std::string flag = "--save-dir";
+  comm.setContext(flag);
+  uint64_t id = agreeOnSaveId(comm);
+  std::string partial = partialCheckpointPath(options.saveDir, step, id);
+  std::string target =
+      (std::filesystem::path(options.saveDir) / checkpointName(step)).string();
+  // Rank 0 makes the folder (and --save-dir); the others write into it.
+  AtomicFileSet folders;
+  std::string error;
+  uint64_t made = 1;
+  if (comm.rank() == 0) {
+    struct stat existing;
+    if (::lstat(partial.c_str(), &existing) == 0)
+      error = partial + ": exists", made = 0;
+    else if (!folders.createDirectories(partial, error))
+      made = 0;
+  }
+  if (!broadcastValue(comm, made)) {
+    if (comm.rank() == 0)
+      fatal(flag + ": " + error);
+    comm.barrier(); // ended by rank 0's abort
+  }
+  uint64_t written = saveState(comm, info, buffers, store, partial, id,
+                               stateMeta(info, comm.size(), step), flag,
+                               comm.rank() == 0 ? &folders : nullptr);
+  if (comm.rank() == 0) {
+    std::string warning;
+    if (!publishCheckpoint(partial, target, warning, error)) {
+      std::string removeError;
+      removeStateDirectory(partial, removeError);
+      fatal(flag + ": " + error);
+    }
+    folders.commit(error);
+    std::vector<std::string> removed, warnings;
+    if (!warning.empty())
+      warnings.push_back(warning);
+    if (options.keepLast > 0)
+      pruneCheckpoints(options.saveDir, options.keepLast, removed, warnings);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    std::printf("checkpoint: step %" PRId64 " saved in %s (%" PRIu64
+                " bytes from rank 0, %.3f s)",
+                step, target.c_str(), written, seconds);
+    for (const std::string &path : removed)
+      std::printf("; removed %s", path.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+    for (const std::string &message : warnings)
+      std::fprintf(stderr, "warning: --keep-last: %s\n", message.c_str());
+    std::fflush(stderr);
+  }
+  comm.restoreStats(stats);
 }
 
 /// A scalar output as a double.
@@ -953,9 +1091,43 @@ int run(int argc, char **argv) {
   // not once per buffer), each buffer at an aligned offset of it.
   std::vector<void *> buffers(info.numBuffers);
   StateIndex weightsIndex;
+  // --resume: the newest checkpoint of the folder (or the folder), which
+  // must be of this model and training configuration.
+  if (!options.resumeDir.empty()) {
+    std::string error;
+    if (!findResumePoint(options.resumeDir, options.weightsDir, error))
+      fatalOnce(comm, error);
+  }
   if (std::string error;
       !readStateIndex(options.weightsDir, weightsIndex, error))
-    fatal(error);
+    fatalOnce(comm, error);
+  int64_t resumedStep = -1;
+  if (!options.resumeDir.empty()) {
+    std::string error;
+    if (!checkResumable(
+            options.weightsDir, weightsIndex,
+            resumeIdentity(info.modelHash ? info.modelHash : "-",
+                           info.trainingConfig ? info.trainingConfig : ""),
+            error))
+      fatalOnce(comm, error);
+    const std::string *step = weightsIndex.findMeta("step");
+    char *end = nullptr;
+    resumedStep = step ? std::strtoll(step->c_str(), &end, 10) : -1;
+    if (!step || step->empty() || *end || resumedStep < 0)
+      fatalOnce(comm, stateIndexPath(options.weightsDir) +
+                          ": no step count (meta step) in the checkpoint");
+    if (comm.rank() == 0) {
+      auto meta = [&](const char *key) {
+        const std::string *value = weightsIndex.findMeta(key);
+        return value ? *value : std::string("?");
+      };
+      std::printf("resume: from %s (step %" PRId64
+                  "; saved by %s rank(s) at ZeRO stage %s)\n",
+                  options.weightsDir.c_str(), resumedStep,
+                  meta("world-size").c_str(), meta("zero-stage").c_str());
+      std::fflush(stdout);
+    }
+  }
   // The files of the buffers offloaded to NVMe, in a folder of this rank's
   // own; removed when the store goes, also when the run ends by fatal() or
   // SIGTERM, SIGINT or SIGHUP (Swap.h).
@@ -1081,6 +1253,12 @@ int run(int argc, char **argv) {
     if (firstStep < 0)
       fatal("state 'step' holds " + std::to_string(firstStep) +
             " applied steps; expected a non-negative count");
+    if (resumedStep >= 0 && firstStep != resumedStep)
+      fatal(stateIndexPath(options.weightsDir) + ": the checkpoint of step " +
+            std::to_string(resumedStep) + " holds a step counter of " +
+            std::to_string(firstStep) + " (a damaged checkpoint)");
+  } else if (resumedStep >= 0) {
+    firstStep = resumedStep;
   }
 
   // Tokens per step: rows of the global batch times the elements of one row
@@ -1114,6 +1292,8 @@ int run(int argc, char **argv) {
   double totalSeconds = 0;
   uint64_t measuredArena = 0;
   int64_t skippedSteps = 0;
+  // NVMe bytes that checkpoints read (not the steps').
+  uint64_t checkpointReadBytes = 0;
   Clock::time_point lastLine = Clock::now();
   for (int64_t s = 0; s < options.steps; ++s) {
     int64_t globalStep = firstStep + s;
@@ -1179,6 +1359,18 @@ int run(int argc, char **argv) {
       std::fflush(stderr);
       lastLine = Clock::now();
     }
+    // Checkpoints: every --save-every steps (counted from the first step of
+    // training, not of this run) and after the last.  Their NVMe reads are
+    // not the steps'.
+    if (!options.saveDir.empty() &&
+        (last ||
+         (options.saveEvery && (globalStep + 1) % options.saveEvery == 0))) {
+      uint64_t read = store ? store->bytesRead() : 0;
+      saveCheckpoint(comm, info, buffers, store.get(), options, globalStep + 1);
+      if (store)
+        checkpointReadBytes += store->bytesRead() - read;
+      lastLine = Clock::now();
+    }
   }
 
   // Summary.  Planned memory: the persistent buffers, the arena and the
@@ -1242,11 +1434,13 @@ int run(int argc, char **argv) {
                 " measured %s\n",
                 plannedCalls, perStep(measuredCalls, options.steps).c_str());
     if (store)
-      std::printf("summary: NVMe bytes per step planned read %" PRIu64
-                  " written %" PRIu64 " measured read %s written %s\n",
-                  info.swap.plannedReadBytes, info.swap.plannedWriteBytes,
-                  perStep(store->bytesRead(), options.steps).c_str(),
-                  perStep(store->bytesWritten(), options.steps).c_str());
+      std::printf(
+          "summary: NVMe bytes per step planned read %" PRIu64
+          " written %" PRIu64 " measured read %s written %s\n",
+          info.swap.plannedReadBytes, info.swap.plannedWriteBytes,
+          perStep(store->bytesRead() - checkpointReadBytes, options.steps)
+              .c_str(),
+          perStep(store->bytesWritten(), options.steps).c_str());
     std::fflush(stdout);
     if (measuredArena < uint64_t(info.arenaBytes))
       std::fprintf(stderr,
@@ -1266,11 +1460,12 @@ int run(int argc, char **argv) {
       fatal(perStep(measuredCalls, options.steps) +
             " collective calls per step, the plan " +
             std::to_string(plannedCalls));
-    if (store && (store->bytesRead() !=
+    if (store && (store->bytesRead() - checkpointReadBytes !=
                       info.swap.plannedReadBytes * uint64_t(options.steps) ||
                   store->bytesWritten() !=
                       info.swap.plannedWriteBytes * uint64_t(options.steps)))
-      fatal("NVMe offload read " + perStep(store->bytesRead(), options.steps) +
+      fatal("NVMe offload read " +
+            perStep(store->bytesRead() - checkpointReadBytes, options.steps) +
             " and wrote " + perStep(store->bytesWritten(), options.steps) +
             " bytes per step, the plan " +
             std::to_string(info.swap.plannedReadBytes) + " and " +
@@ -1287,7 +1482,10 @@ int run(int argc, char **argv) {
   }
 
   if (!options.saveStateDir.empty())
-    saveState(comm, info, buffers, store.get(), options.saveStateDir);
+    saveState(comm, info, buffers, store.get(), options.saveStateDir,
+              agreeOnSaveId(comm),
+              stateMeta(info, comm.size(), firstStep + options.steps),
+              "--save-state");
 
   // No rank finalizes MPI (which waits for every rank, without a timeout)
   // before all have finished, --save-state included.

@@ -28,6 +28,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/xxhash.h"
 
 #include <algorithm>
 #include <climits>
@@ -1051,13 +1052,48 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
 // Entry points
 //===----------------------------------------------------------------------===//
 
+/// A hash of what `model` computes: its opsets, every node (serialized:
+/// operator, attributes, names of inputs and outputs), each initializer's
+/// name, type and shape (not its values), and the graph inputs' names and
+/// element types and the outputs' names.  Neither the weights nor the input
+/// dimensions (symbolic or bound) change it.
+static std::string modelHashOf(const onnx::ModelProto &model) {
+  const onnx::GraphProto &graph = model.graph();
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (const auto &opset : model.opset_import())
+    os << "opset " << opset.domain() << " " << opset.version() << "\n";
+  for (const onnx::NodeProto &node : graph.node()) {
+    std::string bytes;
+    node.SerializeToString(&bytes);
+    os << "node " << bytes.size() << " " << bytes << "\n";
+  }
+  for (const onnx::TensorProto &init : graph.initializer()) {
+    os << "initializer " << init.name() << " " << init.data_type();
+    for (int64_t dim : init.dims())
+      os << " " << dim;
+    os << "\n";
+  }
+  for (const onnx::ValueInfoProto &input : graph.input())
+    os << "input " << input.name() << " "
+       << input.type().tensor_type().elem_type() << "\n";
+  for (const onnx::ValueInfoProto &output : graph.output())
+    os << "output " << output.name() << "\n";
+  return llvm::utohexstr(llvm::xxh3_64bits(os.str()), /*LowerCase=*/true,
+                         /*Width=*/16);
+}
+
 static FailureOr<ImportedModel> importModel(const onnx::ModelProto &model,
                                             StringRef sourceName,
                                             StringRef baseDir,
                                             MLIRContext &context,
                                             const ImportOptions &options) {
   context.loadDialect<func::FuncDialect, SharcDialect>();
-  return GraphImporter(context, sourceName, baseDir, options).import(model);
+  FailureOr<ImportedModel> imported =
+      GraphImporter(context, sourceName, baseDir, options).import(model);
+  if (succeeded(imported))
+    imported->modelHash = modelHashOf(model);
+  return imported;
 }
 
 FailureOr<ImportedModel>

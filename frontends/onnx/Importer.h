@@ -42,6 +42,10 @@ struct ImportOptions {
 struct ImportedModel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::vector<std::pair<std::string, Tensor>> parameters;
+  /// 16 hex digits: a hash of what the model computes, from its graph
+  /// without the initializers' values or the input dimensions (checkpoints
+  /// record it; a resume compares it).
+  std::string modelHash;
 };
 
 /// Imports the model at `path`.  Files ending in `.onnxtxt` or `.onnxtext`

@@ -76,13 +76,15 @@ func.func @main(%x: tensor<8x4xf32> {sharc.input = "x"},
 // No kernel moves data: the transpose of w3 is a GEMM flag.
 // CHECK-NOT: const int64_t offset =
 // CHECK: const sharc::rt::BufferSpec buffers[] = {
-// CHECK-NEXT: {"w1", "fc1.weight", "w1.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 2, {4, 6}, 24, 96, nullptr, false, 2, {4, 6}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"w1", "fc1.weight", "fc1.weight.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 2, {4, 6}, 24, 96, nullptr, false, 2, {4, 6}, sharc::rt::BufferStorage::device, -1},
 // 8 GEMM calls per step: 3 forward, 5 backward.
 // CHECK: {0u, 0u, 0u, 0u},
 // CHECK-NEXT: {0u, 0u, 0u, 0u},
 // CHECK-NEXT: {{[0-9]+}}, 8,
 // CHECK-NEXT: {"", 1048576, 8, false, true, 0u, 0u},
-// CHECK-NEXT: 0, 0u};
+// CHECK-NEXT: 0, 0u,
+// CHECK-NEXT: "", "",
+// CHECK-NEXT: ""};
 
 // CHECK-LABEL: extern "C" void sharcProgramStep(const sharc::rt::StepContext *ctx) {
 // h = relu(x w1 + b1): bias and ReLU in the epilogue, no aux output.

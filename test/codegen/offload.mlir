@@ -28,14 +28,16 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // CHECK: const sharc::rt::BufferSpec buffers[] = {
 // CHECK-NEXT: {"w", {{.*}}, sharc::rt::BufferStorage::device, -1},
 // CHECK-NEXT: {"b", {{.*}}, sharc::rt::BufferStorage::device, -1},
-// CHECK-NEXT: {"w.exp_avg", "", "w.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::nvme, -1},
+// CHECK-NEXT: {"w.exp_avg", "", "fc.weight.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::nvme, -1},
 // CHECK-NEXT: {"w.exp_avg_sq", {{.*}}, sharc::rt::BufferStorage::nvme, -1},
 // CHECK-NEXT: {"b.exp_avg", {{.*}}, sharc::rt::BufferStorage::nvme, -1},
 // CHECK-NEXT: {"b.exp_avg_sq", {{.*}}, sharc::rt::BufferStorage::nvme, -1},
 // CHECK-NEXT: {"step", {{.*}}, sharc::rt::BufferStorage::device, -1},
 // CHECK: const sharc::rt::ProgramInfo info = {
 // CHECK: {"", 1048576, 8, false, true, 16384u, 16384u},
-// CHECK-NEXT: 0, 0u};
+// CHECK-NEXT: 0, 0u,
+// CHECK-NEXT: "", "",
+// CHECK-NEXT: ""};
 
 // CHECK-LABEL: extern "C" void sharcProgramStep(
 // CHECK: const uint64_t [[R2:ticket[0-9]+]] = ctx->swap->startRead(2, (ctx->arena + [[M2:[0-9]+]]));
@@ -87,7 +89,7 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // HOST: {"w.exp_avg", {{.*}}, sharc::rt::BufferStorage::host, -1},
 // HOST: const sharc::rt::ProgramInfo info = {
 // HOST: {"", 1048576, 8, false, true, 0u, 0u},
-// HOST-NEXT: {{[0-9]+}}, 116u};
+// HOST-NEXT: {{[0-9]+}}, 116u,
 // HOST-LABEL: extern "C" void sharcProgramStep(
 // HOST: = sharc::kern::transferStart(ctx, (ctx->hostArena + {{[0-9]+}}), (ctx->arena + {{[0-9]+}}), 24, true);
 // HOST: sharc::kern::transferWait(ctx,

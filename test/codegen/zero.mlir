@@ -24,12 +24,12 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 }
 
 // CHECK: const sharc::rt::BufferSpec buffers[] = {
-// CHECK-NEXT: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 2, {3, 4}, 12, 48, nullptr, false, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
-// CHECK-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, false, 1, {4}, sharc::rt::BufferStorage::device, -1},
-// CHECK-NEXT: {"w.exp_avg", "", "w.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
-// CHECK-NEXT: {"w.exp_avg_sq", "", "w.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
-// CHECK-NEXT: {"b.exp_avg", "", "b.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
-// CHECK-NEXT: {"b.exp_avg_sq", "", "b.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"w", "fc.weight", "fc.weight.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 2, {3, 4}, 12, 48, nullptr, false, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"b", "fc.bias", "fc.bias.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, false, 1, {4}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"w.exp_avg", "", "fc.weight.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"w.exp_avg_sq", "", "fc.weight.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"b.exp_avg", "", "fc.bias.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
+// CHECK-NEXT: {"b.exp_avg_sq", "", "fc.bias.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
 // CHECK-NEXT: {"step", "", "step.npy", sharc::rt::BufferRole::state, sharc::rt::DType::i64, 0, {}, 1, 8, nullptr, false, 0, {}, sharc::rt::BufferStorage::device, -1},
 // The stage, and per step one all-reduce (the loss), one reduce-scatter and
 // one all-gather of 8 floats per rank: (N - 1) / N of 2 x 8 floats each.
@@ -60,8 +60,8 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // only parameter gather, so nothing to prefetch it behind) from the buffer
 // into the arena before the forward GEMM reads it; b stays whole and gets its updated
 // slices back at the end, as at stage 2.
-// STAGE3: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
-// STAGE3-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, false, 1, {4}, sharc::rt::BufferStorage::device, -1},
+// STAGE3: {"w", "fc.weight", "fc.weight.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
+// STAGE3-NEXT: {"b", "fc.bias", "fc.bias.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {4}, 4, 16, nullptr, false, 1, {4}, sharc::rt::BufferStorage::device, -1},
 // STAGE3: void sharcProgramStep(
 // STAGE3: const uint64_t [[T:ticket[0-9]+]] = ctx->comm->startAllGather(ctx->buffers[0], (ctx->arena + {{[0-9]+}}), 6, sharc::rt::DType::f32);
 // STAGE3-NEXT: ctx->comm->wait([[T]]);
@@ -74,8 +74,8 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // so their fp32 masters are partitioned too (each rank keeps its slice);
 // the slices are cast and all-gathered in bf16 before forward reads them,
 // and nothing is gathered after the update.
-// MASTERS: {"w", "fc.weight", "w.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
-// MASTERS-NEXT: {"b", "fc.bias", "b.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
+// MASTERS: {"w", "fc.weight", "fc.weight.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {6}, 6, 24, nullptr, true, 2, {3, 4}, sharc::rt::BufferStorage::device, -1},
+// MASTERS-NEXT: {"b", "fc.bias", "fc.bias.npy", sharc::rt::BufferRole::param, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
 // MASTERS: void sharcProgramStep(
 // The second gather (b) starts right after the first's wait, while the
 // GEMM that reads w computes.

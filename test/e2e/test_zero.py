@@ -154,10 +154,9 @@ def test_sixteen_bit_stages_train_as_stage_zero(sharc, exported, tmp_path,
 
 
 def state_files(directory):
-    """File name -> array; the names with every character outside
-    [A-Za-z0-9] made '_' (the binary names its files by the sanitized
-    parameter names, the evaluator by the ONNX names)."""
-    return {re.sub(r"[^A-Za-z0-9]", "_", p.stem): np.load(p)
+    """File name -> array (the binary and the evaluator both name the files
+    after the ONNX names)."""
+    return {p.name: np.load(p)
             for p in sorted(pathlib.Path(directory).glob("*.npy"))}
 
 

@@ -105,7 +105,14 @@ TEST_F(StateDirTest, MalformedIndexesAreRefusedWithTheLine) {
   struct Case {
     std::string text, message;
   } cases[] = {
-      {"sharc-state 2\n", ":1: expected 'sharc-state 1'"},
+      {"sharc-state 3\n", ":1: expected 'sharc-state 1' or 'sharc-state 2'"},
+      {"sharc-state 2\nsave-id 0000000000000001\nranks 2\n"
+       "whole w.npy 12345\n",
+       ":4: a checksum is 16 hex digits, got '12345'"},
+      {"sharc-state 2\nsave-id 0000000000000001\nranks 2\nmeta a 1\n"
+       "meta a 2\n",
+       ":5: meta 'a' is given twice"},
+      {std::string(header) + "meta step 1\n", ":4: unknown entry 'meta'"},
       {std::string(header) + "whole ../escape.npy\n", ":4: '../escape.npy' is "
                                                       "not a file name"},
       {std::string(header) + "whole a/b.npy\n", "is not a file name"},

@@ -527,7 +527,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
   PlanSettings settings{.cuda = cuda,
                         .fuse = flags->fuse,
                         .overlapComm = std::nullopt,
-                        .hostUpdate = flags->hostUpdate};
+                        .hostUpdate = flags->hostUpdate,
+                        .modelHash = model.modelHash};
   if (flags->overlapComm.getNumOccurrences())
     settings.overlapComm = flags->overlapComm;
   // cpu_checkpointing: the checkpoints in host memory, which on the CPU
@@ -712,6 +713,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
                            {"in_micro_batch_loop", entry.inMicroBatchLoop}});
   llvm::json::Object manifest{
       {"model", modelPath.str()},
+      {"model_hash", emit.modelHash},
+      {"sharc_version", emit.sharcVersion},
       {"target", emit.target},
       {"world_size", emit.worldSize},
       {"zero_stage", emit.zeroStage},

@@ -15,8 +15,10 @@
 
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/xxhash.h"
 
 using namespace mlir;
 using namespace sharc;
@@ -57,6 +59,7 @@ FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
   if (failed(parseInputShapes(inputShapes, options)))
     return failure();
   LoadedModel model;
+  model.path = path.str();
   if (path.ends_with(".mlir")) {
     if (!inputShapes.empty()) {
       fail("--input-shape applies to ONNX models only");
@@ -82,6 +85,10 @@ FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
     model.module = parseSourceFile<ModuleOp>(sourceMgr, &context);
     if (!model.module)
       return failure();
+    model.modelHash = llvm::utohexstr(
+        llvm::xxh3_64bits(
+            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBuffer()),
+        /*LowerCase=*/true, /*Width=*/16);
   } else {
     auto imported = importOnnxFile(path, context, options);
     if (failed(imported))
@@ -89,6 +96,7 @@ FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
     model.module = std::move(imported->module);
     for (auto &[name, value] : imported->parameters)
       model.parameters[name] = std::move(value);
+    model.modelHash = imported->modelHash;
   }
   if (failed(verifyStaticShapes(*model.module)))
     return failure();
@@ -123,6 +131,12 @@ FailureOr<Tensor> sharc::readNpyAs(StringRef name, StringRef path,
     fail(error);
     return failure();
   }
+  return npyAs(name, path, array, type);
+}
+
+FailureOr<Tensor> sharc::npyAs(StringRef name, StringRef path,
+                               const rt::NpyArray &array,
+                               RankedTensorType type) {
   Tensor value = Tensor::fromNpy(array);
   std::optional<DType> want = dtypeOf(type.getElementType());
   if (!want) {

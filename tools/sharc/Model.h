@@ -30,6 +30,12 @@ struct LoadedModel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   mlir::func::FuncOp entry;
   std::map<std::string, Tensor> parameters;
+  /// What checkpoints record of the model (16 hex digits): the importer's
+  /// hash of an ONNX graph (ImportedModel::modelHash), or of a .mlir file's
+  /// text.
+  std::string modelHash;
+  /// The file it was loaded from.
+  std::string path;
 };
 
 /// Loads the model at `path` into `context`: a file ending in .mlir is parsed
@@ -54,6 +60,12 @@ mlir::FailureOr<Tensor> readNpyAs(llvm::StringRef name, llvm::StringRef path,
                                   mlir::RankedTensorType type);
 
 /// Reads `path` as a value for argument `name` of type `type`.
+/// `array`, read from `path`, as a tensor of `type`'s element type (f32
+/// for bf16: NumPy has none), the shape unchecked; an error names `name`.
+mlir::FailureOr<Tensor> npyAs(llvm::StringRef name, llvm::StringRef path,
+                              const rt::NpyArray &array,
+                              mlir::RankedTensorType type);
+
 mlir::FailureOr<Tensor> readArgument(llvm::StringRef name, llvm::StringRef path,
                                      mlir::RankedTensorType type);
 

@@ -19,6 +19,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Regex.h"
 
+#include <charconv>
 #include <cmath>
 #include <memory>
 #include <type_traits>
@@ -73,6 +74,32 @@ struct TrainFlags {
       "dump-grads",
       cl::desc("Write the gradient of the last step's loss (summed over its "
                "micro-batches, before clipping) as DIR/<param>.npy"),
+      cl::value_desc("DIR"), cl::sub(sub), cl::cat(category)};
+  Flag<std::string> saveDir{
+      "save-dir",
+      cl::desc("Write checkpoints as DIR/step-N (every --save-every steps "
+               "and after the last), each complete or not at all"),
+      cl::value_desc("DIR"), cl::sub(sub), cl::cat(category)};
+  Flag<int64_t> saveEvery{
+      "save-every",
+      cl::desc("With --save-dir: a checkpoint every K steps (counted from "
+               "the start of training)"),
+      cl::value_desc("K"),
+      cl::init(0),
+      cl::sub(sub),
+      cl::cat(category)};
+  Flag<int64_t> keepLast{
+      "keep-last",
+      cl::desc("With --save-dir: keep the newest M checkpoints (default: "
+               "all)"),
+      cl::value_desc("M"),
+      cl::init(0),
+      cl::sub(sub),
+      cl::cat(category)};
+  Flag<std::string> resume{
+      "resume",
+      cl::desc("Continue from DIR's newest checkpoint (or DIR itself), "
+               "which must be of this model and training configuration"),
       cl::value_desc("DIR"), cl::sub(sub), cl::cat(category)};
   Flag<std::string> loss{"loss",
                          cl::desc("Output to minimise (default: the only "
@@ -206,6 +233,7 @@ struct TrainFlags {
   std::vector<cl::Option *> all() {
     std::vector<cl::Option *> result = {
         &steps,         &config,    &dumpState,       &dumpGrads,
+        &saveDir,       &saveEvery, &keepLast,        &resume,
         &loss,          &freeze,    &precision,       &offloadOptimizer,
         &offloadParam,  &nvmePath,  &subGroupSize,    &pipelineRead,
         &pipelineWrite, &recompute, &activationMemory};
@@ -637,12 +665,86 @@ bool sharc::trainingFlagGiven(StringRef name) {
   return false;
 }
 
+std::string sharc::trainingConfigText(const TrainingOptions &options,
+                                      int64_t microBatch) {
+  std::string text;
+  auto line = [&](StringRef name, const auto &value) {
+    using T = std::decay_t<decltype(value)>;
+    std::string shown;
+    if constexpr (std::is_same_v<T, bool>)
+      shown = value ? "true" : "false";
+    else if constexpr (std::is_same_v<T, double>) {
+      // The shortest text that reads back as the same double.
+      char buffer[40];
+      shown.assign(buffer,
+                   std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
+    } else if constexpr (std::is_integral_v<T>)
+      shown = std::to_string(value);
+    else
+      shown = value;
+    text += name.str() + " " + (shown.empty() ? "-" : shown) + "\n";
+  };
+  OptimizerOptions optimizer(options);
+#define SHARC_TRAINING_OPTION(FIELD, NAME, TYPE, DESC, KEY)                    \
+  if (StringRef(NAME) != "grad-accum")                                         \
+    line(NAME, optimizer.FIELD);
+#define SHARC_PARALLEL_OPTION(FIELD, NAME, TYPE, DESC, KEY)
+#include "ir/TrainingOptions.def"
+  line("loss", options.loss);
+  line("freeze", options.freeze);
+  line("train-batch-size", microBatch * options.gradAccum * options.worldSize);
+  const PrecisionOptions &precision = options.mixedPrecision;
+  line("precision",
+       std::string(precision.precision == Precision::fp16   ? "fp16"
+                   : precision.precision == Precision::bf16 ? "bf16"
+                                                            : "fp32"));
+  line("loss-scale", precision.staticLossScale);
+  line("initial-scale", precision.lossScale.initialScale);
+  line("loss-scale-window", precision.lossScale.window);
+  line("min-loss-scale", precision.lossScale.minScale);
+  line("hysteresis", precision.lossScale.hysteresis);
+  line("consecutive-hysteresis", precision.lossScale.consecutiveHysteresis);
+  line("check-grad-overflow", precision.bf16CheckOverflow);
+  return text;
+}
+
 int64_t sharc::trainingSteps() { return flags->steps; }
 
 std::optional<std::string> sharc::dumpStateDir() {
   if (!given(flags->dumpState))
     return std::nullopt;
   return flags->dumpState.getValue();
+}
+
+FailureOr<CheckpointFlags> sharc::checkpointFlags() {
+  CheckpointFlags result;
+  if (given(flags->saveDir))
+    result.saveDir = flags->saveDir.getValue();
+  if (given(flags->resume))
+    result.resume = flags->resume.getValue();
+  result.saveEvery = flags->saveEvery;
+  result.keepLast = flags->keepLast;
+  for (auto [flag, value] : {std::pair{"--save-every", result.saveEvery},
+                             std::pair{"--keep-last", result.keepLast}}) {
+    if (value < 0 || (value == 0 && (flag == StringRef("--save-every")
+                                         ? given(flags->saveEvery)
+                                         : given(flags->keepLast)))) {
+      fail(Twine(flag) + " must be a positive integer, got " + Twine(value));
+      return failure();
+    }
+    if (value > 0 && !result.saveDir) {
+      fail(Twine(flag) + " needs --save-dir DIR");
+      return failure();
+    }
+  }
+  for (const std::optional<std::string> *dir :
+       {&result.saveDir, &result.resume})
+    if (*dir && (*dir)->empty()) {
+      fail(Twine(dir == &result.saveDir ? "--save-dir" : "--resume") +
+           ": empty directory name");
+      return failure();
+    }
+  return result;
 }
 
 std::optional<std::string> sharc::dumpGradsDir() {

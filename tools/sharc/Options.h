@@ -51,11 +51,32 @@ mlir::FailureOr<int64_t> microBatchOf(mlir::func::FuncOp forward,
 /// Whether the training flag `name` (without dashes) is on the command line.
 bool trainingFlagGiven(llvm::StringRef name);
 
+/// The training configuration a checkpoint records and a resumed run must
+/// have equal (runtime/Checkpoint.h): one "NAME VALUE" line per option that
+/// changes what the steps compute -- the optimizer and its parameters, the
+/// schedule, clipping, the loss, the frozen parameters, the precision and
+/// loss scaling, and the global batch (micro-batch x GAS x world size) --
+/// but not how they are laid out (world size, ZeRO stage, offload,
+/// recomputation, buckets, micro-batch and GAS themselves).
+std::string trainingConfigText(const TrainingOptions &options,
+                               int64_t microBatch);
+
 /// The number of steps `sharc eval --train` runs (--steps; 1 by default).
 int64_t trainingSteps();
 
 /// The folder of --dump-state, when given.
 std::optional<std::string> dumpStateDir();
+
+/// `sharc eval --train`'s checkpoint flags (runtime/Checkpoint.h).
+struct CheckpointFlags {
+  /// --save-dir, --resume.
+  std::optional<std::string> saveDir, resume;
+  /// --save-every (0: only after the last step), --keep-last (0: all).
+  int64_t saveEvery = 0, keepLast = 0;
+};
+
+/// The checkpoint flags, checked (the error is printed).
+mlir::FailureOr<CheckpointFlags> checkpointFlags();
 
 /// The folder of --dump-grads, when given.
 std::optional<std::string> dumpGradsDir();

@@ -11,6 +11,7 @@
 #include "passes/Cost.h"
 #include "passes/Passes.h"
 #include "runtime/Program.h"
+#include "tools/sharc/BuildConfig.h"
 #include "tools/sharc/Diagnostics.h"
 #include "tools/sharc/Options.h"
 
@@ -99,6 +100,9 @@ FailureOr<PlannedProgram> sharc::planProgram(PassManager &pm, ModuleOp module,
   plan.emit.aioQueueDepth = options.aio.queueDepth;
   plan.emit.aioSingleSubmit = options.aio.singleSubmit;
   plan.emit.aioOverlapEvents = options.aio.overlapEvents;
+  plan.emit.sharcVersion = SHARC_VERSION;
+  plan.emit.modelHash = settings.modelHash;
+  plan.emit.trainingConfig = trainingConfigText(options, plan.emit.microBatch);
   const MachineModel &machine = machineModel(plan.emit.target);
   double compute = estimateComputeSeconds(step, machine);
   {

@@ -35,6 +35,9 @@ struct PlanSettings {
   std::optional<bool> overlapComm;
   /// --host-update.
   bool hostUpdate = false;
+  /// The model's hash (LoadedModel::modelHash), which the program records
+  /// for checkpoints.
+  std::string modelHash;
 };
 
 /// A planned training program: the pipelines run, the program emitted.

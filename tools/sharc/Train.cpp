@@ -14,9 +14,11 @@
 #include "ir/SharcOps.h"
 #include "passes/Passes.h"
 #include "runtime/AtomicFile.h"
+#include "runtime/Checkpoint.h"
 #include "runtime/Errors.h"
 #include "runtime/Npy.h"
 #include "runtime/StateDir.h"
+#include "tools/sharc/BuildConfig.h"
 #include "tools/sharc/Diagnostics.h"
 #include "tools/sharc/Options.h"
 
@@ -25,6 +27,8 @@
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -216,14 +220,55 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
   return commitFiles(files);
 }
 
+/// The parameter and state arguments of `step` with their files in a saved
+/// state: params as <ONNX name>.npy, state as <ONNX name>.<role>.npy or
+/// <role>.npy (the step counter), made distinct by rt::npyFileNames -- the
+/// names the training binaries use.
+std::vector<std::pair<unsigned, std::string>> stateFiles(func::FuncOp step) {
+  // The ONNX name (the sanitized one for a parameter without).
+  llvm::StringMap<std::string> sourceOf;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
+    if (ParamAttr param = getParamAttr(step, i))
+      sourceOf[param.getName()] = param.getSource().empty()
+                                      ? param.getName().str()
+                                      : param.getSource().str();
+  std::vector<unsigned> arguments;
+  std::vector<std::string> names;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
+    if (ParamAttr param = getParamAttr(step, i))
+      names.push_back(sourceOf[param.getName()]);
+    else if (StateAttr state = getStateAttr(step, i))
+      names.push_back(state.getParam().empty()
+                          ? state.getRole().str()
+                          : sourceOf[state.getParam()] + "." +
+                                state.getRole().str());
+    else
+      continue;
+    arguments.push_back(i);
+  }
+  std::vector<std::pair<unsigned, std::string>> files;
+  for (auto [i, file] : llvm::zip(arguments, rt::npyFileNames(names)))
+    files.emplace_back(i, file);
+  return files;
+}
+
+/// The type of argument `i` of `step` as a saved state holds it: whole,
+/// for an argument that holds each rank's ZeRO slice.
+RankedTensorType wholeType(func::FuncOp step, unsigned i) {
+  if (SliceAttr slice = getSliceAttr(step, i))
+    return slice.getWhole();
+  return cast<RankedTensorType>(step.getArgument(i).getType());
+}
+
 /// Writes every parameter and state argument of `step` (their values in
-/// rank 0's `rankArgs`) to DIR: params as <ONNX name>.npy, state as <ONNX
-/// name>.<role>.npy or <role>.npy (the step counter), file names made
-/// distinct by rt::npyFileNames.  An argument that holds each rank's ZeRO
-/// slice of a tensor (`sharc.slice`) is written whole: the ranks' slices in
-/// rank order, without the padding, in the whole tensor's shape.
-LogicalResult dumpState(func::FuncOp step,
-                        ArrayRef<std::vector<Tensor>> rankArgs, StringRef dir) {
+/// rank 0's `rankArgs`) to DIR (stateFiles), with the index (whole tensors
+/// only, so that a state saved in this folder before, partitioned, is not
+/// read instead) and its `meta` lines.  An argument that holds each rank's
+/// ZeRO slice of a tensor (`sharc.slice`) is written whole: the ranks'
+/// slices in rank order, without the padding, in the whole tensor's shape.
+LogicalResult writeState(func::FuncOp step,
+                         ArrayRef<std::vector<Tensor>> rankArgs, StringRef dir,
+                         const rt::MetaLines &meta) {
   ArrayRef<Tensor> args = rankArgs.front();
   auto whole = [&](unsigned i) -> Tensor {
     SliceAttr slice = getSliceAttr(step, i);
@@ -235,45 +280,107 @@ LogicalResult dumpState(func::FuncOp step,
       gathered.setDouble(k, rankArgs[k / size][i].getDouble(k % size));
     return gathered;
   };
-  llvm::StringMap<std::string> sourceOf;
-  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
-    if (ParamAttr param = getParamAttr(step, i))
-      sourceOf[param.getName()] = param.getSource().str();
-  std::vector<unsigned> written;
-  std::vector<std::string> names;
-  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i) {
-    if (ParamAttr param = getParamAttr(step, i))
-      names.push_back(param.getSource().str());
-    else if (StateAttr state = getStateAttr(step, i))
-      names.push_back(state.getParam().empty()
-                          ? state.getRole().str()
-                          : sourceOf[state.getParam()] + "." +
-                                state.getRole().str());
-    else
-      continue;
-    written.push_back(i);
-  }
-  std::vector<std::string> fileNames = rt::npyFileNames(names);
   rt::AtomicFileSet files;
   if (failed(createDirectory(files, dir)))
     return failure();
-  for (auto [i, file] : llvm::zip(written, fileNames))
-    if (failed(writeTensor(files, dir, file, whole(i))))
-      return failure();
-  // The index (runtime/StateDir.h): whole tensors only, so that a state
-  // saved in this folder before, partitioned, is not read instead.
   rt::StateIndex index;
   index.saveId = llvm::hash_combine(
-      dir, fileNames.size(),
+      dir, args.size(),
       std::chrono::steady_clock::now().time_since_epoch().count());
-  index.whole = fileNames;
+  index.meta = meta;
   std::string error;
+  for (auto &[i, file] : stateFiles(step)) {
+    Tensor value = whole(i);
+    if (value.dtype() == DType::bf16)
+      value = value.convertTo(DType::f32);
+    index.whole.push_back(file);
+    if (!rt::writeStateArray(files, dir.str(), file, value.toNpy(),
+                             index.checksums, error)) {
+      fail(error);
+      return failure();
+    }
+  }
   if (!rt::writeText(files, rt::stateIndexPath(dir.str()),
                      rt::stateIndexText(index), error)) {
     fail(error);
     return failure();
   }
   return commitFiles(files);
+}
+
+/// Reads every parameter and state argument of `step` from the saved state
+/// in DIR (its index `index`) into `args`, whole (each rank takes its slice
+/// later).
+LogicalResult readState(func::FuncOp step, StringRef dir,
+                        const rt::StateIndex &index,
+                        MutableArrayRef<Tensor> args) {
+  for (auto &[i, file] : stateFiles(step)) {
+    rt::NpyArray array;
+    std::string error;
+    if (!rt::readStateTensor(dir.str(), index, file, array, error)) {
+      fail(error);
+      return failure();
+    }
+    SmallString<256> path(dir);
+    llvm::sys::path::append(path, file);
+    RankedTensorType type = wholeType(step, i);
+    FailureOr<Tensor> value =
+        npyAs(argumentName(step, i), path.str(), array, type);
+    if (failed(value))
+      return failure();
+    if (value->shape() != type.getShape()) {
+      fail(path.str() + ": '" + argumentName(step, i) + "' expects " +
+           describeTensor(value->dtype(), type.getShape()) + ", got " +
+           value->describe());
+      return failure();
+    }
+    args[i] = std::move(*value);
+  }
+  return success();
+}
+
+/// Writes the checkpoint after `stepsDone` steps into SAVE_DIR/step-N
+/// (runtime/Checkpoint.h): into a hidden folder, renamed into place when
+/// complete; then the checkpoints beyond --keep-last are removed.
+LogicalResult saveCheckpoint(func::FuncOp step,
+                             ArrayRef<std::vector<Tensor>> rankArgs,
+                             const CheckpointFlags &checkpoints,
+                             int64_t stepsDone, const rt::MetaLines &meta) {
+  auto start = std::chrono::steady_clock::now();
+  const std::string &saveDir = *checkpoints.saveDir;
+  uint64_t id = llvm::hash_combine(
+      saveDir, stepsDone,
+      std::chrono::steady_clock::now().time_since_epoch().count());
+  std::string partial = rt::partialCheckpointPath(saveDir, stepsDone, id);
+  SmallString<256> target(saveDir);
+  llvm::sys::path::append(target, rt::checkpointName(stepsDone));
+  if (llvm::sys::fs::exists(partial))
+    return fail("--save-dir: " + partial + ": exists"), failure();
+  if (failed(writeState(step, rankArgs, partial, meta)))
+    return failure();
+  std::string warning, error;
+  if (!rt::publishCheckpoint(partial, target.str().str(), warning, error)) {
+    std::string ignored;
+    rt::removeStateDirectory(partial, ignored);
+    return fail("--save-dir: " + error), failure();
+  }
+  std::vector<std::string> removed, warnings;
+  if (!warning.empty())
+    warnings.push_back(warning);
+  if (checkpoints.keepLast > 0)
+    rt::pruneCheckpoints(saveDir, checkpoints.keepLast, removed, warnings);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  llvm::outs() << "checkpoint: step " << stepsDone << " saved in " << target
+               << " (" << llvm::format("%.3f", seconds) << " s)";
+  for (const std::string &path : removed)
+    llvm::outs() << "; removed " << path;
+  llvm::outs() << "\n";
+  llvm::outs().flush();
+  for (const std::string &message : warnings)
+    llvm::errs() << "warning: --keep-last: " << message << "\n";
+  return success();
 }
 
 } // namespace
@@ -287,9 +394,33 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
   int64_t steps = trainingSteps();
   if (steps < 1)
     return fail("--steps must be at least 1");
+  FailureOr<CheckpointFlags> checkpoints = checkpointFlags();
+  if (failed(checkpoints))
+    return 1;
   FailureOr<TrainingOptions> options = resolveTrainingOptions(model.entry);
   if (failed(options))
     return 1;
+  std::string microSource;
+  FailureOr<int64_t> microBatch = microBatchOf(model.entry, microSource);
+  if (failed(microBatch))
+    return 1;
+  // What checkpoints record (runtime/Checkpoint.h), as the training
+  // binaries record it.
+  rt::MetaLines identity = rt::resumeIdentity(
+      model.modelHash, trainingConfigText(*options, *microBatch));
+  auto stateMeta = [&](int64_t stepsDone) {
+    rt::MetaLines meta = {{"step", std::to_string(stepsDone)},
+                          {"sharc-version", SHARC_VERSION},
+                          {"model", model.path}};
+    meta.insert(meta.end(), identity.begin(), identity.end());
+    meta.insert(meta.end(), {{"target", "evaluator"},
+                             {"world-size", std::to_string(options->worldSize)},
+                             {"zero-stage", std::to_string(options->zeroStage)},
+                             {"micro-batch", std::to_string(*microBatch)},
+                             {"gradient-accumulation",
+                              std::to_string(options->gradAccum)}});
+    return meta;
+  };
 
   {
     PassManager pm(&context);
@@ -376,6 +507,41 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
                   "has: " +
                   expected + ")");
     }
+  // --resume: parameters, optimizer state and the step count from the
+  // checkpoint, which must be of this model and configuration.
+  int64_t firstStep = 0;
+  bool resumed = false;
+  if (checkpoints->resume) {
+    std::string dir, error;
+    rt::StateIndex index;
+    if (!rt::findResumePoint(*checkpoints->resume, dir, error) ||
+        !rt::readStateIndex(dir, index, error) ||
+        !rt::checkResumable(dir, index, identity, error))
+      return fail(error);
+    for (unsigned i = 0; i < numArgs; ++i)
+      if (getParamAttr(step, i) && used.contains(argumentName(step, i)))
+        return fail("--input " + argumentName(step, i) +
+                    ": with --resume the parameters come from the checkpoint");
+    const std::string *saved = index.findMeta("step");
+    if (!saved || !llvm::to_integer(*saved, firstStep, 10) || firstStep < 0)
+      return fail(rt::stateIndexPath(dir) +
+                  ": no step count (meta step) in the checkpoint");
+    if (failed(readState(step, dir, index, args)))
+      return 1;
+    llvm::erase_if(missing, [&](const std::string &name) {
+      for (unsigned i = 0; i < numArgs; ++i)
+        if (getParamAttr(step, i) && argumentName(step, i) == name)
+          return true;
+      return false;
+    });
+    resumed = true;
+    const std::string *ranksSaved = index.findMeta("world-size");
+    const std::string *stageSaved = index.findMeta("zero-stage");
+    llvm::outs() << "resume: from " << dir << " (step " << firstStep
+                 << "; saved by " << (ranksSaved ? *ranksSaved : "?")
+                 << " rank(s) at ZeRO stage "
+                 << (stageSaved ? *stageSaved : "?") << ")\n";
+  }
   if (!missing.empty())
     return fail("missing --input for " + llvm::join(missing, ", "));
   // Row k of every data input belongs to one sample, as in the training
@@ -418,8 +584,11 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
   // its block of each step's global batch, as the training binary's loader
   // shards it (docs/runtime.md, "Sharding rule").
   std::vector<std::vector<Tensor>> rankArgs(ranks, args);
+  // Whole values of partitioned arguments: the parameters (ZeRO stage 3),
+  // and after --resume the optimizer state too.
   for (unsigned i = 0; i < numArgs; ++i)
-    if (SliceAttr slice = getSliceAttr(step, i); slice && getParamAttr(step, i))
+    if (SliceAttr slice = getSliceAttr(step, i);
+        slice && (getParamAttr(step, i) || resumed))
       for (int64_t r = 0; r < ranks; ++r) {
         // Rank r's elements [r s, r s + s) of the whole, zero past its end.
         int64_t size = slice.getSliceElements();
@@ -429,7 +598,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
             mine.setDouble(k, args[i].getDouble(from));
         rankArgs[r][i] = std::move(mine);
       }
-  for (int64_t k = 0; k < steps; ++k) {
+  for (int64_t k = firstStep; k < firstStep + steps; ++k) {
     for (int64_t r = 0; r < ranks; ++r)
       for (auto &[index, stream] : data) {
         int64_t rows = cast<RankedTensorType>(step.getArgument(index).getType())
@@ -437,7 +606,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
         rankArgs[r][index] = takeRows(
             stream, (k * rows * ranks + r * rows) % stream.shape()[0], rows);
       }
-    if (k + 1 == steps && gradsDir &&
+    if (k + 1 == firstStep + steps && gradsDir &&
         failed(dumpGradients(*model.module, *options, step, rankArgs[0],
                              *gradsDir)))
       return 1;
@@ -472,10 +641,19 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     for (int64_t r = 0; r < ranks; ++r)
       for (auto [result, arg] : feedback)
         rankArgs[r][arg] = std::move(allResults[r][result]);
+    // Checkpoints: every --save-every steps (counted from the start of
+    // training) and after the last step.
+    if (checkpoints->saveDir &&
+        (k + 1 == firstStep + steps ||
+         (checkpoints->saveEvery && (k + 1) % checkpoints->saveEvery == 0)) &&
+        failed(saveCheckpoint(step, rankArgs, *checkpoints, k + 1,
+                              stateMeta(k + 1))))
+      return 1;
   }
 
   std::optional<std::string> stateDir = dumpStateDir();
-  if (stateDir && failed(dumpState(step, rankArgs, *stateDir)))
+  if (stateDir && failed(writeState(step, rankArgs, *stateDir,
+                                    stateMeta(firstStep + steps))))
     return 1;
   return 0;
 }
