@@ -1261,13 +1261,17 @@ int run(int argc, char **argv) {
     firstStep = resumedStep;
   }
 
-  // Tokens per step: rows of the global batch times the elements of one row
-  // of the first integer input (token ids), or 1 per row (samples).
+  // Throughput: tokens per second when an input is a token sequence (an
+  // integer input of rank 2 or more: rows of the global batch times the
+  // elements of one row), else samples (rows) per second.
   int64_t rowElements = 1;
+  const char *unit = "samples/s";
   for (const InputSlot &slot : slots) {
     const BufferSpec &spec = info.buffers[slot.buffer];
-    if (spec.type == DType::i32 || spec.type == DType::i64) {
+    if ((spec.type == DType::i32 || spec.type == DType::i64) &&
+        spec.rank >= 2) {
       rowElements = spec.numElements / spec.shape[0];
+      unit = "tokens/s";
       break;
     }
   }
@@ -1341,7 +1345,7 @@ int run(int argc, char **argv) {
         if (info.scaleBuffer >= 0)
           std::printf(" scale %.9g", readScalar(info.buffers[info.scaleBuffer],
                                                 buffers[info.scaleBuffer]));
-        std::printf(" ms %.3f tokens/s %.1f%s\n", seconds * 1e3,
+        std::printf(" ms %.3f %s %.1f%s\n", seconds * 1e3, unit,
                     seconds > 0 ? tokensPerStep / seconds : 0.0,
                     overflow ? " skipped" : "");
         std::fflush(stdout);
@@ -1396,9 +1400,8 @@ int run(int argc, char **argv) {
     double tokensPerSecond =
         totalSeconds > 0 ? tokensPerStep * double(options.steps) / totalSeconds
                          : 0.0;
-    std::printf("summary: steps %" PRId64 ", mean step ms %.3f, tokens/s "
-                "%.1f\n",
-                options.steps, meanMs, tokensPerSecond);
+    std::printf("summary: steps %" PRId64 ", mean step ms %.3f, %s %.1f\n",
+                options.steps, meanMs, unit, tokensPerSecond);
     if (info.overflowBuffer >= 0)
       std::printf("summary: skipped steps %" PRId64 " (gradients not finite)\n",
                   skippedSteps);

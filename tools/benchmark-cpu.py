@@ -130,7 +130,7 @@ sys.path.insert(0, str(REPO / "test" / "e2e"))
 # end of a step whose gradients overflowed.
 STEP_LINE = re.compile(r"^step (?P<step>\d+) loss (?P<loss>\S+) lr (?P<lr>\S+)"
                        r"(?: scale (?P<scale>\S+))? ms (?P<ms>\S+)"
-                       r"(?: tokens/s \S+)?(?P<skipped> skipped)?$", re.MULTILINE)
+                       r"(?: (?:tokens|samples)/s \S+)?(?P<skipped> skipped)?$", re.MULTILINE)
 SKIPPED_LINE = re.compile(r"^summary: skipped steps (\d+)", re.MULTILINE)
 COLLECTIVE_LINE = re.compile(
     r"^summary: collective bytes per step planned (\d+) measured (\S+)", re.MULTILINE)

@@ -43,7 +43,7 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+)(?: scale (\S+))? ms (\S+)"
-                       r" tokens/s (\S+)( skipped)?$", re.MULTILINE)
+                       r" (?:tokens|samples)/s (\S+)( skipped)?$", re.MULTILINE)
 MODELS = ("mlp", "gpt", "bert", "epilogues", "gpt-bf16", "gpt-fp16",
           "gpt-recompute")
 SEEDS = {"mlp": 101, "gpt": 202, "bert": 303, "epilogues": 505,

@@ -686,15 +686,33 @@ GraphImporter::inputType(const onnx::ValueInfoProto &input) {
                                 << "' has no shape; give its static shape "
                                    "(--input-shape "
                                 << name << "=D0xD1...)";
+    auto data = options.dataShapes.find(name);
     for (auto [index, dim] : llvm::enumerate(tensor.shape().dim())) {
-      if (!dim.has_dim_value() || dim.dim_value() < 0)
-        return emitError(fileLoc)
-               << "graph input '" << name << "' has dynamic dimension " << index
-               << (dim.dim_param().empty() ? "" : " ('") << dim.dim_param()
-               << (dim.dim_param().empty() ? "" : "')")
-               << "; give its static shape (--input-shape " << name
-               << "=D0xD1...)";
-      shape.push_back(dim.dim_value());
+      if (dim.has_dim_value() && dim.dim_value() >= 0) {
+        shape.push_back(dim.dim_value());
+        continue;
+      }
+      // A dynamic dimension: the batch, or the data's.
+      if (index == 0 && options.batchSize) {
+        shape.push_back(*options.batchSize);
+        continue;
+      }
+      if (data != options.dataShapes.end() &&
+          data->second.size() ==
+              static_cast<size_t>(tensor.shape().dim_size()) &&
+          data->second[index] >= 0) {
+        shape.push_back(data->second[index]);
+        continue;
+      }
+      return emitError(fileLoc)
+             << "graph input '" << name << "' has dynamic dimension " << index
+             << (dim.dim_param().empty() ? "" : " ('") << dim.dim_param()
+             << (dim.dim_param().empty() ? "" : "')")
+             << "; give its static shape (--input-shape " << name
+             << "=D0xD1...)"
+             << (index == 0 ? " or, for training, the micro-batch "
+                              "(train_micro_batch_size_per_gpu in --config)"
+                            : "");
     }
   }
   if (!checkedNumElements(shape))
@@ -1057,7 +1075,7 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
 /// name, type and shape (not its values), and the graph inputs' names and
 /// element types and the outputs' names.  Neither the weights nor the input
 /// dimensions (symbolic or bound) change it.
-static std::string modelHashOf(const onnx::ModelProto &model) {
+std::string sharc::onnx_import::modelHashOf(const onnx::ModelProto &model) {
   const onnx::GraphProto &graph = model.graph();
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -1107,9 +1125,9 @@ sharc::importOnnxBytes(StringRef bytes, StringRef sourceName, StringRef baseDir,
   return importModel(model, sourceName, baseDir, context, options);
 }
 
-FailureOr<ImportedModel> sharc::importOnnxFile(StringRef path,
-                                               MLIRContext &context,
-                                               const ImportOptions &options) {
+LogicalResult sharc::onnx_import::readModelProto(StringRef path,
+                                                 MLIRContext &context,
+                                                 onnx::ModelProto &model) {
   Location loc = FileLineColLoc::get(&context, path, 0, 0);
   // A device or a pipe could be read forever; protobuf reads at most 2 GiB
   // (larger models keep their weights in external data files).
@@ -1127,16 +1145,32 @@ FailureOr<ImportedModel> sharc::importOnnxFile(StringRef path,
   if (!buffer)
     return emitError(loc) << "cannot read '" << path
                           << "': " << buffer.getError().message();
-  StringRef baseDir = llvm::sys::path::parent_path(path);
-  if (baseDir.empty())
-    baseDir = ".";
+  StringRef bytes = (*buffer)->getBuffer();
   StringRef extension = llvm::sys::path::extension(path);
-  if (extension != ".onnxtxt" && extension != ".onnxtext")
-    return importOnnxBytes((*buffer)->getBuffer(), path, baseDir, context,
-                           options);
+  if (extension == ".onnxtxt" || extension == ".onnxtext") {
+    std::string error;
+    if (!onnx_import::parseOnnxText(bytes.str(), model, error))
+      return emitError(loc) << "not a valid ONNX text model: " << error;
+    return success();
+  }
+  if (bytes.size() > static_cast<size_t>(INT_MAX) ||
+      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return emitError(loc)
+           << "not a valid ONNX model (the protobuf does not parse)";
+  return success();
+}
+
+std::string sharc::onnx_import::modelBaseDir(StringRef path) {
+  StringRef baseDir = llvm::sys::path::parent_path(path);
+  return baseDir.empty() ? "." : baseDir.str();
+}
+
+FailureOr<ImportedModel> sharc::importOnnxFile(StringRef path,
+                                               MLIRContext &context,
+                                               const ImportOptions &options) {
   onnx::ModelProto model;
-  std::string error;
-  if (!onnx_import::parseOnnxText((*buffer)->getBuffer().str(), model, error))
-    return emitError(loc) << "not a valid ONNX text model: " << error;
-  return importModel(model, path, baseDir, context, options);
+  if (failed(onnx_import::readModelProto(path, context, model)))
+    return failure();
+  return importModel(model, path, onnx_import::modelBaseDir(path), context,
+                     options);
 }

@@ -19,6 +19,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,15 @@ struct ImportOptions {
   /// Static shapes for graph inputs, by input name (overrides the model's
   /// dimensions, required for symbolic ones).
   llvm::StringMap<llvm::SmallVector<int64_t>> inputShapes;
+  /// Binds dimension 0 of every graph input that has it dynamic (symbolic
+  /// or unknown) and no `inputShapes` entry: the micro-batch of a training
+  /// run (the config's train_micro_batch_size_per_gpu).
+  std::optional<int64_t> batchSize;
+  /// The shapes of the data the inputs will be given (`sharc eval`'s
+  /// --input files), by input name: a dynamic dimension of an input without
+  /// an `inputShapes` entry takes the data's (after `batchSize` for
+  /// dimension 0).
+  llvm::StringMap<llvm::SmallVector<int64_t>> dataShapes;
   /// Name of the generated function.
   std::string functionName = "main";
   /// Planning without weights: the float initializers (the parameters) are

@@ -40,6 +40,19 @@ std::optional<DType> dtypeFromOnnx(int64_t onnxType);
 /// ONNX's name of element type `onnxType` ("uint8"), for diagnostics.
 std::string onnxTypeName(int64_t onnxType);
 
+/// Reads the ONNX model at `path` (binary, or text for .onnxtxt/.onnxtext;
+/// a regular file of at most 2 GiB) into `model`; errors are emitted at the
+/// file.
+mlir::LogicalResult readModelProto(llvm::StringRef path,
+                                   mlir::MLIRContext &context,
+                                   onnx::ModelProto &model);
+
+/// The folder external data of the model at `path` is relative to.
+std::string modelBaseDir(llvm::StringRef path);
+
+/// ImportedModel::modelHash of `model`.
+std::string modelHashOf(const onnx::ModelProto &model);
+
 /// Decodes TensorProtos, resolving external data relative to the model's
 /// directory.
 class TensorReader {
@@ -58,13 +71,13 @@ public:
   header(const onnx::TensorProto &proto, mlir::Location loc,
          const llvm::Twine &what) const;
 
-private:
   /// Reads the `expectedBytes` bytes of external data of `proto`.
   mlir::FailureOr<std::string> readExternal(const onnx::TensorProto &proto,
                                             uint64_t expectedBytes,
                                             mlir::Location loc,
                                             const llvm::Twine &what) const;
 
+private:
   std::string baseDir;
 };
 

@@ -409,13 +409,14 @@ def write_data(name: str, rows: int, seed: int, directory, scale: float = 1.0,
     return data, args
 
 
-def export_training_cases(directory, rows: int = 37, seed: int = 5):
-    """Every model of MODEL_NAMES exported as DIRECTORY/NAME/NAME.onnx with
-    `rows` rows of data (write_data; 37 rows by default: the data wraps
-    mid-step at every world size); returns name -> (model path, --input
-    args)."""
+def export_training_cases(directory, rows: int = 37, seed: int = 5,
+                          names=MODEL_NAMES):
+    """Every model of `names` (all of MODEL_NAMES by default) exported as
+    DIRECTORY/NAME/NAME.onnx with `rows` rows of data (write_data; 37 rows by
+    default: the data wraps mid-step at every world size); returns name ->
+    (model path, --input args)."""
     cases = {}
-    for name in MODEL_NAMES:
+    for name in names:
         (directory / name).mkdir()
         path = directory / name / f"{name}.onnx"
         export(make_training_case(name), path)

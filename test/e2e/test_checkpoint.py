@@ -82,13 +82,7 @@ def arrays(directory):
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("checkpoint")
-    cases = {}
-    for name in ("gpt", "mlp"):
-        (root / name).mkdir()
-        path = root / name / f"{name}.onnx"
-        models.export(models.make_training_case(name), path)
-        _, inputs = models.write_data(name, 37, 5, root / name)
-        cases[name] = (path, inputs)
+    cases = models.export_training_cases(root, names=("gpt", "mlp"))
     model, inputs = cases["gpt"]
     program = root / "zero2"
     result = subprocess.run([str(sharc_path()), "compile", str(model), *RECIPE,

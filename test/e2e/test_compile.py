@@ -478,10 +478,14 @@ def test_pipelines_and_translation_reproduce_compile(sharc, tmp_path, target,
          "--sharc-compile-pipeline", "--mlir-print-debuginfo"],
         capture_output=True, timeout=300)
     assert opt.returncode == 0, opt.stderr.decode()
+    # What the CLI records for checkpoints, as the manifest states it.
+    manifest = json.loads((out / "manifest.json").read_text())
     translated = subprocess.run(
         [tools / "sharc-translate", "--emit-program", f"--target={target}",
-         f"--model={model}"], input=opt.stdout, capture_output=True,
-        timeout=300)
+         f"--model={model}", f"--sharc-version={manifest['sharc_version']}",
+         f"--model-hash={manifest['model_hash']}",
+         f"--training-config={manifest['training_config']}"],
+        input=opt.stdout, capture_output=True, timeout=300)
     assert translated.returncode == 0, translated.stderr.decode()
     assert translated.stdout == compiled.read_bytes()
 
@@ -616,7 +620,7 @@ def test_threads_do_not_change_the_bits(sharc, tmp_path, precision):
 
 
 SCALED_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+) scale (\S+)"
-                         r"(?: ms \S+ tokens/s \S+)?( skipped)?$", re.MULTILINE)
+                         r"(?: ms \S+ (?:tokens|samples)/s \S+)?( skipped)?$", re.MULTILINE)
 # A first scale high enough that the first steps overflow, a window short
 # enough that it grows again within the run.
 FP16 = ["--precision", "fp16", "--initial-scale-power", "24",

@@ -27,7 +27,7 @@ MPIEXEC = os.environ.get("SHARC_MPIEXEC", "mpirun")
 TIMEOUT = 60
 
 STEP_LINE = re.compile(
-    r"^step (\d+) loss (\S+) lr (\S+) ms (\d+\.\d{3}) tokens/s (\d+\.\d)$"
+    r"^step (\d+) loss (\S+) lr (\S+) ms (\d+\.\d{3}) samples/s (\d+\.\d)$"
 )
 MICRO_BATCH = 2
 LEARNING_RATE = 0.1
@@ -133,7 +133,7 @@ def test_losses_and_summary(data, ranks, steps):
     # The fake program all-reduces 16 + 4 bytes per step and uses 28 arena bytes.
     bytes_per_step = sum(2 * (ranks - 1) * b // ranks for b in (16, 4))
     assert len(summary) == 5, summary
-    assert re.fullmatch(rf"summary: steps {steps}, mean step ms \d+\.\d{{3}}, tokens/s \d+\.\d",
+    assert re.fullmatch(rf"summary: steps {steps}, mean step ms \d+\.\d{{3}}, samples/s \d+\.\d",
                         summary[0]), summary[0]
     assert summary[1] == "summary: arena bytes planned 28 measured 28"
     assert summary[2].startswith("summary: peak memory bytes per rank planned "), summary[2]

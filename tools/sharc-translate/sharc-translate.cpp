@@ -1,6 +1,8 @@
 //===- sharc-translate.cpp - sharc IR to C++/CUDA source ------------------===//
 //
-//   sharc-translate --emit-program [--target cpu|cuda] [--model NAME] IN.mlir
+//   sharc-translate --emit-program [--target cpu|cuda] [--model NAME]
+//                   [--sharc-version V --model-hash H --training-config T]
+//                   IN.mlir
 //
 // The code generator as a translation (mlir-translate style): the
 // `@train_step` of IN.mlir, as sharc-compile-pipeline leaves it, becomes the
@@ -27,6 +29,21 @@ static llvm::cl::opt<std::string>
     model("model",
           llvm::cl::desc("The model the program is recorded as compiled from"),
           llvm::cl::init(""));
+// What `sharc compile` records for checkpoints (manifest.json's
+// sharc_version, model_hash and training_config).
+static llvm::cl::opt<std::string>
+    sharcVersion("sharc-version",
+                 llvm::cl::desc("The sharc version the program records"),
+                 llvm::cl::init(""));
+static llvm::cl::opt<std::string>
+    modelHash("model-hash",
+              llvm::cl::desc("The model hash the program records"),
+              llvm::cl::init(""));
+static llvm::cl::opt<std::string> trainingConfig(
+    "training-config",
+    llvm::cl::desc("The training configuration the program records (NAME "
+                   "VALUE lines)"),
+    llvm::cl::init(""));
 
 int main(int argc, char **argv) {
   TranslateFromMLIRRegistration emit(
@@ -43,6 +60,9 @@ int main(int argc, char **argv) {
           return failure();
         options->target = target;
         options->model = model;
+        options->sharcVersion = sharcVersion;
+        options->modelHash = modelHash;
+        options->trainingConfig = trainingConfig;
         sharc::ProgramReport report;
         return sharc::emitProgram(step, *options, os, report);
       },

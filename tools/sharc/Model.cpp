@@ -53,9 +53,13 @@ static LogicalResult parseInputShapes(ArrayRef<std::string> specs,
 
 FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
                                         ArrayRef<std::string> inputShapes,
-                                        bool shapesOnly) {
+                                        bool shapesOnly,
+                                        const ShapeHints &hints) {
   ImportOptions options;
   options.shapesOnly = shapesOnly;
+  options.batchSize = hints.batchSize;
+  for (const auto &entry : hints.dataShapes)
+    options.dataShapes[entry.getKey()] = entry.getValue();
   if (failed(parseInputShapes(inputShapes, options)))
     return failure();
   LoadedModel model;

@@ -17,9 +17,12 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace sharc {
@@ -45,10 +48,18 @@ struct LoadedModel {
 /// model cannot be read or has no static shapes or entry.  With
 /// `shapesOnly` (ONNX), the parameters' values are not read
 /// (ImportOptions::shapesOnly) and LoadedModel::parameters stays empty.
+/// What binds an ONNX model's dynamic input dimensions besides
+/// --input-shape (ImportOptions::batchSize, dataShapes).
+struct ShapeHints {
+  std::optional<int64_t> batchSize;
+  llvm::StringMap<llvm::SmallVector<int64_t>> dataShapes;
+};
+
 mlir::FailureOr<LoadedModel> loadModel(mlir::MLIRContext &context,
                                        llvm::StringRef path,
                                        llvm::ArrayRef<std::string> inputShapes,
-                                       bool shapesOnly = false);
+                                       bool shapesOnly = false,
+                                       const ShapeHints &hints = {});
 
 /// The user-facing name of argument `index`: its parameter name, its model
 /// input name, or "arg<index>".

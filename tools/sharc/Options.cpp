@@ -566,21 +566,29 @@ FailureOr<int64_t> sharc::microBatchOf(func::FuncOp forward,
   return *micro;
 }
 
+/// The --config file, read (its error printed).  With --nvme-path, a config
+/// that offloads to NVMe needs no nvme_path.
+static FailureOr<DeepSpeedConfig> readGivenConfig() {
+  TrainingOptions defaults;
+  if (given(flags->nvmePath))
+    defaults.nvmePath = flags->nvmePath;
+  llvm::Expected<DeepSpeedConfig> config =
+      readDeepSpeedConfig(flags->config, defaults);
+  if (!config) {
+    fail(llvm::toString(config.takeError()));
+    return failure();
+  }
+  return std::move(*config);
+}
+
 FailureOr<TrainingOptions> sharc::resolveTrainingOptions(func::FuncOp forward,
                                                          bool budgetSearch) {
   TrainingOptions options;
   BatchSizeConfig batch;
   if (given(flags->config)) {
-    // With --nvme-path, a config that offloads to NVMe needs no nvme_path.
-    TrainingOptions defaults;
-    if (given(flags->nvmePath))
-      defaults.nvmePath = flags->nvmePath;
-    llvm::Expected<DeepSpeedConfig> config =
-        readDeepSpeedConfig(flags->config, defaults);
-    if (!config) {
-      fail(llvm::toString(config.takeError()));
+    FailureOr<DeepSpeedConfig> config = readGivenConfig();
+    if (failed(config))
       return failure();
-    }
     options = config->training;
     batch = config->batch;
     for (const std::string &warning : config->warnings)
@@ -663,6 +671,28 @@ bool sharc::trainingFlagGiven(StringRef name) {
     if (flag->ArgStr == name)
       return given(*flag);
   return false;
+}
+
+FailureOr<std::optional<int64_t>> sharc::configuredMicroBatch() {
+  if (!given(flags->config))
+    return std::optional<int64_t>();
+  FailureOr<DeepSpeedConfig> config = readGivenConfig();
+  if (failed(config))
+    return failure();
+  BatchSizeConfig batch = config->batch;
+  if (given(flags->gradAccum))
+    batch.gradAccumSteps = flags->gradAccum;
+  if (!batch.microBatchPerGpu && !batch.trainBatchSize)
+    return std::optional<int64_t>();
+  int64_t worldSize = given(flags->worldSize) ? flags->worldSize.getValue()
+                                              : config->training.worldSize;
+  llvm::Expected<BatchSizes> sizes = deriveBatchSizes(batch, worldSize);
+  if (!sizes) {
+    // Reported with the model's micro-batch by resolveTrainingOptions.
+    llvm::consumeError(sizes.takeError());
+    return std::optional<int64_t>();
+  }
+  return std::optional<int64_t>(sizes->microBatchPerGpu);
 }
 
 std::string sharc::trainingConfigText(const TrainingOptions &options,

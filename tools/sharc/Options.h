@@ -51,6 +51,13 @@ mlir::FailureOr<int64_t> microBatchOf(mlir::func::FuncOp forward,
 /// Whether the training flag `name` (without dashes) is on the command line.
 bool trainingFlagGiven(llvm::StringRef name);
 
+/// The micro-batch the --config file sets (train_micro_batch_size_per_gpu,
+/// or derived from train_batch_size by DeepSpeed's rules at --world-size
+/// and --grad-accum), which binds a model's dynamic batch dimension; none
+/// without a config or when the config does not set it.  A config that
+/// does not read is an error (printed).
+mlir::FailureOr<std::optional<int64_t>> configuredMicroBatch();
+
 /// The training configuration a checkpoint records and a resumed run must
 /// have equal (runtime/Checkpoint.h): one "NAME VALUE" line per option that
 /// changes what the steps compute -- the optimizer and its parameters, the

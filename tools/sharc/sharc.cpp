@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "frontends/deepspeed/Config.h"
+#include "frontends/onnx/Exporter.h"
 #include "ir/Evaluator.h"
 #include "ir/SharcOps.h"
 #include "runtime/AtomicFile.h"
@@ -71,6 +72,11 @@ static cl::SubCommand consolidateCommand(
     "rank saved (what DeepSpeed's zero_to_fp32 does)");
 
 static cl::SubCommand
+    exportCommand("export",
+                  "Write the model again with the trained weights of a saved "
+                  "state (a checkpoint), for inference");
+
+static cl::SubCommand
     configCommand("config",
                   "Print a DeepSpeed config as sharc resolves it (defaults "
                   "filled in, batch sizes derived, deprecated keys mapped)");
@@ -88,7 +94,20 @@ static cl::opt<int64_t>
 
 static cl::opt<std::string> statePath(cl::Positional, cl::Required,
                                       cl::desc("<state directory>"),
-                                      cl::sub(consolidateCommand));
+                                      cl::sub(consolidateCommand),
+                                      cl::sub(exportCommand));
+
+static cl::opt<std::string>
+    exportModel("model", cl::Required,
+                cl::desc("The ONNX model the state was trained from"),
+                cl::value_desc("MODEL.onnx"), cl::sub(exportCommand),
+                cl::cat(sharcCategory));
+
+static cl::opt<bool> exportExternalData(
+    "external-data",
+    cl::desc("Keep the initializers in OUT.data next to the model (always "
+             "above 2 GiB)"),
+    cl::sub(exportCommand), cl::cat(sharcCategory));
 
 static cl::opt<std::string> modelPath(cl::Positional, cl::Required,
                                       cl::desc("<model.onnx | input.mlir>"),
@@ -110,7 +129,7 @@ static cl::opt<std::string>
                         "compile: output directory"),
                cl::value_desc("path"), cl::init("-"), cl::sub(importCommand),
                cl::sub(compileCommand), cl::sub(consolidateCommand),
-               cl::cat(sharcCategory));
+               cl::sub(exportCommand), cl::cat(sharcCategory));
 
 static cl::list<std::string>
     inputFiles("input",
@@ -130,8 +149,33 @@ static cl::opt<std::string>
 /// The model of the command line (the positional argument and
 /// --input-shape).
 static FailureOr<LoadedModel> loadGivenModel(MLIRContext &context) {
+  // Dynamic input dimensions: the batch from the config's micro-batch when
+  // training, the others from the --input files (dimension 0 too, for
+  // inference).
+  ShapeHints hints;
+  bool training = compileCommand || (evalCommand && trainingRequested());
+  if (training) {
+    FailureOr<std::optional<int64_t>> micro = configuredMicroBatch();
+    if (failed(micro))
+      return failure();
+    hints.batchSize = *micro;
+  }
+  if (evalCommand)
+    for (const std::string &spec : inputFiles) {
+      size_t equals = spec.find('=');
+      rt::NpyArray array;
+      std::string error;
+      if (equals == std::string::npos ||
+          !rt::readNpy(spec.substr(equals + 1), array, error))
+        continue; // reported where the inputs are read
+      llvm::SmallVector<int64_t> shape(array.shape.begin(), array.shape.end());
+      // A training input holds any number of rows: not the batch.
+      if (training && !shape.empty())
+        shape.front() = -1;
+      hints.dataShapes[spec.substr(0, equals)] = shape;
+    }
   return sharc::loadModel(context, modelPath, inputShapes,
-                          compileCommand && compileReadsShapesOnly());
+                          compileCommand && compileReadsShapesOnly(), hints);
 }
 
 /// The user-facing name of result `index`: its model output name or
@@ -343,6 +387,59 @@ static int runConsolidate() {
   return 0;
 }
 
+/// `sharc export STATE --model MODEL -o OUT`: MODEL with the trained values
+/// of the saved state in STATE (frontends/onnx/Exporter.h), each float
+/// initializer from the state's file of its ONNX name (the partitioned ones
+/// reassembled from their ranks' slices).  A state that records its model's
+/// hash must be of MODEL.
+static int runExport(MLIRContext &context) {
+  if (outputPath == "-" || outputPath.empty())
+    return fail("export: give the output model with -o");
+  if (llvm::sys::fs::equivalent(exportModel, outputPath))
+    return fail("export: -o " + outputPath +
+                " is the model itself; write "
+                "the trained model to another file");
+  if (!llvm::sys::fs::is_directory(statePath))
+    return fail("export: " + statePath + ": not a saved state's folder");
+  rt::StateIndex index;
+  std::string error;
+  if (!rt::readStateIndex(statePath, index, error))
+    return fail(error);
+  ExportOptions options;
+  options.externalData = exportExternalData;
+  if (const std::string *hash = index.findMeta("model-hash"))
+    options.expectedModelHash = *hash;
+  // The state's file of each initializer, as the runtime names it; two
+  // initializers whose names give one file cannot be told apart.
+  std::map<std::string, std::string> fileOwner;
+  auto trainedValue = [&](const std::string &name, rt::NpyArray &value,
+                          std::string &message) {
+    std::string file = rt::npyFileNames({name}).front();
+    auto [owner, fresh] = fileOwner.emplace(file, name);
+    if (!fresh) {
+      message = "its file name '" + file + "' is also initializer '" +
+                owner->second + "''s; the state cannot tell them apart";
+      return false;
+    }
+    return rt::readStateTensor(statePath, index, file, value, message);
+  };
+  ExportSummary summary;
+  if (failed(exportTrainedModel(exportModel, outputPath, trainedValue, options,
+                                context, summary)))
+    return 1;
+  llvm::outs() << "sharc: wrote " << outputPath << ": " << summary.replaced
+               << " trained initializers (" << summary.replacedBytes
+               << " bytes) from " << statePath;
+  if (const std::string *step = index.findMeta("step"))
+    llvm::outs() << " (step " << *step << ")";
+  if (summary.kept)
+    llvm::outs() << ", " << summary.kept << " kept as they were";
+  if (!summary.externalDataPath.empty())
+    llvm::outs() << "; external data in " << summary.externalDataPath;
+  llvm::outs() << "\n";
+  return 0;
+}
+
 /// `text` (JSON) with every number outside strings written in the fewest
 /// digits that read back as the same double (0.9, not llvm::json's
 /// 0.90000000000000002), as Python prints DeepSpeed's values.
@@ -427,6 +524,8 @@ int main(int argc, char **argv) {
       "  sharc compile MODEL.onnx --target cpu|cuda [--config F] [training "
       "flags] -o OUTDIR [--report]\n"
       "  sharc consolidate STATE_DIR -o OUT_DIR\n"
+      "  sharc export STATE_DIR --model MODEL.onnx -o TRAINED.onnx "
+      "[--external-data]\n"
       "  sharc config ds_config.json [--world-size N]\n");
 
   DialectRegistry registry;
@@ -440,6 +539,8 @@ int main(int argc, char **argv) {
 
   if (consolidateCommand)
     return runConsolidate();
+  if (exportCommand)
+    return runExport(context);
   if (configCommand)
     return runConfig();
   if (importCommand)
