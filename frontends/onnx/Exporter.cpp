@@ -111,16 +111,47 @@ LogicalResult sharc::exportTrainedModel(StringRef modelPath,
   onnx::ModelProto model;
   if (failed(onnx_import::readModelProto(modelPath, context, model)))
     return failure();
-  if (!options.expectedModelHash.empty() &&
-      onnx_import::modelHashOf(model) != options.expectedModelHash)
+  std::string hash = onnx_import::modelHashOf(model, options.untieInitializers);
+  if (!options.expectedModelHash.empty() && hash != options.expectedModelHash)
     return emitError(modelLoc)
            << "the trained values were saved from another model (model hash "
-           << options.expectedModelHash << ", this model's "
-           << onnx_import::modelHashOf(model) << ")";
+           << options.expectedModelHash << ", this model's " << hash
+           << (options.untieInitializers ? " untied" : "")
+           << "; a state trained with --untie-initializers is exported "
+              "with it)";
   onnx_import::TensorReader reader(onnx_import::modelBaseDir(modelPath));
+  onnx::GraphProto &graph = *model.mutable_graph();
+  if (options.untieInitializers) {
+    // Each Identity that reads a float initializer becomes an initializer
+    // of its own (values below), as the importer untied it.
+    std::map<std::string, const onnx::TensorProto *> floats;
+    for (const onnx::TensorProto &init : graph.initializer())
+      if (isFloatType(init.data_type()))
+        floats[init.name()] = &init;
+    std::vector<onnx::TensorProto> copies;
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> kept;
+    for (const onnx::NodeProto &node : graph.node()) {
+      auto it = node.op_type() == "Identity" && node.domain().empty() &&
+                        node.input_size() == 1 && node.output_size() == 1
+                    ? floats.find(node.input(0))
+                    : floats.end();
+      if (it == floats.end() || node.output(0).empty()) {
+        *kept.Add() = node;
+        continue;
+      }
+      onnx::TensorProto copy;
+      copy.set_name(node.output(0));
+      copy.set_data_type(it->second->data_type());
+      *copy.mutable_dims() = it->second->dims();
+      copy.set_raw_data(std::string()); // filled from the state below
+      copies.push_back(std::move(copy));
+    }
+    graph.mutable_node()->Swap(&kept);
+    for (onnx::TensorProto &copy : copies)
+      *graph.add_initializer() = std::move(copy);
+  }
 
   // The bytes of the initializers decide where they go.
-  onnx::GraphProto &graph = *model.mutable_graph();
   uint64_t total = 0;
   for (const onnx::TensorProto &init : graph.initializer()) {
     auto header =

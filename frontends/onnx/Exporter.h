@@ -30,6 +30,10 @@ struct ExportOptions {
   /// Keep every initializer of at least 1 KiB in the external data file,
   /// whatever the model's size.
   bool externalData = false;
+  /// The state was trained with --untie-initializers: every Identity node
+  /// that reads a float initializer becomes an initializer of its own (its
+  /// output's name, its trained value).
+  bool untieInitializers = false;
   /// The model's hash the values must come from (ImportedModel::modelHash;
   /// empty: not checked).
   std::string expectedModelHash;

@@ -989,10 +989,56 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     argTypes.push_back(*type);
   }
   SmallVector<int> parameterInits;
+  llvm::StringMap<int> floatInit;
   for (auto [index, init] : llvm::enumerate(initializers)) {
     if (!init.isFloat())
       continue;
     parameterInits.push_back(index);
+    floatInit[graph.initializer(index).name()] = index;
+    argTypes.push_back(
+        RankedTensorType::get(init.shape, mlirType(init.dtype, &context)));
+  }
+  // Initializers merged by value (torch.onnx.export in eval mode): Identity
+  // nodes that read a float initializer.  Warned about, or untied: each
+  // output a parameter of its own.
+  struct TiedCopy {
+    int init;
+    int node;
+    std::string name;
+  };
+  SmallVector<TiedCopy> tiedCopies;
+  llvm::MapVector<int, SmallVector<std::string>> tiedNames;
+  for (auto [index, node] : llvm::enumerate(graph.node())) {
+    if (node.op_type() != "Identity" || node.domain() != "" ||
+        node.input_size() != 1 || node.output_size() != 1)
+      continue;
+    auto it = floatInit.find(node.input(0));
+    if (it == floatInit.end() || node.output(0).empty())
+      continue;
+    tiedCopies.push_back({it->second, int(index), node.output(0)});
+    tiedNames[it->second].push_back(node.output(0));
+  }
+  if (!tiedCopies.empty() && !options.untieInitializers) {
+    InFlightDiagnostic warning = emitWarning(fileLoc);
+    warning << "initializers merged by value: ";
+    for (auto [position, entry] : llvm::enumerate(tiedNames))
+      warning << (position ? "; " : "") << "'"
+              << graph.initializer(entry.first).name() << "' is also "
+              << llvm::join(llvm::map_range(entry.second,
+                                            [](const std::string &name) {
+                                              return "'" + name + "'";
+                                            }),
+                            ", ");
+    warning << " (through Identity nodes). torch.onnx.export in eval mode "
+               "merges initializers with equal values, so training ties "
+               "these parameters where PyTorch trains them separately; "
+               "export with training=torch.onnx.TrainingMode.TRAINING, or "
+               "pass --untie-initializers to give each its own copy";
+  }
+  if (!options.untieInitializers)
+    tiedCopies.clear();
+  for (const TiedCopy &copy : tiedCopies) {
+    const Initializer &init = initializers[copy.init];
     argTypes.push_back(
         RankedTensorType::get(init.shape, mlirType(init.dtype, &context)));
   }
@@ -1018,9 +1064,27 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     func.setArgAttr(argIndex, SharcDialect::getParamAttrName(),
                     ParamAttr::get(&context, name, source));
     values[source] = entry->getArgument(argIndex);
+    // Moved, unless an untied copy still needs it.
     if (initializers[init].value)
-      imported.parameters.emplace_back(name,
-                                       std::move(*initializers[init].value));
+      imported.parameters.emplace_back(
+          name, llvm::any_of(tiedCopies,
+                             [&](const TiedCopy &copy) {
+                               return copy.init == int(init);
+                             })
+                    ? *initializers[init].value
+                    : std::move(*initializers[init].value));
+  }
+  // The untied copies: parameters after the initializers', their values
+  // copies of the merged one.
+  llvm::DenseSet<int> untiedNodes;
+  for (auto [position, copy] : llvm::enumerate(tiedCopies)) {
+    unsigned argIndex = inputs.size() + parameterInits.size() + position;
+    std::string name = sanitizeName(copy.name, usedNames);
+    func.setArgAttr(argIndex, SharcDialect::getParamAttrName(),
+                    ParamAttr::get(&context, name, copy.name));
+    untiedNodes.insert(copy.node);
+    if (const std::optional<Tensor> &value = initializers[copy.init].value)
+      imported.parameters.emplace_back(name, *value);
   }
   for (auto [index, init] : llvm::enumerate(initializers)) {
     if (init.isFloat())
@@ -1034,8 +1098,13 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
   FailureOr<SmallVector<int>> order = sortNodes(graph);
   if (failed(order))
     return failure();
+  // The untied copies replace their Identity nodes' outputs.
+  for (auto [position, copy] : llvm::enumerate(tiedCopies))
+    values[copy.name] =
+        entry->getArgument(inputs.size() + parameterInits.size() + position);
   for (int index : *order)
-    if (failed(importNode(graph.node(index), index, builder)))
+    if (!untiedNodes.contains(index) &&
+        failed(importNode(graph.node(index), index, builder)))
       return failure();
 
   SmallVector<Value> results;
@@ -1075,9 +1144,11 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
 /// name, type and shape (not its values), and the graph inputs' names and
 /// element types and the outputs' names.  Neither the weights nor the input
 /// dimensions (symbolic or bound) change it.
-std::string sharc::onnx_import::modelHashOf(const onnx::ModelProto &model) {
+std::string sharc::onnx_import::modelHashOf(const onnx::ModelProto &model,
+                                            bool untied) {
   const onnx::GraphProto &graph = model.graph();
-  std::string text;
+  // Untied parameters make another model (other parameters).
+  std::string text = untied ? "untied\n" : "";
   llvm::raw_string_ostream os(text);
   for (const auto &opset : model.opset_import())
     os << "opset " << opset.domain() << " " << opset.version() << "\n";
@@ -1110,7 +1181,7 @@ static FailureOr<ImportedModel> importModel(const onnx::ModelProto &model,
   FailureOr<ImportedModel> imported =
       GraphImporter(context, sourceName, baseDir, options).import(model);
   if (succeeded(imported))
-    imported->modelHash = modelHashOf(model);
+    imported->modelHash = modelHashOf(model, options.untieInitializers);
   return imported;
 }
 

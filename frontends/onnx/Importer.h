@@ -39,6 +39,13 @@ struct ImportOptions {
   /// an `inputShapes` entry takes the data's (after `batchSize` for
   /// dimension 0).
   llvm::StringMap<llvm::SmallVector<int64_t>> dataShapes;
+  /// torch.onnx.export in eval mode merges initializers with equal values
+  /// into one, which the other uses reach through Identity nodes named after
+  /// their own parameters (every fresh LayerNorm's weight and bias).  The
+  /// importer warns about it; with this set, each such Identity output
+  /// becomes a parameter of its own (a copy of the value, under the
+  /// Identity's output name), as PyTorch trains them.
+  bool untieInitializers = false;
   /// Name of the generated function.
   std::string functionName = "main";
   /// Planning without weights: the float initializers (the parameters) are

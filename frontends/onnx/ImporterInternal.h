@@ -50,8 +50,9 @@ mlir::LogicalResult readModelProto(llvm::StringRef path,
 /// The folder external data of the model at `path` is relative to.
 std::string modelBaseDir(llvm::StringRef path);
 
-/// ImportedModel::modelHash of `model`.
-std::string modelHashOf(const onnx::ModelProto &model);
+/// ImportedModel::modelHash of `model` (imported with
+/// ImportOptions::untieInitializers = `untied`).
+std::string modelHashOf(const onnx::ModelProto &model, bool untied = false);
 
 /// Decodes TensorProtos, resolving external data relative to the model's
 /// directory.

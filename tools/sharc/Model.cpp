@@ -54,16 +54,18 @@ static LogicalResult parseInputShapes(ArrayRef<std::string> specs,
 FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
                                         ArrayRef<std::string> inputShapes,
                                         bool shapesOnly,
-                                        const ShapeHints &hints) {
+                                        const ImportHints &hints) {
   ImportOptions options;
   options.shapesOnly = shapesOnly;
   options.batchSize = hints.batchSize;
+  options.untieInitializers = hints.untieInitializers;
   for (const auto &entry : hints.dataShapes)
     options.dataShapes[entry.getKey()] = entry.getValue();
   if (failed(parseInputShapes(inputShapes, options)))
     return failure();
   LoadedModel model;
   model.path = path.str();
+  model.hints = hints;
   if (path.ends_with(".mlir")) {
     if (!inputShapes.empty()) {
       fail("--input-shape applies to ONNX models only");

@@ -27,6 +27,15 @@
 
 namespace sharc {
 
+/// How an ONNX model is imported besides --input-shape: what binds its
+/// dynamic input dimensions (ImportOptions::batchSize, dataShapes) and
+/// --untie-initializers (ImportOptions::untieInitializers).
+struct ImportHints {
+  std::optional<int64_t> batchSize;
+  llvm::StringMap<llvm::SmallVector<int64_t>> dataShapes;
+  bool untieInitializers = false;
+};
+
 /// A model ready to evaluate: the module, its entry function and the values
 /// of its parameters known so far (from the ONNX initializers).
 struct LoadedModel {
@@ -39,6 +48,8 @@ struct LoadedModel {
   std::string modelHash;
   /// The file it was loaded from.
   std::string path;
+  /// How it was imported (a reload at another shape imports it alike).
+  ImportHints hints;
 };
 
 /// Loads the model at `path` into `context`: a file ending in .mlir is parsed
@@ -48,18 +59,12 @@ struct LoadedModel {
 /// model cannot be read or has no static shapes or entry.  With
 /// `shapesOnly` (ONNX), the parameters' values are not read
 /// (ImportOptions::shapesOnly) and LoadedModel::parameters stays empty.
-/// What binds an ONNX model's dynamic input dimensions besides
-/// --input-shape (ImportOptions::batchSize, dataShapes).
-struct ShapeHints {
-  std::optional<int64_t> batchSize;
-  llvm::StringMap<llvm::SmallVector<int64_t>> dataShapes;
-};
 
 mlir::FailureOr<LoadedModel> loadModel(mlir::MLIRContext &context,
                                        llvm::StringRef path,
                                        llvm::ArrayRef<std::string> inputShapes,
                                        bool shapesOnly = false,
-                                       const ShapeHints &hints = {});
+                                       const ImportHints &hints = {});
 
 /// The user-facing name of argument `index`: its parameter name, its model
 /// input name, or "arg<index>".

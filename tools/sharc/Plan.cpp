@@ -248,7 +248,7 @@ FailureOr<PlannedProgram> sharc::searchMemoryBudget(
     std::optional<LoadedModel> reloaded;
     if (!shapes.empty()) {
       FailureOr<LoadedModel> loaded =
-          loadModel(context, modelPath, shapes, shapesOnly);
+          loadModel(context, modelPath, shapes, shapesOnly, model.hints);
       if (failed(loaded)) {
         Candidate skipped{base, micro};
         skipped.options.gradAccum = rows / micro;

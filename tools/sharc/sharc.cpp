@@ -137,6 +137,13 @@ static cl::list<std::string>
                cl::value_desc("NAME=FILE.npy"), cl::sub(evalCommand),
                cl::cat(sharcCategory));
 
+static cl::opt<bool> untieInitializers(
+    "untie-initializers",
+    cl::desc("Give each use of an initializer that torch.onnx.export merged "
+             "by value (through Identity nodes) a parameter of its own"),
+    cl::sub(importCommand), cl::sub(evalCommand), cl::sub(compileCommand),
+    cl::sub(exportCommand), cl::cat(sharcCategory));
+
 static cl::opt<std::string>
     outputDir("output-dir", cl::desc("Write every output as DIR/NAME.npy"),
               cl::value_desc("DIR"), cl::sub(evalCommand),
@@ -152,7 +159,8 @@ static FailureOr<LoadedModel> loadGivenModel(MLIRContext &context) {
   // Dynamic input dimensions: the batch from the config's micro-batch when
   // training, the others from the --input files (dimension 0 too, for
   // inference).
-  ShapeHints hints;
+  ImportHints hints;
+  hints.untieInitializers = untieInitializers;
   bool training = compileCommand || (evalCommand && trainingRequested());
   if (training) {
     FailureOr<std::optional<int64_t>> micro = configuredMicroBatch();
@@ -407,6 +415,7 @@ static int runExport(MLIRContext &context) {
     return fail(error);
   ExportOptions options;
   options.externalData = exportExternalData;
+  options.untieInitializers = untieInitializers;
   if (const std::string *hash = index.findMeta("model-hash"))
     options.expectedModelHash = *hash;
   // The state's file of each initializer, as the runtime names it; two
