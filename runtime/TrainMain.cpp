@@ -19,6 +19,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Float16.h"
 #include "runtime/Gemm.h"
+#include "runtime/Metrics.h"
 #include "runtime/Npy.h"
 #include "runtime/Program.h"
 #include "runtime/StateDir.h"
@@ -159,6 +160,8 @@ struct Options {
   std::string saveDir;
   int64_t keepLast = 0;
   std::string resumeDir;
+  /// --metrics: a JSON line per step (Metrics.h), rank 0 only.
+  std::string metricsPath;
   /// --nvme-path: the folder for the files of buffers offloaded to NVMe
   /// (empty: the program's SwapSettings::path).
   std::string nvmePath;
@@ -263,7 +266,8 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
       " --input NAME=FILE.npy ... [--steps S] [--log-every K]\n"
       "       [--weights DIR | --resume DIR] [--save-state DIR]\n"
       "       [--save-dir DIR [--save-every K] [--keep-last M]]\n"
-      "       [--nvme-path DIR] [--collective-timeout SECONDS] [--help]\n"
+      "       [--metrics FILE.jsonl] [--nvme-path DIR]\n"
+      "       [--collective-timeout SECONDS] [--help]\n"
       "\n"
       "Trains " +
       info.model + " (target " + info.target + ", " +
@@ -279,7 +283,10 @@ std::string usage(const char *argv0, const ProgramInfo &info) {
       "complete or not at all, keeping the newest M (--keep-last; default:\n"
       "all); --resume DIR continues from DIR's newest checkpoint (or from\n"
       "DIR itself) exactly where it stopped: the same model and training\n"
-      "configuration, any world size and ZeRO stage.  A collective or barrier\n"
+      "configuration, any world size and ZeRO stage.  --metrics appends a "
+      "JSON\n"
+      "line per step (loss, lr, scale, ms, throughput, peak memory) to FILE.\n"
+      "A collective or barrier\n"
       "that waits longer than --collective-timeout seconds (default 600) for\n"
       "the other ranks ends the job with an error naming them.  A program\n"
       "that offloads buffers to NVMe (offload_optimizer.device nvme) keeps\n"
@@ -340,9 +347,9 @@ Options parseOptions(int argc, char **argv) {
       continue;
     }
     static const std::set<std::string> known = {
-        "--input",      "--steps",     "--log-every",         "--weights",
-        "--save-state", "--save-dir",  "--save-every",        "--keep-last",
-        "--resume",     "--nvme-path", "--collective-timeout"};
+        "--input",      "--steps",     "--log-every",          "--weights",
+        "--save-state", "--save-dir",  "--save-every",         "--keep-last",
+        "--resume",     "--nvme-path", "--collective-timeout", "--metrics"};
     if (!known.count(flag))
       return fail("unknown argument '" + arg + "' (see " +
                   std::string(argv[0]) + " --help)");
@@ -382,6 +389,7 @@ Options parseOptions(int argc, char **argv) {
                             : flag == "--save-state" ? options.saveStateDir
                             : flag == "--save-dir"   ? options.saveDir
                             : flag == "--resume"     ? options.resumeDir
+                            : flag == "--metrics"    ? options.metricsPath
                                                      : options.nvmePath;
       target = value;
       options.weightsGiven |= flag == "--weights";
@@ -1293,6 +1301,10 @@ int run(int argc, char **argv) {
   if (store)
     store->resetStats();
   resetTransferStats();
+  MetricsFile metrics;
+  if (isRoot && !options.metricsPath.empty())
+    if (std::string error; !metrics.open(options.metricsPath, error))
+      fatal("--metrics: " + error);
   double totalSeconds = 0;
   uint64_t measuredArena = 0;
   int64_t skippedSteps = 0;
@@ -1336,6 +1348,23 @@ int run(int argc, char **argv) {
     skippedSteps += overflow;
     bool stop = info.atMinScaleBuffer >= 0 && overflow &&
                 readFlag(buffers[info.atMinScaleBuffer]);
+    if (metrics.isOpen()) {
+      StepMetrics record;
+      record.step = globalStep + 1;
+      record.loss = readScalar(lossSpec, buffers[info.lossBuffer]);
+      record.lr = readScalar(lrSpec, buffers[info.lrBuffer]);
+      if (info.scaleBuffer >= 0)
+        record.scale = readScalar(info.buffers[info.scaleBuffer],
+                                  buffers[info.scaleBuffer]);
+      record.skipped = overflow;
+      record.milliseconds = seconds * 1e3;
+      record.throughputKey =
+          std::string(unit) == "tokens/s" ? "tokens_per_s" : "samples_per_s";
+      record.throughput = seconds > 0 ? tokensPerStep / seconds : 0.0;
+      record.peakMemoryBytes = devicePeakBytes();
+      if (std::string error; !metrics.append(record, error))
+        fatal("--metrics: " + error);
+    }
     if (s == 0 || (s + 1) % options.logEvery == 0 || last || overflow || stop) {
       double loss = readScalar(lossSpec, buffers[info.lossBuffer]);
       double lr = readScalar(lrSpec, buffers[info.lrBuffer]);
@@ -1371,6 +1400,8 @@ int run(int argc, char **argv) {
          (options.saveEvery && (globalStep + 1) % options.saveEvery == 0))) {
       uint64_t read = store ? store->bytesRead() : 0;
       saveCheckpoint(comm, info, buffers, store.get(), options, globalStep + 1);
+      if (std::string error; !metrics.sync(error))
+        fatal("--metrics: " + error);
       if (store)
         checkpointReadBytes += store->bytesRead() - read;
       lastLine = Clock::now();
@@ -1484,6 +1515,8 @@ int run(int argc, char **argv) {
             " bytes, past the plan's " + std::to_string(info.stagingBytes));
   }
 
+  if (std::string error; !metrics.sync(error))
+    fatal("--metrics: " + error);
   if (!options.saveStateDir.empty())
     saveState(comm, info, buffers, store.get(), options.saveStateDir,
               agreeOnSaveId(comm),

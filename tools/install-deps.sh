@@ -59,5 +59,13 @@ if [ "${1:-}" = "--test" ]; then
       "import deepspeed.runtime.fp16.loss_scaler"
     touch "$venv/.$deepspeed"
   fi
+  # matplotlib, for tools/plot-metrics.py and its test.
+  matplotlib=matplotlib==3.10.7
+  if [ ! -f "$venv/.$matplotlib" ]; then
+    echo "sharc: installing $matplotlib into $venv"
+    "$venv/bin/pip" install -q "$matplotlib"
+    "$venv/bin/python" -c "import matplotlib"
+    touch "$venv/.$matplotlib"
+  fi
   echo "$venv" > .venv-path
 fi

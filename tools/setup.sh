@@ -38,9 +38,12 @@ if [ "$mode" = example ]; then
   echo "sharc: compiling the training step for 2 data-parallel ranks (CPU target)"
   "$build/bin/sharc" compile "$model" --config test/models/tiny-gpt-ds_config.json \
     --world-size 2 -o "$build/tiny-gpt-train" --report
-  echo "sharc: training 10 steps with mpirun -np 2 $build/tiny-gpt-train/train"
+  echo "sharc: training 10 steps with mpirun -np 2 $build/tiny-gpt-train/train" \
+    "(a checkpoint every 5 steps, the metrics in $build/tiny-gpt-metrics.jsonl)"
+  rm -f "$build/tiny-gpt-metrics.jsonl"
   mpirun --allow-run-as-root --oversubscribe -np 2 "$build/tiny-gpt-train/train" \
-    "${data[@]}" --steps 10
+    "${data[@]}" --steps 10 --save-dir "$build/tiny-gpt-checkpoints" \
+    --save-every 5 --metrics "$build/tiny-gpt-metrics.jsonl"
 else
   ctest --test-dir "$build" --output-on-failure -j "$jobs"
 fi

@@ -315,3 +315,57 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_one(assets, tmp_path):
     after = {p: p.read_bytes() for p in save_dir.rglob("*") if p.is_file()}
     assert after == before
     assert sorted(p.name for p in save_dir.iterdir()) == ["step-00000002"]
+
+
+def test_metrics_follow_the_run_and_plot(sharc, assets, tmp_path):
+    """--metrics writes one JSON line per step with the step line's loss and
+    learning rate (the binary and the evaluator alike); a resumed run
+    appends to the same file, continuing the step numbers; a symbolic link
+    is refused; tools/plot-metrics.py draws the file to a PNG and names a
+    malformed line."""
+    import json
+    metrics = tmp_path / "metrics.jsonl"
+    save_dir = tmp_path / "checkpoints"
+    first = mpirun(2, assets.train, *assets.inputs, "--steps", 3,
+                   "--save-dir", save_dir, "--metrics", metrics)
+    second = mpirun(2, assets.train, *assets.inputs, "--steps", STEPS - 3,
+                    "--resume", save_dir, "--metrics", metrics)
+    lines = steps_of(first) + steps_of(second)
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [(str(r["step"]), f"{r['loss']:.9g}", f"{r['lr']:.9g}")
+            for r in records] == lines == assets.full_steps
+    for record in records:
+        assert record["skipped"] is False
+        assert record["ms"] > 0 and record["tokens_per_s"] > 0
+        assert record["peak_memory_bytes"] > 0
+    evaluated = tmp_path / "evaluated.jsonl"
+    result = sharc("eval", assets.model, "--train", "--steps", STEPS,
+                   *RECIPE, *ZERO2, *assets.inputs, "--metrics", evaluated)
+    assert result.returncode == 0, result.stderr
+    assert [(r["step"], r["loss"], r["lr"]) for r in map(
+        json.loads, evaluated.read_text().splitlines())] == \
+        [(r["step"], r["loss"], r["lr"]) for r in records]
+
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(metrics)
+    before = metrics.read_bytes()
+    refused(mpirun(2, assets.train, *assets.inputs, "--metrics", link),
+            f"--metrics: {link}")
+    assert metrics.read_bytes() == before
+
+    plot = pathlib.Path(__file__).resolve().parents[2] / "tools" / "plot-metrics.py"
+    png = tmp_path / "curves.png"
+    result = subprocess.run(["python3", str(plot), str(metrics), str(evaluated),
+                             "-o", str(png)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+    assert matplotlib.image.imread(str(png)).shape[2] in (3, 4)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(metrics.read_text().splitlines()[0] + "\n{\"step\": \n")
+    result = subprocess.run(["python3", str(plot), str(broken), "-o",
+                             str(tmp_path / "broken.png")],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert f"{broken}:2: not a JSON line" in result.stderr, result.stderr
+    assert not (tmp_path / "broken.png").exists()

@@ -101,6 +101,11 @@ struct TrainFlags {
       cl::desc("Continue from DIR's newest checkpoint (or DIR itself), "
                "which must be of this model and training configuration"),
       cl::value_desc("DIR"), cl::sub(sub), cl::cat(category)};
+  Flag<std::string> metrics{
+      "metrics",
+      cl::desc("Append a JSON line per step (loss, lr, scale, ms, "
+               "throughput) to FILE"),
+      cl::value_desc("FILE.jsonl"), cl::sub(sub), cl::cat(category)};
   Flag<std::string> loss{"loss",
                          cl::desc("Output to minimise (default: the only "
                                   "scalar float output)"),
@@ -231,12 +236,26 @@ struct TrainFlags {
   /// Every flag but --train, in declaration order (--betas where beta1 and
   /// beta2 are).
   std::vector<cl::Option *> all() {
-    std::vector<cl::Option *> result = {
-        &steps,         &config,    &dumpState,       &dumpGrads,
-        &saveDir,       &saveEvery, &keepLast,        &resume,
-        &loss,          &freeze,    &precision,       &offloadOptimizer,
-        &offloadParam,  &nvmePath,  &subGroupSize,    &pipelineRead,
-        &pipelineWrite, &recompute, &activationMemory};
+    std::vector<cl::Option *> result = {&steps,
+                                        &config,
+                                        &dumpState,
+                                        &dumpGrads,
+                                        &saveDir,
+                                        &saveEvery,
+                                        &keepLast,
+                                        &resume,
+                                        &metrics,
+                                        &loss,
+                                        &freeze,
+                                        &precision,
+                                        &offloadOptimizer,
+                                        &offloadParam,
+                                        &nvmePath,
+                                        &subGroupSize,
+                                        &pipelineRead,
+                                        &pipelineWrite,
+                                        &recompute,
+                                        &activationMemory};
     result.insert(result.end(),
                   {&lossScale, &initialScalePower, &lossScaleWindow,
                    &hysteresis, &consecutiveHysteresis, &minLossScale,
@@ -775,6 +794,12 @@ FailureOr<CheckpointFlags> sharc::checkpointFlags() {
       return failure();
     }
   return result;
+}
+
+std::optional<std::string> sharc::metricsPath() {
+  if (!given(flags->metrics))
+    return std::nullopt;
+  return flags->metrics.getValue();
 }
 
 std::optional<std::string> sharc::dumpGradsDir() {

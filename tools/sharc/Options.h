@@ -85,6 +85,9 @@ struct CheckpointFlags {
 /// The checkpoint flags, checked (the error is printed).
 mlir::FailureOr<CheckpointFlags> checkpointFlags();
 
+/// The file of --metrics (runtime/Metrics.h), when given.
+std::optional<std::string> metricsPath();
+
 /// The folder of --dump-grads, when given.
 std::optional<std::string> dumpGradsDir();
 

@@ -16,6 +16,7 @@
 #include "runtime/AtomicFile.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/Errors.h"
+#include "runtime/Metrics.h"
 #include "runtime/Npy.h"
 #include "runtime/StateDir.h"
 #include "tools/sharc/BuildConfig.h"
@@ -598,7 +599,26 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
             mine.setDouble(k, args[i].getDouble(from));
         rankArgs[r][i] = std::move(mine);
       }
+  // --metrics: the binaries' JSON lines (runtime/Metrics.h), the throughput
+  // in their unit (tokens for a token-sequence input, else samples).
+  rt::MetricsFile metrics;
+  if (std::optional<std::string> path = metricsPath()) {
+    std::string error;
+    if (!metrics.open(*path, error))
+      return fail("--metrics: " + error);
+  }
+  int64_t rowElements = 1;
+  std::string throughputKey = "samples_per_s";
+  for (auto &[index, stream] : data) {
+    auto type = cast<RankedTensorType>(step.getArgument(index).getType());
+    if (type.getRank() >= 2 && isa<IntegerType>(type.getElementType())) {
+      rowElements = type.getNumElements() / type.getDimSize(0);
+      throughputKey = "tokens_per_s";
+      break;
+    }
+  }
   for (int64_t k = firstStep; k < firstStep + steps; ++k) {
+    auto stepStart = std::chrono::steady_clock::now();
     for (int64_t r = 0; r < ranks; ++r)
       for (auto &[index, stream] : data) {
         int64_t rows = cast<RankedTensorType>(step.getArgument(index).getType())
@@ -635,6 +655,31 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       llvm::outs() << " skipped";
     llvm::outs() << "\n";
     llvm::outs().flush();
+    if (metrics.isOpen()) {
+      double seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - stepStart)
+                           .count();
+      rt::StepMetrics record;
+      record.step = k + 1;
+      record.loss = (*results)[*lossResult].getDouble(0);
+      record.lr = (*results)[*lrResult].getDouble(0);
+      if (scaleResult)
+        record.scale = (*results)[*scaleResult].getDouble(0);
+      record.skipped =
+          overflowResult && (*results)[*overflowResult].getDouble(0) != 0;
+      record.milliseconds = seconds * 1e3;
+      record.throughputKey = throughputKey;
+      int64_t rows = data.empty()
+                         ? 0
+                         : cast<RankedTensorType>(
+                               step.getArgument(data.front().first).getType())
+                               .getDimSize(0);
+      record.throughput =
+          seconds > 0 ? double(rows * ranks * rowElements) / seconds : 0.0;
+      std::string error;
+      if (!metrics.append(record, error))
+        return fail("--metrics: " + error);
+    }
     if (atMinResult && (*results)[*atMinResult].getDouble(0) != 0)
       return fail(rt::lossScaleAtMinimumMessage(
           k + 1, (*results)[*scaleResult].getDouble(0)));
@@ -651,6 +696,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       return 1;
   }
 
+  if (std::string error; !metrics.sync(error))
+    return fail("--metrics: " + error);
   std::optional<std::string> stateDir = dumpStateDir();
   if (stateDir && failed(writeState(step, rankArgs, *stateDir,
                                     stateMeta(firstStep + steps))))
