@@ -1036,7 +1036,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << report.hostArenaBytes << ", " << report.transferBytes << "u,\n  "
      << cppStringLiteral(options.sharcVersion) << ", "
      << cppStringLiteral(options.modelHash) << ",\n  "
-     << cppStringLiteral(options.trainingConfig) << "};\n} // namespace\n\n";
+     << cppStringLiteral(options.trainingConfig) << ", "
+     << cppStringLiteral(options.csvMonitorFolder) << "};\n} // namespace\n\n";
   os << "extern \"C\" const sharc::rt::ProgramInfo *sharcProgramInfo() {\n"
      << "  return &info;\n}\n\n"
      << "extern \"C\" void sharcProgramStep(const sharc::rt::StepContext "

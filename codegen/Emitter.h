@@ -46,6 +46,8 @@ struct EmitOptions {
   std::string sharcVersion;
   std::string modelHash;
   std::string trainingConfig;
+  /// The csv_monitor folder (ProgramInfo::csvMonitorFolder), empty: none.
+  std::string csvMonitorFolder;
 };
 
 /// One persistent buffer of the emitted program.

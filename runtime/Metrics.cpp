@@ -4,11 +4,14 @@
 #include "runtime/AtomicFile.h"
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -45,12 +48,12 @@ std::string metricsLine(const StepMetrics &metrics, double time) {
   return line;
 }
 
-MetricsFile::~MetricsFile() {
+AppendFile::~AppendFile() {
   if (fd >= 0)
     ::close(fd);
 }
 
-bool MetricsFile::open(const std::string &target, std::string &error) {
+bool AppendFile::open(const std::string &target, std::string &error) {
   path = target;
   fd = ::open(path.c_str(),
               O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -65,22 +68,19 @@ bool MetricsFile::open(const std::string &target, std::string &error) {
     fd = -1;
     return false;
   }
+  initialSize = static_cast<unsigned long long>(info.st_size);
   return true;
 }
 
-bool MetricsFile::append(const StepMetrics &metrics, std::string &error) {
-  double time = std::chrono::duration<double>(
-                    std::chrono::system_clock::now().time_since_epoch())
-                    .count();
-  std::string line = metricsLine(metrics, time);
+bool AppendFile::append(const std::string &text, std::string &error) {
   // The write-limit test hook (AtomicFile.h) counts these bytes too.
-  if (takeWriteBudget(written, line.size()) < line.size()) {
+  if (takeWriteBudget(written, text.size()) < text.size()) {
     error = path + ": " + std::strerror(ENOSPC);
     return false;
   }
   size_t done = 0;
-  while (done < line.size()) {
-    ssize_t wrote = ::write(fd, line.data() + done, line.size() - done);
+  while (done < text.size()) {
+    ssize_t wrote = ::write(fd, text.data() + done, text.size() - done);
     if (wrote < 0 && errno == EINTR)
       continue;
     if (wrote <= 0) {
@@ -89,16 +89,121 @@ bool MetricsFile::append(const StepMetrics &metrics, std::string &error) {
     }
     done += size_t(wrote);
   }
-  written += line.size();
+  written += text.size();
   return true;
 }
 
-bool MetricsFile::sync(std::string &error) {
+bool AppendFile::sync(std::string &error) {
   if (fd >= 0 && ::fsync(fd) != 0) {
     error = path + ": " + std::strerror(errno);
     return false;
   }
   return true;
+}
+
+bool MetricsFile::append(const StepMetrics &metrics, std::string &error) {
+  double time = std::chrono::duration<double>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  return file.append(metricsLine(metrics, time), error);
+}
+
+std::string pythonFloatText(double value) {
+  if (std::isnan(value))
+    return "nan";
+  if (std::isinf(value))
+    return value > 0 ? "inf" : "-inf";
+  // The shortest round-trip digits, d.ddde[+-]XX.
+  char buffer[64];
+  char *end = std::to_chars(buffer, buffer + sizeof(buffer), value,
+                            std::chars_format::scientific)
+                  .ptr;
+  std::string text(buffer, end);
+  size_t e = text.find('e');
+  int exponent = std::atoi(text.c_str() + e + 1);
+  std::string mantissa = text.substr(0, e);
+  bool negative = mantissa[0] == '-';
+  if (negative)
+    mantissa.erase(0, 1);
+  std::string digits =
+      mantissa.substr(0, 1) + (mantissa.size() > 2 ? mantissa.substr(2) : "");
+  std::string sign = negative ? "-" : "";
+  if (exponent < -4 || exponent >= 16) {
+    std::string out = sign + digits.substr(0, 1);
+    if (digits.size() > 1)
+      out += "." + digits.substr(1);
+    char exp[8];
+    std::snprintf(exp, sizeof(exp), "e%c%02d", exponent < 0 ? '-' : '+',
+                  exponent < 0 ? -exponent : exponent);
+    return out + exp;
+  }
+  std::string whole, fraction;
+  if (exponent < 0) {
+    whole = "0";
+    fraction = std::string(size_t(-exponent - 1), '0') + digits;
+  } else if (size_t(exponent) + 1 >= digits.size()) {
+    whole = digits + std::string(size_t(exponent) + 1 - digits.size(), '0');
+  } else {
+    whole = digits.substr(0, size_t(exponent) + 1);
+    fraction = digits.substr(size_t(exponent) + 1);
+  }
+  return sign + whole + "." + (fraction.empty() ? "0" : fraction);
+}
+
+bool CsvMonitor::open(const std::string &target, std::string &error) {
+  std::error_code code;
+  std::filesystem::create_directories(target, code);
+  if (code) {
+    error = target + ": " + code.message();
+    return false;
+  }
+  folder = target;
+  return true;
+}
+
+bool CsvMonitor::write(const std::string &name, double value, int64_t samples,
+                       std::string &error) {
+  AppendFile *file = nullptr;
+  for (auto &[known, open] : files)
+    if (known == name)
+      file = open.get();
+  std::string header = name.substr(name.rfind('/') + 1);
+  if (!file) {
+    std::string stem = name;
+    for (char &c : stem)
+      if (c == '/' || c == ' ')
+        c = '_';
+    auto created = std::make_unique<AppendFile>();
+    if (!created->open(
+            (std::filesystem::path(folder) / (stem + ".csv")).string(), error))
+      return false;
+    file = created.get();
+    files.emplace_back(name, std::move(created));
+    if (file->wasEmpty() && !file->append("step," + header + "\r\n", error))
+      return false;
+  }
+  return file->append(
+      std::to_string(samples) + "," + pythonFloatText(value) + "\r\n", error);
+}
+
+bool CsvMonitor::sync(std::string &error) {
+  for (auto &entry : files)
+    if (!entry.second->sync(error))
+      return false;
+  return true;
+}
+
+bool writeStepEvents(CsvMonitor &monitor, int64_t step, int64_t globalBatch,
+                     const StepMetrics &metrics, std::string &error) {
+  if (step >= 2) {
+    int64_t previous = (step - 1) * globalBatch;
+    if (!monitor.write("Train/Samples/lr", metrics.lr, previous, error) ||
+        (metrics.scale && !monitor.write("Train/Samples/loss_scale",
+                                         *metrics.scale, previous, error)))
+      return false;
+  }
+  return monitor.write("Train/Samples/train_loss", metrics.loss,
+                       step * globalBatch, error);
 }
 
 } // namespace sharc::rt

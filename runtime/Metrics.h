@@ -23,8 +23,11 @@
 #define SHARC_RUNTIME_METRICS_H
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace sharc::rt {
 
@@ -45,30 +48,88 @@ struct StepMetrics {
 /// epoch.
 std::string metricsLine(const StepMetrics &metrics, double time);
 
-class MetricsFile {
+/// A file appended to as a run goes (the metrics, the CSV monitor's files):
+/// opened for appending and created if missing (O_NOFOLLOW: a symbolic link
+/// is refused, as is anything but a regular file); each append is checked
+/// and whole; sync() flushes to the disk.  Errors read "PATH: reason".
+class AppendFile {
 public:
-  MetricsFile() = default;
-  MetricsFile(const MetricsFile &) = delete;
-  MetricsFile &operator=(const MetricsFile &) = delete;
-  ~MetricsFile();
+  AppendFile() = default;
+  AppendFile(const AppendFile &) = delete;
+  AppendFile &operator=(const AppendFile &) = delete;
+  ~AppendFile();
 
-  /// Opens `path` for appending, creating it; a symbolic link or anything
-  /// but a regular file is refused.  Errors read "PATH: reason".
   bool open(const std::string &path, std::string &error);
   bool isOpen() const { return fd >= 0; }
+  /// Whether the file held nothing when it was opened.
+  bool wasEmpty() const { return initialSize == 0; }
 
-  /// Appends the line of `metrics`, stamped with the current time.
-  bool append(const StepMetrics &metrics, std::string &error);
-
-  /// Flushes what was appended to the disk (fsync).
+  bool append(const std::string &text, std::string &error);
   bool sync(std::string &error);
 
 private:
   std::string path;
   int fd = -1;
+  unsigned long long initialSize = 0;
   /// Bytes appended by this process (for the write-limit test hook).
   unsigned long long written = 0;
 };
+
+/// `--metrics FILE.jsonl`: metricsLine per step, stamped with the time.
+class MetricsFile {
+public:
+  bool open(const std::string &path, std::string &error) {
+    return file.open(path, error);
+  }
+  bool isOpen() const { return file.isOpen(); }
+  bool append(const StepMetrics &metrics, std::string &error);
+  bool sync(std::string &error) { return file.sync(error); }
+
+private:
+  AppendFile file;
+};
+
+/// `value` as Python's repr() writes a float (and so DeepSpeed's CSV
+/// monitor): the shortest digits that read back as `value`, in fixed
+/// notation with at least one decimal for exponents -4 to 15 (`0.003`,
+/// `65536.0`), else in scientific notation (`1e-05`, `1.5e+16`); `inf`,
+/// `-inf`, `nan`.
+std::string pythonFloatText(double value);
+
+/// DeepSpeed's `csv_monitor` (monitor/csv_monitor.py, DeepSpeed 0.19.8): in
+/// FOLDER, one file per event, `Train_Samples_lr.csv` and so on, each a
+/// header row `step,NAME` and rows `SAMPLES,VALUE` (the global samples
+/// trained so far, the value as Python writes it), CRLF line ends as
+/// Python's csv module writes them.  A file continued by a resumed run gets
+/// no second header (where DeepSpeed writes one per process).
+class CsvMonitor {
+public:
+  /// Creates FOLDER (and its parents) if needed.
+  bool open(const std::string &folder, std::string &error);
+  bool isOpen() const { return !folder.empty(); }
+
+  /// Appends the row of event `name` (`Train/Samples/lr`, its file
+  /// `Train_Samples_lr.csv`, its header `lr`).
+  bool write(const std::string &name, double value, int64_t samples,
+             std::string &error);
+
+  bool sync(std::string &error);
+
+private:
+  std::string folder;
+  std::vector<std::pair<std::string, std::unique_ptr<AppendFile>>> files;
+};
+
+/// The events of global step `step` (1-based) of `globalBatch` rows:
+/// DeepSpeed 0.19.8's engine writes after each step the learning rate and,
+/// under fp16, the loss scale as they are after the step (the next step's)
+/// at the samples trained so far (`Train/Samples/lr`, `.../loss_scale`).
+/// Those are the values step `step` used, so its metrics give the row of
+/// step `step` - 1; the row of a run's last step is written by the run
+/// that resumes from it.  The loss goes to `Train/Samples/train_loss` (the
+/// name of DeepSpeed's pipeline engine) at once.
+bool writeStepEvents(CsvMonitor &monitor, int64_t step, int64_t globalBatch,
+                     const StepMetrics &metrics, std::string &error);
 
 } // namespace sharc::rt
 

@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 10;
+constexpr int kProgramAbiVersion = 11;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -194,6 +194,9 @@ struct ProgramInfo {
   const char *sharcVersion;
   const char *modelHash;
   const char *trainingConfig;
+  /// DeepSpeed's csv_monitor: the folder rank 0 writes the per-step CSV
+  /// files to (runtime/Metrics.h, CsvMonitor); null or empty: none.
+  const char *csvMonitorFolder;
 };
 
 class SwapStore;

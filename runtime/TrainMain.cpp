@@ -1305,6 +1305,18 @@ int run(int argc, char **argv) {
   if (isRoot && !options.metricsPath.empty())
     if (std::string error; !metrics.open(options.metricsPath, error))
       fatal("--metrics: " + error);
+  // DeepSpeed's csv_monitor, compiled in from the config.
+  CsvMonitor csv;
+  if (isRoot && info.csvMonitorFolder && *info.csvMonitorFolder)
+    if (std::string error; !csv.open(info.csvMonitorFolder, error))
+      fatal("csv_monitor: " + error);
+  auto syncLogs = [&] {
+    std::string error;
+    if (!metrics.sync(error))
+      fatal("--metrics: " + error);
+    if (!csv.sync(error))
+      fatal("csv_monitor: " + error);
+  };
   double totalSeconds = 0;
   uint64_t measuredArena = 0;
   int64_t skippedSteps = 0;
@@ -1348,7 +1360,7 @@ int run(int argc, char **argv) {
     skippedSteps += overflow;
     bool stop = info.atMinScaleBuffer >= 0 && overflow &&
                 readFlag(buffers[info.atMinScaleBuffer]);
-    if (metrics.isOpen()) {
+    if (metrics.isOpen() || csv.isOpen()) {
       StepMetrics record;
       record.step = globalStep + 1;
       record.loss = readScalar(lossSpec, buffers[info.lossBuffer]);
@@ -1362,8 +1374,15 @@ int run(int argc, char **argv) {
           std::string(unit) == "tokens/s" ? "tokens_per_s" : "samples_per_s";
       record.throughput = seconds > 0 ? tokensPerStep / seconds : 0.0;
       record.peakMemoryBytes = devicePeakBytes();
-      if (std::string error; !metrics.append(record, error))
+      std::string error;
+      if (metrics.isOpen() && !metrics.append(record, error))
         fatal("--metrics: " + error);
+      if (csv.isOpen() &&
+          !writeStepEvents(csv, globalStep + 1,
+                           info.microBatch * info.gradientAccumulation *
+                               info.worldSize,
+                           record, error))
+        fatal("csv_monitor: " + error);
     }
     if (s == 0 || (s + 1) % options.logEvery == 0 || last || overflow || stop) {
       double loss = readScalar(lossSpec, buffers[info.lossBuffer]);
@@ -1400,8 +1419,7 @@ int run(int argc, char **argv) {
          (options.saveEvery && (globalStep + 1) % options.saveEvery == 0))) {
       uint64_t read = store ? store->bytesRead() : 0;
       saveCheckpoint(comm, info, buffers, store.get(), options, globalStep + 1);
-      if (std::string error; !metrics.sync(error))
-        fatal("--metrics: " + error);
+      syncLogs();
       if (store)
         checkpointReadBytes += store->bytesRead() - read;
       lastLine = Clock::now();
@@ -1515,8 +1533,7 @@ int run(int argc, char **argv) {
             " bytes, past the plan's " + std::to_string(info.stagingBytes));
   }
 
-  if (std::string error; !metrics.sync(error))
-    fatal("--metrics: " + error);
+  syncLogs();
   if (!options.saveStateDir.empty())
     saveState(comm, info, buffers, store.get(), options.saveStateDir,
               agreeOnSaveId(comm),

@@ -396,7 +396,6 @@ const LaterKey laterKeys[] = {
     {"pipeline", "pipeline parallelism", OffWhen::never},
     {"tensorboard", "TensorBoard monitoring", OffWhen::enabledFalse},
     {"wandb", "Weights & Biases monitoring", OffWhen::enabledFalse},
-    {"csv_monitor", "CSV monitoring", OffWhen::enabledFalse},
     {"comet", "Comet monitoring", OffWhen::enabledFalse},
     {"comms_logger", "the communication logger", OffWhen::enabledFalse},
     {"autotuning", "autotuning", OffWhen::enabledFalse},
@@ -755,6 +754,7 @@ private:
   Error readOffload(StringRef key, const json::Value &value);
   Error readAio(const json::Value &value);
   Error readActivationCheckpointing(const json::Value &value);
+  Error readCsvMonitor(const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
   Error readSgdParams(StringRef path, const json::Object &params);
@@ -836,6 +836,8 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     return readAio(value);
   if (key == "activation_checkpointing")
     return readActivationCheckpointing(value);
+  if (key == "csv_monitor")
+    return readCsvMonitor(value);
   // DeepSpeed lets a client optimizer (one it did not build from the
   // config) run under ZeRO only with this set; sharc always builds the
   // optimizer from the config or the flags, so either value means the same.
@@ -888,7 +890,8 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
   for (const LaterKey &later : laterKeys)
     known.push_back(later.key);
   known.push_back("zero_optimization");
-  known.append({"fp16", "bf16", "bfloat16", "aio", "activation_checkpointing"});
+  known.append({"fp16", "bf16", "bfloat16", "aio", "activation_checkpointing",
+                "csv_monitor"});
   return unknownKey(key, key, known, /*listKnown=*/false);
 }
 
@@ -1254,6 +1257,37 @@ Error ConfigReader::readActivationCheckpointing(const json::Value &value) {
                       "recomputed, the remark its FLOPs)");
   }
   options.recompute = "layers";
+  return Error::success();
+}
+
+const StringLiteral csvMonitorKeys[] = {"enabled", "output_path", "job_name"};
+
+Error ConfigReader::readCsvMonitor(const json::Value &value) {
+  StringRef key = "csv_monitor";
+  Expected<const json::Object *> block = object(key, value);
+  if (!block)
+    return block.takeError();
+  TrainingOptions::CsvMonitorOptions &monitor = options.csvMonitor;
+  for (StringRef name : sortedKeys(**block)) {
+    std::string path = childPath(key, name);
+    const json::Value &item = *(*block)->get(name);
+    if (!llvm::is_contained(csvMonitorKeys, name))
+      return unknownKey(path, name, refs(csvMonitorKeys), /*listKnown=*/true);
+    if (name == "enabled") {
+      Expected<bool> flag = boolean(path, item);
+      if (!flag)
+        return flag.takeError();
+      monitor.enabled = *flag;
+      continue;
+    }
+    Expected<StringRef> text = string(path, item);
+    if (!text)
+      return text.takeError();
+    if (name == "job_name" && text->empty())
+      return fail(path, "must not be empty (it names the folder)");
+    (name == "output_path" ? monitor.outputPath : monitor.jobName) =
+        text->str();
+  }
   return Error::success();
 }
 
@@ -2086,6 +2120,10 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
                                  : json::Value(nullptr)},
       {"synchronize_checkpoint_boundary", false},
       {"profile", false}};
+  // DeepSpeed's CSVConfig, defaults filled in.
+  root["csv_monitor"] = json::Object{{"enabled", o.csvMonitor.enabled},
+                                     {"output_path", o.csvMonitor.outputPath},
+                                     {"job_name", o.csvMonitor.jobName}};
   root["recompute"] = o.recompute;
   if (o.recompute == "auto")
     root["activation_memory"] = o.activationMemory;

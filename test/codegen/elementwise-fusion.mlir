@@ -90,7 +90,7 @@ func.func @train_step(%x: tensor<4x8xf32> {sharc.input = "x"},
 // CHECK-NEXT: {"", 1048576, 8, false, true, 0u, 0u},
 // CHECK-NEXT: 0, 0u,
 // CHECK-NEXT: "", "",
-// CHECK-NEXT: ""};
+// CHECK-NEXT: "", ""};
 
 // The whole step: one elementwise launch, the sum, the outputs.  The state is
 // read and written in place; the stored result is what the sum reads.

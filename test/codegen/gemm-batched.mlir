@@ -59,7 +59,7 @@ func.func @train_step(%a: tensor<2x3x4xf32> {sharc.input = "a"},
 // CHECK-NEXT: {"", 1048576, 8, false, true, 0u, 0u},
 // CHECK-NEXT: 0, 0u,
 // CHECK-NEXT: "", "",
-// CHECK-NEXT: ""};
+// CHECK-NEXT: "", ""};
 
 // CHECK-LABEL: extern "C" void sharcProgramStep(const sharc::rt::StepContext *ctx) {
 // a [2x3x4] x b [2x4x5]: batch 2, strides 12, 20 and 15 elements.

@@ -84,7 +84,7 @@ func.func @main(%x: tensor<8x4xf32> {sharc.input = "x"},
 // CHECK-NEXT: {"", 1048576, 8, false, true, 0u, 0u},
 // CHECK-NEXT: 0, 0u,
 // CHECK-NEXT: "", "",
-// CHECK-NEXT: ""};
+// CHECK-NEXT: "", ""};
 
 // CHECK-LABEL: extern "C" void sharcProgramStep(const sharc::rt::StepContext *ctx) {
 // h = relu(x w1 + b1): bias and ReLU in the epilogue, no aux output.

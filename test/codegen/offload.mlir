@@ -37,7 +37,7 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // CHECK: {"", 1048576, 8, false, true, 16384u, 16384u},
 // CHECK-NEXT: 0, 0u,
 // CHECK-NEXT: "", "",
-// CHECK-NEXT: ""};
+// CHECK-NEXT: "", ""};
 
 // CHECK-LABEL: extern "C" void sharcProgramStep(
 // CHECK: const uint64_t [[R2:ticket[0-9]+]] = ctx->swap->startRead(2, (ctx->arena + [[M2:[0-9]+]]));

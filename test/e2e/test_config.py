@@ -176,6 +176,20 @@ CONFIG_ERRORS = {
         {"activation_checkpointing": {"number_checkpoints": 0}},
         ["activation_checkpointing.number_checkpoints: expected an integer >= 1, got 0"],
     ),
+    # csv_monitor (DeepSpeed 0.19.8's CSVConfig): every key checked.
+    "csv-monitor-misspelt": (
+        {"csv_monitor": {"enabled": True, "output_dir": "logs"}},
+        ["csv_monitor.output_dir: unknown key (known keys: enabled, "
+         "output_path, job_name)"],
+    ),
+    "csv-monitor-enabled-not-a-boolean": (
+        {"csv_monitor": {"enabled": "yes"}},
+        ["csv_monitor.enabled: expected a boolean"],
+    ),
+    "csv-monitor-job-name-empty": (
+        {"csv_monitor": {"enabled": True, "job_name": ""}},
+        ["csv_monitor.job_name: must not be empty"],
+    ),
     "activation-checkpointing-not-an-object": (
         {"activation_checkpointing": True},
         ["activation_checkpointing: expected an object"],
@@ -1138,6 +1152,12 @@ RESOLVE_CASES = {
                                       [1]),
     # The aio block without offload, null.
     "aio-null": ({"train_micro_batch_size_per_gpu": 1, "aio": None}, [1]),
+    # The CSV monitor, with and without its path and job name.
+    "csv-monitor": ({"train_micro_batch_size_per_gpu": 1,
+                     "csv_monitor": {"enabled": True, "output_path": "logs",
+                                     "job_name": "run1"}}, [1]),
+    "csv-monitor-defaults": ({"train_micro_batch_size_per_gpu": 1,
+                              "csv_monitor": {"enabled": True}}, [1]),
 }
 
 
@@ -1227,6 +1247,11 @@ def test_config_command_resolves_as_deepspeed(sharc, tmp_path, case, monkeypatch
                 getattr(checkpointing, key), key
         assert mine["recompute"] == (
             "layers" if "activation_checkpointing" in config else "none")
+        # The CSV monitor as DeepSpeed's monitor config resolves it.
+        csv = theirs.monitor_config.csv_monitor
+        assert mine["csv_monitor"] == {"enabled": csv.enabled,
+                                       "output_path": csv.output_path,
+                                       "job_name": csv.job_name}
     # 7 ranks divide none of these global batches: both refuse.
     if "train_batch_size" in config:
         result = sharc("config", path, "--world-size", 7)

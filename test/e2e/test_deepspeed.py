@@ -423,3 +423,80 @@ def test_the_oracle_leaves_no_shared_memory(tmp_path, monkeypatch):
     # The run made its files (so the pattern names them) and none is left.
     assert len(ports) == 1 and len(removed) >= ranks, removed
     assert deepspeed_oracle._shared_memory(ports[0]) == []
+
+
+def test_csv_monitor_writes_deepspeeds_files(sharc, tmp_path):
+    """csv_monitor: the compiled binary writes the files DeepSpeed's engine
+    writes -- the same names, headers, CRLF rows and steps (the samples
+    trained), the learning rate and the loss scale as they are after each
+    step -- on an fp16 run with a warm-up and two skipped steps.  sharc
+    writes a step's row when the next step runs (it is the value that step
+    uses), so the last row waits for a resumed run, which completes it: a
+    run stopped after step 4 and resumed writes the files of the run that
+    never stopped."""
+    import csv
+    name, ranks, micro, steps = "mlp", 2, 8, 8
+    training = models.make_training_case(name)
+    model = tmp_path / f"{name}.onnx"
+    models.export(training, model)
+    data, inputs = planted_data(name, steps, micro, ranks,
+                                {3: (0, "inf"), 4: (1, "inf")}, tmp_path)
+    config = {"train_micro_batch_size_per_gpu": micro,
+              "optimizer": {"type": "AdamW", "params": {
+                  "lr": 0.01, "torch_adam": True}},
+              "scheduler": {"type": "WarmupLR", "params": {
+                  "warmup_max_lr": 0.01, "warmup_num_steps": 3}},
+              "fp16": {"enabled": True, "initial_scale_power": 6,
+                       "loss_scale_window": 2, "hysteresis": 1},
+              "zero_optimization": {"stage": 1}}
+
+    def monitored(folder):
+        return dict(config, csv_monitor={"enabled": True,
+                                         "output_path": str(folder),
+                                         "job_name": "job"})
+
+    deepspeed_oracle.train_steps(name, monitored(tmp_path / "ds"), data, steps,
+                                 ranks)
+    _, out = compile_config(sharc, model, monitored(tmp_path / "sharc"), ranks,
+                            tmp_path)
+    run = mpirun(ranks, out / "train", *inputs, "--steps", steps)
+    assert run.returncode == 0, run.stderr
+    theirs, ours = tmp_path / "ds" / "job", tmp_path / "sharc" / "job"
+    for file in ("Train_Samples_lr.csv", "Train_Samples_loss_scale.csv"):
+        raw = (ours / file).read_bytes()
+        assert raw.endswith(b"\r\n") and raw.count(b"\r\n") == raw.count(b"\n")
+        expected = list(csv.reader((theirs / file).open(newline="")))
+        got = list(csv.reader((ours / file).open(newline="")))
+        assert got[0] == expected[0], file
+        assert [row[0] for row in got[1:]] == \
+            [row[0] for row in expected[1:-1]], file
+        assert [float(row[1]) for row in got[1:]] == \
+            [float(row[1]) for row in expected[1:-1]], file
+    # The loss of every step, as the step lines print it.
+    losses = list(csv.reader((ours / "Train_Samples_train_loss.csv").open(
+        newline="")))
+    assert losses[0] == ["step", "train_loss"]
+    assert [float(row[1]) for row in losses[1:]] == pytest.approx(
+        losses_of(run.stdout), rel=1e-8, nan_ok=True)
+
+    # Stopped after step 4 and resumed: the files of the run that never
+    # stopped, byte for byte.
+    _, resumable = compile_config(sharc, model, monitored(tmp_path / "resumed"),
+                                  ranks, tmp_path, label="resumed")
+    for args in (["--steps", 4, "--save-dir", tmp_path / "checkpoints"],
+                 ["--steps", steps - 4, "--resume", tmp_path / "checkpoints"]):
+        part = mpirun(ranks, resumable / "train", *inputs, *args)
+        assert part.returncode == 0, part.stderr
+    for file in ("Train_Samples_lr.csv", "Train_Samples_loss_scale.csv",
+                 "Train_Samples_train_loss.csv"):
+        assert (tmp_path / "resumed" / "job" / file).read_bytes() == \
+            (ours / file).read_bytes(), file
+    # The evaluator writes the same files (its losses agree to rounding).
+    config_path = tmp_path / "eval.json"
+    config_path.write_text(json.dumps(monitored(tmp_path / "eval")))
+    result = sharc("eval", model, "--train", "--steps", steps, "--config",
+                   config_path, "--world-size", ranks, *inputs)
+    assert result.returncode == 0, result.stderr
+    for file in ("Train_Samples_lr.csv", "Train_Samples_loss_scale.csv"):
+        assert (tmp_path / "eval" / "job" / file).read_bytes() == \
+            (ours / file).read_bytes(), file

@@ -103,6 +103,8 @@ FailureOr<PlannedProgram> sharc::planProgram(PassManager &pm, ModuleOp module,
   plan.emit.sharcVersion = SHARC_VERSION;
   plan.emit.modelHash = settings.modelHash;
   plan.emit.trainingConfig = trainingConfigText(options, plan.emit.microBatch);
+  if (options.csvMonitor.enabled)
+    plan.emit.csvMonitorFolder = options.csvMonitor.folder();
   const MachineModel &machine = machineModel(plan.emit.target);
   double compute = estimateComputeSeconds(step, machine);
   {

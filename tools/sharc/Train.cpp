@@ -607,6 +607,13 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     if (!metrics.open(*path, error))
       return fail("--metrics: " + error);
   }
+  // DeepSpeed's csv_monitor, from the config.
+  rt::CsvMonitor csv;
+  if (options->csvMonitor.enabled) {
+    std::string error;
+    if (!csv.open(options->csvMonitor.folder(), error))
+      return fail("csv_monitor: " + error);
+  }
   int64_t rowElements = 1;
   std::string throughputKey = "samples_per_s";
   for (auto &[index, stream] : data) {
@@ -655,7 +662,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       llvm::outs() << " skipped";
     llvm::outs() << "\n";
     llvm::outs().flush();
-    if (metrics.isOpen()) {
+    if (metrics.isOpen() || csv.isOpen()) {
       double seconds = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - stepStart)
                            .count();
@@ -677,8 +684,11 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       record.throughput =
           seconds > 0 ? double(rows * ranks * rowElements) / seconds : 0.0;
       std::string error;
-      if (!metrics.append(record, error))
+      if (metrics.isOpen() && !metrics.append(record, error))
         return fail("--metrics: " + error);
+      if (csv.isOpen() &&
+          !rt::writeStepEvents(csv, k + 1, rows * ranks, record, error))
+        return fail("csv_monitor: " + error);
     }
     if (atMinResult && (*results)[*atMinResult].getDouble(0) != 0)
       return fail(rt::lossScaleAtMinimumMessage(
@@ -696,8 +706,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       return 1;
   }
 
-  if (std::string error; !metrics.sync(error))
-    return fail("--metrics: " + error);
+  if (std::string error; !metrics.sync(error) || !csv.sync(error))
+    return fail(error);
   std::optional<std::string> stateDir = dumpStateDir();
   if (stateDir && failed(writeState(step, rankArgs, *stateDir,
                                     stateMeta(firstStep + steps))))
