@@ -884,6 +884,13 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     }
     if (off)
       return Error::success();
+    // Weights & Biases logs to its web service, which a training run here
+    // cannot reach: never supported (csv_monitor and --metrics log locally).
+    if (key == "wandb")
+      return fail(key, "not supported: Weights & Biases logs to its network "
+                       "service; use csv_monitor or the training binary's "
+                       "--metrics FILE.jsonl (tools/plot-metrics.py plots "
+                       "them)");
     return fail(key, "not supported yet (" + later.feature + ")");
   }
   SmallVector<StringRef> known = refs(supportedTopKeys);

@@ -190,6 +190,11 @@ CONFIG_ERRORS = {
         {"csv_monitor": {"enabled": True, "job_name": ""}},
         ["csv_monitor.job_name: must not be empty"],
     ),
+    "wandb-needs-the-network": (
+        {"wandb": {"enabled": True, "project": "p"}},
+        ["wandb: not supported: Weights & Biases logs to its network service",
+         "csv_monitor", "--metrics"],
+    ),
     "activation-checkpointing-not-an-object": (
         {"activation_checkpointing": True},
         ["activation_checkpointing: expected an object"],
