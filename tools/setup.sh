@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
+# Debian's ninja, also once the test environment (whose DeepSpeed brings a
+# ninja of its own) is first on PATH: two ninja versions would each throw
+# away the other's build log and rebuild everything.
+system_path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 case "$mode" in
   example) tools/install-deps.sh ;;
   test) tools/install-deps.sh --test
@@ -16,12 +20,13 @@ esac
 
 build=${BUILD_DIR:-build}
 jobs=$(nproc)
+ninja=$(PATH=$system_path command -v ninja)
 if [ ! -f "$build/build.ninja" ]; then
   cmake -G Ninja -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
-    -DPython3_EXECUTABLE="$(command -v python3)"
+    -DCMAKE_MAKE_PROGRAM="$ninja" -DPython3_EXECUTABLE="$(command -v python3)"
 fi
 echo "sharc: building in $build"
-ninja -C "$build" -j "$jobs"
+"$ninja" -C "$build" -j "$jobs"
 
 if [ "$mode" = example ]; then
   model=test/models/tiny-gpt.onnx
