@@ -294,6 +294,40 @@ MetaLines resumeIdentity(const std::string &modelHash,
   return lines;
 }
 
+MetaLines stateMeta(const StateDescription &state) {
+  auto text = [](const std::string &value) {
+    return value.empty() ? std::string("-") : value;
+  };
+  MetaLines meta = {{"step", std::to_string(state.step)},
+                    {"sharc-version", text(state.sharcVersion)},
+                    {"model", text(state.model)}};
+  for (auto &line : resumeIdentity(text(state.modelHash), state.trainingConfig))
+    meta.push_back(std::move(line));
+  meta.insert(meta.end(), {{"target", text(state.target)},
+                           {"world-size", std::to_string(state.worldSize)},
+                           {"zero-stage", std::to_string(state.zeroStage)},
+                           {"micro-batch", std::to_string(state.microBatch)},
+                           {"gradient-accumulation",
+                            std::to_string(state.gradientAccumulation)}});
+  return meta;
+}
+
+bool commitCheckpoint(const std::string &partial, const std::string &target,
+                      int64_t keepLast, std::vector<std::string> &removed,
+                      std::vector<std::string> &warnings, std::string &error) {
+  std::string warning;
+  if (!publishCheckpoint(partial, target, warning, error)) {
+    std::string ignored;
+    removeStateDirectory(partial, ignored);
+    return false;
+  }
+  if (!warning.empty())
+    warnings.push_back(warning);
+  if (keepLast > 0)
+    pruneCheckpoints(parentOf(target), keepLast, removed, warnings);
+  return true;
+}
+
 bool checkResumable(const std::string &dir, const StateIndex &index,
                     const MetaLines &expected, std::string &error) {
   std::string where = stateIndexPath(dir);

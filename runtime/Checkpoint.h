@@ -103,6 +103,28 @@ using MetaLines = std::vector<std::pair<std::string, std::string>>;
 MetaLines resumeIdentity(const std::string &modelHash,
                          const std::string &configText);
 
+/// What a saved state is, for its meta lines.
+struct StateDescription {
+  int64_t step = 0;
+  std::string sharcVersion, model, modelHash, trainingConfig, target;
+  int64_t worldSize = 1, zeroStage = 0, microBatch = 1,
+          gradientAccumulation = 1;
+};
+
+/// The meta lines of `state`: `step`, `sharc-version`, `model`, then
+/// resumeIdentity, then the layout (`target`, `world-size`, `zero-stage`,
+/// `micro-batch`, `gradient-accumulation`); an empty text is written "-".
+MetaLines stateMeta(const StateDescription &state);
+
+/// Publishes the complete checkpoint in `partial` as `target`
+/// (publishCheckpoint; on failure `partial` is removed and `error` set),
+/// then removes the oldest checkpoints of `target`'s folder beyond
+/// `keepLast` (0: none).  The paths removed go to `removed`, what could not
+/// be removed to `warnings`.
+bool commitCheckpoint(const std::string &partial, const std::string &target,
+                      int64_t keepLast, std::vector<std::string> &removed,
+                      std::vector<std::string> &warnings, std::string &error);
+
 /// Checks that the state in `dir` (its index `index`) was saved by a run of
 /// the same model and training configuration, `expected`
 /// (resumeIdentity).  Otherwise `error` names the index and every

@@ -684,23 +684,11 @@ uint64_t agreeOnSaveId(Communicator &comm) {
 /// The meta lines of a state saved after `step` steps (Checkpoint.h): the
 /// step, what a resume compares, and the layout it was saved in.
 MetaLines stateMeta(const ProgramInfo &info, int ranks, int64_t step) {
-  auto text = [](const char *value) {
-    return std::string(value && *value ? value : "-");
-  };
-  MetaLines meta = {{"step", std::to_string(step)},
-                    {"sharc-version", text(info.sharcVersion)},
-                    {"model", text(info.model)}};
-  for (auto &line :
-       resumeIdentity(text(info.modelHash),
-                      info.trainingConfig ? info.trainingConfig : ""))
-    meta.push_back(std::move(line));
-  meta.insert(meta.end(), {{"target", text(info.target)},
-                           {"world-size", std::to_string(ranks)},
-                           {"zero-stage", std::to_string(info.zeroStage)},
-                           {"micro-batch", std::to_string(info.microBatch)},
-                           {"gradient-accumulation",
-                            std::to_string(info.gradientAccumulation)}});
-  return meta;
+  auto text = [](const char *value) { return std::string(value ? value : ""); };
+  return sharc::rt::stateMeta({step, text(info.sharcVersion), text(info.model),
+                               text(info.modelHash), text(info.trainingConfig),
+                               text(info.target), ranks, info.zeroStage,
+                               info.microBatch, info.gradientAccumulation});
 }
 
 /// Saves the parameters and optimizer state in `dir` (StateDir.h) as save
@@ -839,18 +827,11 @@ void saveCheckpoint(Communicator &comm, const ProgramInfo &info,
                                stateMeta(info, comm.size(), step), flag,
                                comm.rank() == 0 ? &folders : nullptr);
   if (comm.rank() == 0) {
-    std::string warning;
-    if (!publishCheckpoint(partial, target, warning, error)) {
-      std::string removeError;
-      removeStateDirectory(partial, removeError);
-      fatal(flag + ": " + error);
-    }
-    folders.commit(error);
     std::vector<std::string> removed, warnings;
-    if (!warning.empty())
-      warnings.push_back(warning);
-    if (options.keepLast > 0)
-      pruneCheckpoints(options.saveDir, options.keepLast, removed, warnings);
+    if (!commitCheckpoint(partial, target, options.keepLast, removed, warnings,
+                          error))
+      fatal(flag + ": " + error);
+    folders.commit(error);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();

@@ -359,17 +359,11 @@ LogicalResult saveCheckpoint(func::FuncOp step,
     return fail("--save-dir: " + partial + ": exists"), failure();
   if (failed(writeState(step, rankArgs, partial, meta)))
     return failure();
-  std::string warning, error;
-  if (!rt::publishCheckpoint(partial, target.str().str(), warning, error)) {
-    std::string ignored;
-    rt::removeStateDirectory(partial, ignored);
-    return fail("--save-dir: " + error), failure();
-  }
+  std::string error;
   std::vector<std::string> removed, warnings;
-  if (!warning.empty())
-    warnings.push_back(warning);
-  if (checkpoints.keepLast > 0)
-    rt::pruneCheckpoints(saveDir, checkpoints.keepLast, removed, warnings);
+  if (!rt::commitCheckpoint(partial, target.str().str(), checkpoints.keepLast,
+                            removed, warnings, error))
+    return fail("--save-dir: " + error), failure();
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -407,20 +401,12 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     return 1;
   // What checkpoints record (runtime/Checkpoint.h), as the training
   // binaries record it.
-  rt::MetaLines identity = rt::resumeIdentity(
-      model.modelHash, trainingConfigText(*options, *microBatch));
+  std::string configText = trainingConfigText(*options, *microBatch);
+  rt::MetaLines identity = rt::resumeIdentity(model.modelHash, configText);
   auto stateMeta = [&](int64_t stepsDone) {
-    rt::MetaLines meta = {{"step", std::to_string(stepsDone)},
-                          {"sharc-version", SHARC_VERSION},
-                          {"model", model.path}};
-    meta.insert(meta.end(), identity.begin(), identity.end());
-    meta.insert(meta.end(), {{"target", "evaluator"},
-                             {"world-size", std::to_string(options->worldSize)},
-                             {"zero-stage", std::to_string(options->zeroStage)},
-                             {"micro-batch", std::to_string(*microBatch)},
-                             {"gradient-accumulation",
-                              std::to_string(options->gradAccum)}});
-    return meta;
+    return rt::stateMeta({stepsDone, SHARC_VERSION, model.path, model.modelHash,
+                          configText, "evaluator", options->worldSize,
+                          options->zeroStage, *microBatch, options->gradAccum});
   };
 
   {
