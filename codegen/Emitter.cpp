@@ -1019,9 +1019,9 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << ", " << options.microBatch << ", " << options.gradientAccumulation
      << ", " << report.arenaBytes << ",\n  " << buffers.size() << ", buffers, "
      << lossBuffer << ", " << lrBuffer << ", " << stepBuffer << ", "
-     << outputBuffer("loss_scale") << ", " << outputBuffer("overflow") << ", "
-     << outputBuffer("at_min_scale") << ", " << options.zeroStage << ", "
-     << report.stagingBytes << ",\n  {";
+     << outputBuffer("grad_norm") << ", " << outputBuffer("loss_scale") << ", "
+     << outputBuffer("overflow") << ", " << outputBuffer("at_min_scale") << ", "
+     << options.zeroStage << ", " << report.stagingBytes << ",\n  {";
   for (size_t k = 0; k < 4; ++k)
     os << (k ? ", " : "") << report.collectiveCalls[k] << "u";
   os << "},\n  {";
@@ -1037,7 +1037,8 @@ LogicalResult ProgramEmitter::run(llvm::raw_ostream &os) {
      << cppStringLiteral(options.sharcVersion) << ", "
      << cppStringLiteral(options.modelHash) << ",\n  "
      << cppStringLiteral(options.trainingConfig) << ", "
-     << cppStringLiteral(options.csvMonitorFolder) << "};\n} // namespace\n\n";
+     << cppStringLiteral(options.csvMonitorFolder) << ", "
+     << cppStringLiteral(options.tensorboardFolder) << "};\n} // namespace\n\n";
   os << "extern \"C\" const sharc::rt::ProgramInfo *sharcProgramInfo() {\n"
      << "  return &info;\n}\n\n"
      << "extern \"C\" void sharcProgramStep(const sharc::rt::StepContext "

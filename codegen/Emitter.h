@@ -48,6 +48,8 @@ struct EmitOptions {
   std::string trainingConfig;
   /// The csv_monitor folder (ProgramInfo::csvMonitorFolder), empty: none.
   std::string csvMonitorFolder;
+  /// The tensorboard folder (ProgramInfo::tensorboardFolder), empty: none.
+  std::string tensorboardFolder;
 };
 
 /// One persistent buffer of the emitted program.

@@ -203,14 +203,15 @@ struct TrainingOptions {
     /// default true); false: submit a whole queue, then wait for all of it.
     bool overlapEvents = true;
   } aio;
-  /// DeepSpeed's `csv_monitor` block: per-step CSV files in
-  /// OUTPUT_PATH/JOB_NAME (DeepSpeed's csvMonitor), written by rank 0 of the
-  /// training binary and by sharc eval --train.
-  struct CsvMonitorOptions {
+  /// One of DeepSpeed's monitor blocks, `csv_monitor` (per-step CSV files)
+  /// or `tensorboard` (an event file), in OUTPUT_PATH/JOB_NAME, written by
+  /// rank 0 of the training binary and by sharc eval --train
+  /// (runtime/Metrics.h, runtime/TensorBoard.h).
+  struct MonitorOptions {
     bool enabled = false;
-    /// csv_monitor.output_path ("": the working directory).
+    /// output_path ("": the working directory).
     std::string outputPath;
-    /// csv_monitor.job_name.
+    /// job_name.
     std::string jobName = "DeepSpeedJobName";
     /// The folder of the files: OUTPUT_PATH/JOB_NAME, or JOB_NAME.
     std::string folder() const {
@@ -218,7 +219,8 @@ struct TrainingOptions {
              : outputPath.back() == '/' ? outputPath + jobName
                                         : outputPath + "/" + jobName;
     }
-  } csvMonitor;
+  };
+  MonitorOptions csvMonitor, tensorboard;
   /// The highest ZeRO stage implemented.
   static constexpr int64_t kMaxZeroStage = 3;
   /// ZeRO stage 3: parameters of at most this many elements are not

@@ -274,6 +274,22 @@ LogicalResult sharc::applyLossScaling(ModuleOp module,
       value = math.select(overflow, entry.getArgument(*updated), value);
   }
   results[*counterResult] = math.add(counter, math.constant(i64, 1));
+  // The reported gradient norm (sharc-optimizer's `grad_norm`) is the norm
+  // of the gradients the step's loss had, as DeepSpeed reports it (ZeRO's
+  // scaled norm / the scale the step used), and infinite on a skipped step.
+  // The gradients it was computed from were divided by the updated scale
+  // (see above), so it is multiplied back by updated / used: a power of two,
+  // so exact.
+  for (auto [r, value] : llvm::enumerate(results)) {
+    auto name = step.getResultAttrOfType<StringAttr>(
+        r, SharcDialect::getOutputAttrName());
+    if (!name || name.getValue() != "grad_norm")
+      continue;
+    if (dynamic)
+      value = math.mul(value, math.div(update->next.scale, scale));
+    value = math.select(
+        overflow, math.f64(std::numeric_limits<double>::infinity()), value);
+  }
 
   SmallVector<Value> newState;
   if (dynamic)

@@ -234,11 +234,11 @@ static FailureOr<GradSignature> analyzeGradFunction(func::FuncOp func) {
 // Clipping and updates
 //===----------------------------------------------------------------------===//
 
-/// DeepSpeed's clipping: every gradient times 1 / max(1, (norm + 1e-6) /
-/// clip), norm the global L2 norm.  Squares are summed in f32 (f64 for f64
-/// gradients); the per-tensor sums, the norm and the coefficient are f64.
-static void clipByGlobalNorm(MathBuilder &math, MutableArrayRef<Value> grads,
-                             double clip) {
+/// The global L2 norm of the gradients, f64 (null without gradients).
+/// Squares are summed in f32 (f64 for f64 gradients); the per-tensor sums and
+/// the norm are f64.  Every step returns it (the `grad_norm` output, which
+/// the metrics and monitors report) and clipping scales by it.
+static Value globalGradNorm(MathBuilder &math, ArrayRef<Value> grads) {
   ImplicitLocOpBuilder &builder = math.getBuilder();
   Value sumOfSquares;
   for (Value grad : grads) {
@@ -252,9 +252,13 @@ static void clipByGlobalNorm(MathBuilder &math, MutableArrayRef<Value> grads,
     sum = math.cast(sum, builder.getF64Type());
     sumOfSquares = sumOfSquares ? math.add(sumOfSquares, sum) : sum;
   }
-  if (!sumOfSquares)
-    return;
-  Value norm = math.sqrt(sumOfSquares);
+  return sumOfSquares ? math.sqrt(sumOfSquares) : Value();
+}
+
+/// DeepSpeed's clipping: every gradient times 1 / max(1, (norm + 1e-6) /
+/// clip), norm the global L2 norm (globalGradNorm); the coefficient is f64.
+static void clipByGlobalNorm(MathBuilder &math, MutableArrayRef<Value> grads,
+                             Value norm, double clip) {
   Value combined = math.max(
       math.f64(1), math.div(math.add(norm, math.f64(1e-6)), math.f64(clip)));
   Value coefficient = math.div(math.f64(1), combined);
@@ -424,6 +428,9 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
   resultTypes.append(argTypes.begin() + layout.firstState(), argTypes.end());
   argTypes.push_back(stepType);
   resultTypes.append({stepType, lrType});
+  // The gradients' global norm, where there are gradients.
+  if (!layout.trainable.empty())
+    resultTypes.push_back(lrType);
   for (unsigned arg : signature.inputs) {
     auto type = cast<RankedTensorType>(gradType.getInput(arg));
     auto name = gradFunc.getArgAttrOfType<StringAttr>(
@@ -487,6 +494,9 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
   step.setResultAttr(layout.stepResult(), stateName, stepAttr);
   step.setResultAttr(layout.stepResult() + 1, outputName,
                      builder.getStringAttr("lr"));
+  if (!layout.trainable.empty())
+    step.setResultAttr(layout.stepResult() + 2, outputName,
+                       builder.getStringAttr("grad_norm"));
   return step;
 }
 
@@ -631,8 +641,9 @@ FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
                                       b.getArrayAttr(params));
     grads.assign(marker.getResults().begin(), marker.getResults().end());
   }
-  if (options.clip > 0)
-    clipByGlobalNorm(math, grads, options.clip);
+  Value norm = globalGradNorm(math, grads);
+  if (norm && options.clip > 0)
+    clipByGlobalNorm(math, grads, norm, options.clip);
   Value counter = entry->getArgument(layout.stepArg());
   StepScalars scalars = buildStepScalars(math, counter, options);
 
@@ -662,6 +673,8 @@ FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
   results.append(newState);
   results.push_back(math.add(counter, math.constant(b.getI64Type(), 1)));
   results.push_back(scalars.lr);
+  if (norm)
+    results.push_back(norm);
   func::ReturnOp::create(b, results);
   return *step;
 }

@@ -2,6 +2,7 @@
 
 #include "runtime/Metrics.h"
 #include "runtime/AtomicFile.h"
+#include "runtime/TensorBoard.h"
 
 #include <cerrno>
 #include <charconv>
@@ -35,6 +36,8 @@ std::string metricsLine(const StepMetrics &metrics, double time) {
   std::string line = "{\"step\": " + std::to_string(metrics.step) +
                      ", \"loss\": " + number(metrics.loss, "%.9g") +
                      ", \"lr\": " + number(metrics.lr, "%.9g");
+  if (metrics.gradNorm)
+    line += ", \"grad_norm\": " + number(*metrics.gradNorm, "%.9g");
   if (metrics.scale)
     line += ", \"scale\": " + number(*metrics.scale, "%.9g");
   line += std::string(", \"skipped\": ") + (metrics.skipped ? "true" : "false");
@@ -53,10 +56,13 @@ AppendFile::~AppendFile() {
     ::close(fd);
 }
 
-bool AppendFile::open(const std::string &target, std::string &error) {
+bool AppendFile::open(const std::string &target, std::string &error,
+                      bool exclusive) {
   path = target;
   fd = ::open(path.c_str(),
-              O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+              O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC |
+                  (exclusive ? O_EXCL : 0),
+              0644);
   if (fd < 0) {
     error = path + ": " + std::strerror(errno);
     return false;
@@ -150,6 +156,8 @@ std::string pythonFloatText(double value) {
   return sign + whole + "." + (fraction.empty() ? "0" : fraction);
 }
 
+Monitor::~Monitor() = default;
+
 bool CsvMonitor::open(const std::string &target, std::string &error) {
   std::error_code code;
   std::filesystem::create_directories(target, code);
@@ -193,7 +201,7 @@ bool CsvMonitor::sync(std::string &error) {
   return true;
 }
 
-bool writeStepEvents(CsvMonitor &monitor, int64_t step, int64_t globalBatch,
+bool writeStepEvents(Monitor &monitor, int64_t step, int64_t globalBatch,
                      const StepMetrics &metrics, std::string &error) {
   if (step >= 2) {
     int64_t previous = (step - 1) * globalBatch;
@@ -202,8 +210,74 @@ bool writeStepEvents(CsvMonitor &monitor, int64_t step, int64_t globalBatch,
                                          *metrics.scale, previous, error)))
       return false;
   }
-  return monitor.write("Train/Samples/train_loss", metrics.loss,
-                       step * globalBatch, error);
+  int64_t samples = step * globalBatch;
+  if (!monitor.write("Train/Samples/train_loss", metrics.loss, samples, error))
+    return false;
+  // sharc's own events.
+  if (metrics.gradNorm && !monitor.write("Train/Samples/grad_norm",
+                                         *metrics.gradNorm, samples, error))
+    return false;
+  if (!monitor.write("Train/Samples/" + metrics.throughputKey,
+                     metrics.throughput, samples, error))
+    return false;
+  return !metrics.peakMemoryBytes ||
+         monitor.write("Train/Samples/peak_memory_bytes",
+                       double(*metrics.peakMemoryBytes), samples, error);
+}
+
+StepLog::StepLog() = default;
+StepLog::~StepLog() = default;
+
+bool StepLog::open(const std::string &metricsPath, const std::string &csvFolder,
+                   const std::string &tensorboardFolder, std::string &error) {
+  if (!metricsPath.empty() && !metrics.open(metricsPath, error)) {
+    error = "--metrics: " + error;
+    return false;
+  }
+  if (!csvFolder.empty()) {
+    auto csv = std::make_unique<CsvMonitor>();
+    if (!csv->open(csvFolder, error)) {
+      error = "csv_monitor: " + error;
+      return false;
+    }
+    monitors.emplace_back("csv_monitor", std::move(csv));
+  }
+  if (!tensorboardFolder.empty()) {
+    auto tensorboard = std::make_unique<TensorBoardMonitor>();
+    if (!tensorboard->open(tensorboardFolder, error)) {
+      error = "tensorboard: " + error;
+      return false;
+    }
+    monitors.emplace_back("tensorboard", std::move(tensorboard));
+  }
+  return true;
+}
+
+bool StepLog::record(const StepMetrics &record, int64_t globalBatch,
+                     std::string &error) {
+  if (metrics.isOpen() && !metrics.append(record, error)) {
+    error = "--metrics: " + error;
+    return false;
+  }
+  for (auto &[block, monitor] : monitors)
+    if (!writeStepEvents(*monitor, record.step, globalBatch, record, error)) {
+      error = block + ": " + error;
+      return false;
+    }
+  return true;
+}
+
+bool StepLog::sync(std::string &error) {
+  if (!metrics.sync(error)) {
+    error = "--metrics: " + error;
+    return false;
+  }
+  for (auto &[block, monitor] : monitors)
+    if (!monitor->sync(error)) {
+      error = block + ": " + error;
+      return false;
+    }
+  return true;
 }
 
 } // namespace sharc::rt

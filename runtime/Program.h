@@ -18,7 +18,7 @@
 namespace sharc::rt {
 
 /// Bumped whenever ProgramInfo or StepContext change layout.
-constexpr int kProgramAbiVersion = 11;
+constexpr int kProgramAbiVersion = 12;
 
 /// What a persistent buffer holds.  Persistent buffers live outside the arena
 /// for the whole run.
@@ -157,6 +157,9 @@ struct ProgramInfo {
   int lossBuffer;
   int lrBuffer;
   int stepBuffer;
+  /// Index of the gradients' global L2 norm (f64 scalar output; -1 when
+  /// nothing trains).
+  int gradNormBuffer;
   /// Indices of the outputs of loss scaling (sharc-loss-scale), -1 when the
   /// program has none: the scale the step used (f64), whether its gradients
   /// overflowed so that it was skipped (i1), and whether they overflowed
@@ -197,6 +200,9 @@ struct ProgramInfo {
   /// DeepSpeed's csv_monitor: the folder rank 0 writes the per-step CSV
   /// files to (runtime/Metrics.h, CsvMonitor); null or empty: none.
   const char *csvMonitorFolder;
+  /// DeepSpeed's tensorboard monitor: the folder rank 0 writes its event
+  /// file to (runtime/Monitor.h, TensorBoardMonitor); null or empty: none.
+  const char *tensorboardFolder;
 };
 
 class SwapStore;

@@ -508,6 +508,9 @@ void checkProgramInfo(const Communicator &comm, const ProgramInfo &info) {
   checkScalar(info.lossBuffer, "loss", /*allowF32=*/true, BufferRole::output);
   checkScalar(info.lrBuffer, "learning-rate", /*allowF32=*/false,
               BufferRole::output);
+  if (info.gradNormBuffer >= 0)
+    checkScalar(info.gradNormBuffer, "gradient-norm", /*allowF32=*/false,
+                BufferRole::output);
   if (info.scaleBuffer >= 0)
     checkScalar(info.scaleBuffer, "loss-scale", /*allowF32=*/false,
                 BufferRole::output);
@@ -1281,21 +1284,20 @@ int run(int argc, char **argv) {
   if (store)
     store->resetStats();
   resetTransferStats();
-  MetricsFile metrics;
-  if (isRoot && !options.metricsPath.empty())
-    if (std::string error; !metrics.open(options.metricsPath, error))
-      fatal("--metrics: " + error);
-  // DeepSpeed's csv_monitor, compiled in from the config.
-  CsvMonitor csv;
-  if (isRoot && info.csvMonitorFolder && *info.csvMonitorFolder)
-    if (std::string error; !csv.open(info.csvMonitorFolder, error))
-      fatal("csv_monitor: " + error);
+  // --metrics and DeepSpeed's monitors (compiled in from the config).
+  StepLog log;
+  if (isRoot) {
+    auto folder = [](const char *name) {
+      return std::string(name ? name : "");
+    };
+    if (std::string error;
+        !log.open(options.metricsPath, folder(info.csvMonitorFolder),
+                  folder(info.tensorboardFolder), error))
+      fatal(error);
+  }
   auto syncLogs = [&] {
-    std::string error;
-    if (!metrics.sync(error))
-      fatal("--metrics: " + error);
-    if (!csv.sync(error))
-      fatal("csv_monitor: " + error);
+    if (std::string error; !log.sync(error))
+      fatal(error);
   };
   double totalSeconds = 0;
   uint64_t measuredArena = 0;
@@ -1340,11 +1342,14 @@ int run(int argc, char **argv) {
     skippedSteps += overflow;
     bool stop = info.atMinScaleBuffer >= 0 && overflow &&
                 readFlag(buffers[info.atMinScaleBuffer]);
-    if (metrics.isOpen() || csv.isOpen()) {
+    if (log.isOpen()) {
       StepMetrics record;
       record.step = globalStep + 1;
       record.loss = readScalar(lossSpec, buffers[info.lossBuffer]);
       record.lr = readScalar(lrSpec, buffers[info.lrBuffer]);
+      if (info.gradNormBuffer >= 0)
+        record.gradNorm = readScalar(info.buffers[info.gradNormBuffer],
+                                     buffers[info.gradNormBuffer]);
       if (info.scaleBuffer >= 0)
         record.scale = readScalar(info.buffers[info.scaleBuffer],
                                   buffers[info.scaleBuffer]);
@@ -1354,15 +1359,11 @@ int run(int argc, char **argv) {
           std::string(unit) == "tokens/s" ? "tokens_per_s" : "samples_per_s";
       record.throughput = seconds > 0 ? tokensPerStep / seconds : 0.0;
       record.peakMemoryBytes = devicePeakBytes();
-      std::string error;
-      if (metrics.isOpen() && !metrics.append(record, error))
-        fatal("--metrics: " + error);
-      if (csv.isOpen() &&
-          !writeStepEvents(csv, globalStep + 1,
-                           info.microBatch * info.gradientAccumulation *
-                               info.worldSize,
-                           record, error))
-        fatal("csv_monitor: " + error);
+      if (std::string error; !log.record(
+              record,
+              info.microBatch * info.gradientAccumulation * info.worldSize,
+              error))
+        fatal(error);
     }
     if (s == 0 || (s + 1) % options.logEvery == 0 || last || overflow || stop) {
       double loss = readScalar(lossSpec, buffers[info.lossBuffer]);

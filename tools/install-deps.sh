@@ -59,13 +59,23 @@ if [ "${1:-}" = "--test" ]; then
       "import deepspeed.runtime.fp16.loss_scaler"
     touch "$venv/.$deepspeed"
   fi
+  # Packages added to the environment after it was made, each installed
+  # once (its own marker file, so the environment's hash stays): PACKAGE==V
+  # and a module that must then import.
+  add_package() {
+    if [ ! -f "$venv/.$1" ]; then
+      echo "sharc: installing $1 into $venv"
+      "$venv/bin/pip" install -q "$1"
+      "$venv/bin/python" -c "import $2"
+      touch "$venv/.$1"
+    fi
+  }
   # matplotlib, for tools/plot-metrics.py and its test.
-  matplotlib=matplotlib==3.10.7
-  if [ ! -f "$venv/.$matplotlib" ]; then
-    echo "sharc: installing $matplotlib into $venv"
-    "$venv/bin/pip" install -q "$matplotlib"
-    "$venv/bin/python" -c "import matplotlib"
-    touch "$venv/.$matplotlib"
-  fi
+  add_package matplotlib==3.10.7 matplotlib
+  # TensorBoard, whose reader checks the event files sharc writes, and which
+  # DeepSpeed's tensorboard monitor (torch's SummaryWriter) needs in the
+  # oracle.
+  add_package tensorboard==2.21.0 \
+    tensorboard.backend.event_processing.event_accumulator
   echo "$venv" > .venv-path
 fi

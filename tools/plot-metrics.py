@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Draws the training curves of `--metrics FILE.jsonl` files (the training
 binaries' and `sharc eval --train`'s, runtime/Metrics.h) to a PNG: loss,
-learning rate, loss scale (or peak memory when no run is loss-scaled) and
-throughput against the step, one line per file.
+learning rate, gradient norm, loss scale (for loss-scaled runs), peak memory
+(where measured) and throughput against the step, one line per file.
 
     tools/plot-metrics.py run.jsonl [other.jsonl ...] -o curves.png [--title T]
 
@@ -66,41 +66,63 @@ def main():
         fail("matplotlib is not installed (pip install matplotlib, or "
              "tools/install-deps.sh --test)")
 
-    scaled = any("scale" in r for _, records in runs for r in records)
-    third = ("scale", "loss scale", "log") if scaled else \
-        ("peak_memory_bytes", "peak memory (MiB)", "linear")
-    figure, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
+    # The panels: loss, learning rate, gradient norm (where a run has one),
+    # loss scale (where a run is loss-scaled), peak memory (where measured)
+    # and throughput.
+    def has(key):
+        return any(key in r for _, records in runs for r in records)
+
+    panels = [("loss", "loss"), ("lr", "learning rate")]
+    if has("grad_norm"):
+        panels.append(("grad_norm", "gradient norm"))
+    if has("scale"):
+        panels.append(("scale", "loss scale"))
+    if has("peak_memory_bytes"):
+        panels.append(("peak_memory_bytes", "peak memory (MiB)"))
+    panels.append(("throughput", "throughput"))
+    columns = 2
+    rows = (len(panels) + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(10, 3.5 * rows),
+                                sharex=True, squeeze=False)
+    flat = list(axes.flat)
     for path, records in runs:
         label = pathlib.Path(path).stem
-        steps, loss = series(records, "loss")
-        axes[0][0].plot(steps, loss, label=label)
-        skipped = [r["step"] for r in records if r.get("skipped")]
-        if skipped:
-            at = dict(zip(steps, loss))
-            axes[0][0].scatter([s for s in skipped if s in at],
-                               [at[s] for s in skipped if s in at],
-                               marker="x", color="red", zorder=3,
-                               label=f"{label}: skipped")
-        axes[0][1].plot(*series(records, "lr"), label=label)
-        steps, values = series(records, third[0])
-        if third[0] == "peak_memory_bytes":
-            values = [v / 2**20 for v in values]
-        axes[1][0].plot(steps, values, label=label)
-        key = "tokens_per_s" if any("tokens_per_s" in r for r in records) \
-            else "samples_per_s"
-        axes[1][1].plot(*series(records, key), label=f"{label} ({key.replace('_per_s', '/s')})")
-    for axis, title in zip(axes.flat, ["loss", "learning rate", third[1],
-                                       "throughput"]):
+        for axis, (key, _) in zip(flat, panels):
+            if key == "throughput":
+                key = "tokens_per_s" if any("tokens_per_s" in r
+                                            for r in records) \
+                    else "samples_per_s"
+                axis.plot(*series(records, key),
+                          label=f"{label} ({key.replace('_per_s', '/s')})")
+                continue
+            steps, values = series(records, key)
+            if key == "peak_memory_bytes":
+                values = [v / 2**20 for v in values]
+            axis.plot(steps, values, label=label)
+            skipped = [r["step"] for r in records if r.get("skipped")]
+            if key == "loss" and skipped:
+                at = dict(zip(steps, values))
+                axis.scatter([s for s in skipped if s in at],
+                             [at[s] for s in skipped if s in at],
+                             marker="x", color="red", zorder=3,
+                             label=f"{label}: skipped")
+    for axis, (key, title) in zip(flat, panels):
         axis.set_title(title)
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
-    axes[1][0].set_yscale(third[2])
+        if key == "scale":
+            axis.set_yscale("log")
+    for index in range(len(panels), len(flat)):
+        flat[index].set_visible(False)
+        # The panel above an empty one carries the step axis.
+        flat[index - columns].xaxis.set_tick_params(labelbottom=True)
+        flat[index - columns].set_xlabel("step")
     # A loss falling by orders of magnitude reads better on a log scale.
     losses = [r["loss"] for _, records in runs for r in records
               if isinstance(r.get("loss"), (int, float))]
     if losses and min(losses) > 0 and max(losses) > 100 * min(losses):
-        axes[0][0].set_yscale("log")
-    for axis in axes[1]:
+        flat[0].set_yscale("log")
+    for axis in axes[-1]:
         axis.set_xlabel("step")
     if args.title:
         figure.suptitle(args.title)

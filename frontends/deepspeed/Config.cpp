@@ -394,7 +394,6 @@ const LaterKey laterKeys[] = {
     {"dump_state", "dumping DeepSpeed's state", OffWhen::isFalse},
     {"sparse_attention", "sparse attention", OffWhen::never},
     {"pipeline", "pipeline parallelism", OffWhen::never},
-    {"tensorboard", "TensorBoard monitoring", OffWhen::enabledFalse},
     {"wandb", "Weights & Biases monitoring", OffWhen::enabledFalse},
     {"comet", "Comet monitoring", OffWhen::enabledFalse},
     {"comms_logger", "the communication logger", OffWhen::enabledFalse},
@@ -754,7 +753,7 @@ private:
   Error readOffload(StringRef key, const json::Value &value);
   Error readAio(const json::Value &value);
   Error readActivationCheckpointing(const json::Value &value);
-  Error readCsvMonitor(const json::Value &value);
+  Error readMonitor(StringRef key, const json::Value &value);
   Error readOptimizer(const json::Value &value);
   Error readAdamParams(StringRef path, const json::Object &params);
   Error readSgdParams(StringRef path, const json::Object &params);
@@ -836,8 +835,8 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     return readAio(value);
   if (key == "activation_checkpointing")
     return readActivationCheckpointing(value);
-  if (key == "csv_monitor")
-    return readCsvMonitor(value);
+  if (key == "csv_monitor" || key == "tensorboard")
+    return readMonitor(key, value);
   // DeepSpeed lets a client optimizer (one it did not build from the
   // config) run under ZeRO only with this set; sharc always builds the
   // optimizer from the config or the flags, so either value means the same.
@@ -885,12 +884,13 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     if (off)
       return Error::success();
     // Weights & Biases logs to its web service, which a training run here
-    // cannot reach: never supported (csv_monitor and --metrics log locally).
+    // cannot reach: never supported (the other monitors and --metrics log
+    // locally).
     if (key == "wandb")
       return fail(key, "not supported: Weights & Biases logs to its network "
-                       "service; use csv_monitor or the training binary's "
-                       "--metrics FILE.jsonl (tools/plot-metrics.py plots "
-                       "them)");
+                       "service; use tensorboard or csv_monitor, or the "
+                       "training binary's --metrics FILE.jsonl "
+                       "(tools/plot-metrics.py plots them)");
     return fail(key, "not supported yet (" + later.feature + ")");
   }
   SmallVector<StringRef> known = refs(supportedTopKeys);
@@ -898,7 +898,7 @@ Error ConfigReader::checkTopKey(StringRef key, const json::Value &value) {
     known.push_back(later.key);
   known.push_back("zero_optimization");
   known.append({"fp16", "bf16", "bfloat16", "aio", "activation_checkpointing",
-                "csv_monitor"});
+                "csv_monitor", "tensorboard"});
   return unknownKey(key, key, known, /*listKnown=*/false);
 }
 
@@ -1267,19 +1267,20 @@ Error ConfigReader::readActivationCheckpointing(const json::Value &value) {
   return Error::success();
 }
 
-const StringLiteral csvMonitorKeys[] = {"enabled", "output_path", "job_name"};
+const StringLiteral monitorKeys[] = {"enabled", "output_path", "job_name"};
 
-Error ConfigReader::readCsvMonitor(const json::Value &value) {
-  StringRef key = "csv_monitor";
+/// DeepSpeed's CSVConfig and TensorBoardConfig, which have the same keys.
+Error ConfigReader::readMonitor(StringRef key, const json::Value &value) {
   Expected<const json::Object *> block = object(key, value);
   if (!block)
     return block.takeError();
-  TrainingOptions::CsvMonitorOptions &monitor = options.csvMonitor;
+  TrainingOptions::MonitorOptions &monitor =
+      key == "tensorboard" ? options.tensorboard : options.csvMonitor;
   for (StringRef name : sortedKeys(**block)) {
     std::string path = childPath(key, name);
     const json::Value &item = *(*block)->get(name);
-    if (!llvm::is_contained(csvMonitorKeys, name))
-      return unknownKey(path, name, refs(csvMonitorKeys), /*listKnown=*/true);
+    if (!llvm::is_contained(monitorKeys, name))
+      return unknownKey(path, name, refs(monitorKeys), /*listKnown=*/true);
     if (name == "enabled") {
       Expected<bool> flag = boolean(path, item);
       if (!flag)
@@ -2127,10 +2128,12 @@ json::Value resolvedConfig(const DeepSpeedConfig &config,
                                  : json::Value(nullptr)},
       {"synchronize_checkpoint_boundary", false},
       {"profile", false}};
-  // DeepSpeed's CSVConfig, defaults filled in.
-  root["csv_monitor"] = json::Object{{"enabled", o.csvMonitor.enabled},
-                                     {"output_path", o.csvMonitor.outputPath},
-                                     {"job_name", o.csvMonitor.jobName}};
+  // DeepSpeed's CSVConfig and TensorBoardConfig, defaults filled in.
+  for (auto [key, monitor] : {std::pair{"csv_monitor", &o.csvMonitor},
+                              std::pair{"tensorboard", &o.tensorboard}})
+    root[key] = json::Object{{"enabled", monitor->enabled},
+                             {"output_path", monitor->outputPath},
+                             {"job_name", monitor->jobName}};
   root["recompute"] = o.recompute;
   if (o.recompute == "auto")
     root["activation_memory"] = o.activationMemory;

@@ -101,7 +101,13 @@ func.func @main(%p: tensor<2x3x4xf32> {sharc.param = #sharc.param<"p", "p">},
 // CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, K{{[0-9]+}}{reinterpret_cast<float *>(ctx->buffers[{{[0-9]+}}]), reinterpret_cast<float *>((ctx->arena + [[ZEROS:[0-9]+]]))});
 // CHECK-NEXT: sharc::kern::copy(ctx, (ctx->arena + [[DSLICE:[0-9]+]]), (ctx->arena + [[ZEROS]]), 96);
 // CHECK-NEXT: sharc::kern::launch(ctx, 8, 1, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[DS]])), reinterpret_cast<float *>((ctx->arena + [[DSLICE]]))});
-// p's update adds the three gradients; q's reads the sum through the view.
+// p's gradient, the sum of its three parts, is written once (with its
+// square) for the gradients' norm and the update; q's gradient is read
+// through the view.  The norm: the sums of squares, then their f64 root.
+// CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[DU]])), reinterpret_cast<float *>((ctx->arena + [[DT]])), reinterpret_cast<float *>((ctx->arena + [[DSLICE]])), reinterpret_cast<float *>((ctx->arena + [[DP:[0-9]+]])), reinterpret_cast<float *>((ctx->arena + [[SQ:[0-9]+]]))});
+// CHECK-NEXT: sharc::kern::launch(ctx, 1, 24, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[SQ]])), reinterpret_cast<float *>((ctx->arena + [[SP:[0-9]+]]))});
+// CHECK-NEXT: sharc::kern::launch(ctx, 1, 3, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[DQ]])), reinterpret_cast<float *>((ctx->arena + [[SQQ:[0-9]+]]))});
+// CHECK-NEXT: sharc::kern::launch(ctx, 1, 1, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[SP]])), reinterpret_cast<float *>((ctx->arena + [[SQQ]])), reinterpret_cast<double *>((ctx->arena + {{[0-9]+}}))});
 // CHECK-NEXT: sharc::kern::launch(ctx, 1, 1, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[LR:[0-9]+]]))});
-// CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[DU]])), reinterpret_cast<float *>((ctx->arena + [[DT]])), reinterpret_cast<float *>((ctx->arena + [[DSLICE]])), reinterpret_cast<float *>((ctx->arena + [[LR]])), reinterpret_cast<float *>(ctx->buffers[0]), reinterpret_cast<float *>(ctx->buffers[0])});
-// CHECK-NEXT: sharc::kern::launch(ctx, 3, 1, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[LR]])), reinterpret_cast<float *>((ctx->arena + [[DQ]])), reinterpret_cast<float *>(ctx->buffers[1]), reinterpret_cast<float *>(ctx->buffers[1])});
+// CHECK: K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[LR]])), reinterpret_cast<float *>((ctx->arena + [[DP]])), reinterpret_cast<float *>(ctx->buffers[0]), reinterpret_cast<float *>(ctx->buffers[0])},
+// CHECK-NEXT: K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + [[LR]])), reinterpret_cast<float *>((ctx->arena + [[DQ]])), reinterpret_cast<float *>(ctx->buffers[1]), reinterpret_cast<float *>(ctx->buffers[1])},

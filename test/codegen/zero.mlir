@@ -31,12 +31,15 @@ func.func @main(%x: tensor<8x3xf32> {sharc.input = "x"},
 // CHECK-NEXT: {"b.exp_avg", "", "fc.bias.exp_avg.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
 // CHECK-NEXT: {"b.exp_avg_sq", "", "fc.bias.exp_avg_sq.npy", sharc::rt::BufferRole::state, sharc::rt::DType::f32, 1, {2}, 2, 8, nullptr, true, 1, {4}, sharc::rt::BufferStorage::device, -1},
 // CHECK-NEXT: {"step", "", "step.npy", sharc::rt::BufferRole::state, sharc::rt::DType::i64, 0, {}, 1, 8, nullptr, false, 0, {}, sharc::rt::BufferStorage::device, -1},
-// The stage, and per step one all-reduce (the loss), one reduce-scatter and
-// one all-gather of 8 floats per rank: (N - 1) / N of 2 x 8 floats each.
+// The loss, lr and step buffers, the gradients' norm (buffer 11, an
+// output); the stage; and per step two all-reduces (the loss, 4 bytes, and
+// the partial sums of squares of the gradients' norm, one f64: 2 (N - 1) / N
+// of each), one reduce-scatter and one all-gather of 8 floats per rank:
+// (N - 1) / N of 2 x 8 floats each.
 // CHECK: const sharc::rt::ProgramInfo info = {
-// CHECK: 13, buffers, 9, 10, 6, -1, -1, -1, 1,
-// CHECK-NEXT: {1u, 1u, 1u, 0u},
-// CHECK-NEXT: {4u, 32u, 32u, 0u},
+// CHECK: 14, buffers, 9, 10, 6, 11, -1, -1, -1, 1,
+// CHECK-NEXT: {2u, 1u, 1u, 0u},
+// CHECK-NEXT: {12u, 32u, 32u, 0u},
 // CHECK-LABEL: extern "C" void sharcProgramStep(
 // CHECK: ctx->comm->reduceScatter([[SEND:.*]], [[RECV:.*]], 8, sharc::rt::DType::f32, sharc::rt::ReduceOp::sum);
 // CHECK: sharc::kern::copy(ctx, {{.*}}, static_cast<const char *>(ctx->buffers[0]) + int64_t(ctx->comm->rank()) * 24, 24);

@@ -127,8 +127,13 @@ def _worker(rank, ranks, port, name, config, data, steps, result_path):
             local += loss.item()
         mean = torch.tensor([local / gas], dtype=torch.float64)
         dist.all_reduce(mean)
+        # The gradients' global norm before clipping, where the engine
+        # computes one (its ZeRO optimizers: the scaled norm over the scale
+        # the step used, inf on a skipped step); None elsewhere.
+        norm = engine.get_global_grad_norm()
         records.append({"loss": mean.item() / ranks, "scale": scale,
-                        "skipped": not engine.was_step_applied()})
+                        "skipped": not engine.was_step_applied(),
+                        "grad_norm": None if norm is None else float(norm)})
     if rank == 0:
         pathlib.Path(result_path).write_text(json.dumps(records))
     dist.barrier()
@@ -138,8 +143,9 @@ def train_steps(name, config, data, steps, ranks):
     """Every step of DeepSpeed training model `name` of models.py with
     `config` (a dict) on `data` (name -> tensor, the model's inputs in order)
     for `steps` steps on `ranks` gloo ranks: a dict per step with its `loss`,
-    the loss `scale` its backward used (1 without fp16) and whether the
-    engine `skipped` its update (gradients not finite)."""
+    the loss `scale` its backward used (1 without fp16), whether the
+    engine `skipped` its update (gradients not finite) and the `grad_norm`
+    the engine reports (None where it computes none)."""
     # DeepSpeed's run is deterministic, so a run whose worker died on a
     # signal (seen once in CI: a C++ `terminate` inside DeepSpeed 0.19.8 or
     # gloo at start-up, not reproduced in 30 runs) is run again, at most

@@ -118,16 +118,32 @@ def test_fp32_training_matches_deepspeed(sharc, tmp_path, case):
     config_path = tmp_path / "ds_config.json"
     config_path.write_text(json.dumps(config))
 
-    expected = deepspeed_oracle.train(name, config, data, STEPS, ranks)
+    records = deepspeed_oracle.train_steps(name, config, data, STEPS, ranks)
+    expected = [record["loss"] for record in records]
     assert len(expected) == STEPS
 
     out = tmp_path / "out"
     compiled = sharc("compile", model, "--config", config_path,
                      "--world-size", ranks, "-o", out)
     assert compiled.returncode == 0, compiled.stderr
-    run = mpirun(ranks, out / "train", *inputs, "--steps", STEPS)
+    metrics = tmp_path / "metrics.jsonl"
+    run = mpirun(ranks, out / "train", *inputs, "--steps", STEPS,
+                 "--metrics", metrics)
     assert run.returncode == 0, run.stderr
     np.testing.assert_allclose(losses_of(run.stdout), expected, rtol=RTOL)
+    # The gradients' norm before clipping, where DeepSpeed's engine reports
+    # one (its ZeRO optimizers; its stage 0 fp32 engine computes none).  The
+    # first step's, of the same weights, agrees to the summation order; the
+    # later ones also carry the trajectories' drift, which Adam's
+    # normalised steps amplify in the gradients far more than in the loss
+    # (measured up to 2.6e-3 relative by step 8 on the MLP).
+    norms = [json.loads(line)["grad_norm"]
+             for line in metrics.read_text().splitlines()]
+    assert len(norms) == STEPS and all(n > 0 for n in norms), norms
+    if "zero_optimization" in config:
+        theirs = [record["grad_norm"] for record in records]
+        np.testing.assert_allclose(norms[0], theirs[0], rtol=1e-6)
+        np.testing.assert_allclose(norms, theirs, rtol=1e-2)
 
     # The evaluator: one rank with the ranks' micro-batches accumulated.
     evaluated = sharc("eval", model, "--train", "--steps", STEPS,
@@ -425,6 +441,32 @@ def test_the_oracle_leaves_no_shared_memory(tmp_path, monkeypatch):
     assert deepspeed_oracle._shared_memory(ports[0]) == []
 
 
+def monitored_fp16_case(block, name, ranks, micro, steps, directory):
+    """The monitor tests' run: model `name` exported to `directory`, inputs
+    of `steps` steps with an infinity planted in steps 3 and 4 (skipped),
+    and a function of a folder giving the fp16 ZeRO-1 config (a warm-up, a
+    scale window of 2) with monitor `block` writing to FOLDER/job."""
+    training = models.make_training_case(name)
+    model = directory / f"{name}.onnx"
+    models.export(training, model)
+    data, inputs = planted_data(name, steps, micro, ranks,
+                                {3: (0, "inf"), 4: (1, "inf")}, directory)
+    config = {"train_micro_batch_size_per_gpu": micro,
+              "optimizer": {"type": "AdamW", "params": {
+                  "lr": 0.01, "torch_adam": True}},
+              "scheduler": {"type": "WarmupLR", "params": {
+                  "warmup_max_lr": 0.01, "warmup_num_steps": 3}},
+              "fp16": {"enabled": True, "initial_scale_power": 6,
+                       "loss_scale_window": 2, "hysteresis": 1},
+              "zero_optimization": {"stage": 1}}
+
+    def monitored(folder):
+        return dict(config, **{block: {"enabled": True,
+                                       "output_path": str(folder),
+                                       "job_name": "job"}})
+    return model, data, inputs, monitored
+
+
 def test_csv_monitor_writes_deepspeeds_files(sharc, tmp_path):
     """csv_monitor: the compiled binary writes the files DeepSpeed's engine
     writes -- the same names, headers, CRLF rows and steps (the samples
@@ -436,24 +478,8 @@ def test_csv_monitor_writes_deepspeeds_files(sharc, tmp_path):
     never stopped."""
     import csv
     name, ranks, micro, steps = "mlp", 2, 8, 8
-    training = models.make_training_case(name)
-    model = tmp_path / f"{name}.onnx"
-    models.export(training, model)
-    data, inputs = planted_data(name, steps, micro, ranks,
-                                {3: (0, "inf"), 4: (1, "inf")}, tmp_path)
-    config = {"train_micro_batch_size_per_gpu": micro,
-              "optimizer": {"type": "AdamW", "params": {
-                  "lr": 0.01, "torch_adam": True}},
-              "scheduler": {"type": "WarmupLR", "params": {
-                  "warmup_max_lr": 0.01, "warmup_num_steps": 3}},
-              "fp16": {"enabled": True, "initial_scale_power": 6,
-                       "loss_scale_window": 2, "hysteresis": 1},
-              "zero_optimization": {"stage": 1}}
-
-    def monitored(folder):
-        return dict(config, csv_monitor={"enabled": True,
-                                         "output_path": str(folder),
-                                         "job_name": "job"})
+    model, data, inputs, monitored = monitored_fp16_case(
+        "csv_monitor", name, ranks, micro, steps, tmp_path)
 
     deepspeed_oracle.train_steps(name, monitored(tmp_path / "ds"), data, steps,
                                  ranks)
@@ -500,3 +526,101 @@ def test_csv_monitor_writes_deepspeeds_files(sharc, tmp_path):
     for file in ("Train_Samples_lr.csv", "Train_Samples_loss_scale.csv"):
         assert (tmp_path / "eval" / "job" / file).read_bytes() == \
             (ours / file).read_bytes(), file
+
+
+def tensorboard_scalars(folder):
+    """Every scalar TensorBoard reads from the event files in `folder` (its
+    own reader, which checks each record's CRC): tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing import event_accumulator
+    events = event_accumulator.EventAccumulator(
+        str(folder), size_guidance={event_accumulator.SCALARS: 0})
+    events.Reload()
+    return {tag: [(event.step, event.value) for event in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_writes_deepspeeds_events(sharc, tmp_path):
+    """tensorboard: rank 0 of the compiled binary writes a TensorBoard event
+    file that TensorBoard's own reader reads, holding the events DeepSpeed's
+    engine writes through torch's SummaryWriter -- `Train/Samples/lr` and
+    `.../loss_scale` at the samples trained, as 32-bit floats, the value
+    after each step (so the last waits for a resumed run) -- on an fp16 run
+    with a warm-up and two skipped steps; and sharc's own events: the loss
+    of each step line, the gradients' norm that DeepSpeed's engine reports
+    (infinite on the skipped steps), the throughput and the peak memory.  A
+    resumed run adds a file of its own to the folder, and TensorBoard reads
+    the two as the run that never stopped.  The evaluator writes the same
+    DeepSpeed events."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.backend.event_processing import event_file_loader
+    name, ranks, micro, steps = "mlp", 2, 8, 8
+    model, data, inputs, monitored = monitored_fp16_case(
+        "tensorboard", name, ranks, micro, steps, tmp_path)
+
+    records = deepspeed_oracle.train_steps(
+        name, monitored(tmp_path / "ds"), data, steps, ranks)
+    _, out = compile_config(sharc, model, monitored(tmp_path / "sharc"), ranks,
+                            tmp_path)
+    run = mpirun(ranks, out / "train", *inputs, "--steps", steps)
+    assert run.returncode == 0, run.stderr
+    ours_folder = tmp_path / "sharc" / "job"
+    files = sorted(ours_folder.iterdir())
+    assert len(files) == 1 and files[0].name.startswith(
+        "events.out.tfevents."), files
+    first = next(iter(event_file_loader.RawEventFileLoader(
+        str(files[0])).Load()))
+    assert event_pb2.Event.FromString(first).file_version == "brain.Event:2"
+
+    theirs = tensorboard_scalars(tmp_path / "ds" / "job")
+    ours = tensorboard_scalars(ours_folder)
+    batch = micro * ranks
+    for tag in ("Train/Samples/lr", "Train/Samples/loss_scale"):
+        assert len(theirs[tag]) == steps, theirs[tag]
+        assert ours[tag] == theirs[tag][:-1], tag
+    assert [step for step, _ in ours["Train/Samples/train_loss"]] == \
+        [batch * (k + 1) for k in range(steps)]
+    np.testing.assert_array_equal(
+        [value for _, value in ours["Train/Samples/train_loss"]],
+        np.float32(losses_of(run.stdout)))
+    # The gradients' norm: DeepSpeed's engine reports the norm of the
+    # gradients of the loss (its scaled norm over the scale the step used),
+    # infinite on a skipped step.  The first step (same weights) agrees to
+    # fp16 rounding (sharc keeps the loss and softmax in f32); later ones
+    # also carry the trajectories' difference.
+    norms = [value for _, value in ours["Train/Samples/grad_norm"]]
+    expected = [record["grad_norm"] for record in records]
+    skipped = [record["skipped"] for record in records]
+    assert skipped == [False, False, True, True] + [False] * 4
+    assert [np.isinf(n) for n in norms] == skipped
+    np.testing.assert_allclose(norms[0], expected[0], rtol=2e-3)
+    np.testing.assert_allclose(
+        [n for n, s in zip(norms, skipped) if not s],
+        [n for n, s in zip(expected, skipped) if not s], rtol=2e-2)
+    assert all(value > 0 for _, value in ours["Train/Samples/samples_per_s"])
+    assert all(value > 0
+               for _, value in ours["Train/Samples/peak_memory_bytes"])
+
+    # Stopped after step 4 and resumed: a second file in the folder, and the
+    # two read as the run that never stopped.
+    _, resumable = compile_config(sharc, model, monitored(tmp_path / "resumed"),
+                                  ranks, tmp_path, label="resumed")
+    for args in (["--steps", 4, "--save-dir", tmp_path / "checkpoints"],
+                 ["--steps", steps - 4, "--resume", tmp_path / "checkpoints"]):
+        part = mpirun(ranks, resumable / "train", *inputs, *args)
+        assert part.returncode == 0, part.stderr
+    assert len(list((tmp_path / "resumed" / "job").iterdir())) == 2
+    resumed = tensorboard_scalars(tmp_path / "resumed" / "job")
+    for tag in ("Train/Samples/lr", "Train/Samples/loss_scale",
+                "Train/Samples/train_loss", "Train/Samples/grad_norm"):
+        # (NaN losses of the skipped steps compare equal here.)
+        np.testing.assert_array_equal(resumed[tag], ours[tag], err_msg=tag)
+
+    # The evaluator: the same DeepSpeed events.
+    config_path = tmp_path / "eval.json"
+    config_path.write_text(json.dumps(monitored(tmp_path / "eval")))
+    result = sharc("eval", model, "--train", "--steps", steps, "--config",
+                   config_path, "--world-size", ranks, *inputs)
+    assert result.returncode == 0, result.stderr
+    evaluated = tensorboard_scalars(tmp_path / "eval" / "job")
+    for tag in ("Train/Samples/lr", "Train/Samples/loss_scale"):
+        assert evaluated[tag] == ours[tag], tag

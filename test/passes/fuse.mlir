@@ -176,6 +176,12 @@ func.func @reorder(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>, %w: tensor<8x8xf32>
 // TOP: return
 // ADAMW-LABEL: func.func @train_step(
 // ADAMW: %[[G:.*]]:4 = call @mlp_grad(
+// The gradients' global norm: each square is fused into its sum
+// (sharc.fuse_into: one reduction kernel), the sums and the root are one
+// fusion of scalars.
+// ADAMW: %[[SQ:.*]] = sharc.fusion %[[G]]#1 {sharc.fuse_into} : (tensor<3x8xf32>) -> tensor<3x8xf32> {
+// ADAMW: sharc.reduce %[[SQ]] {axes = array<i64: 0, 1>, kind = #sharc.reduce_kind<sum>}
+// ADAMW: sharc.fusion {{.*}} : (tensor<f32>, tensor<f32>, tensor<f32>) -> tensor<f64> {
 // ADAMW-NOT: tensor<3x8xf32>) -> tensor<3x8xf32>
 // ADAMW: %[[W1:.*]]:3 = sharc.fusion {{.*}} -> (tensor<3x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>) {
 // ADAMW-NOT: sharc.fusion

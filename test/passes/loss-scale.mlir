@@ -35,7 +35,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}
 // CHECK-SAME: tensor<f64> {sharc.state = #sharc.state<"", "loss_scale", init = 2.560000e+02>}
 // CHECK-SAME: tensor<i64> {sharc.state = #sharc.state<"", "skipped_steps">}
-// CHECK-SAME: tensor<f64> {sharc.output = "lr"}, tensor<f64> {sharc.output = "loss_scale"}, tensor<i1> {sharc.output = "overflow"}, tensor<i1> {sharc.output = "at_min_scale"})
+// CHECK-SAME: tensor<f64> {sharc.output = "lr"}, tensor<f64> {sharc.output = "grad_norm"}, tensor<f64> {sharc.output = "loss_scale"}, tensor<i1> {sharc.output = "overflow"}, tensor<i1> {sharc.output = "at_min_scale"})
 // CHECK: %[[SEEDSCALE:.*]] = sharc.cast %[[SCALE]] : tensor<f64> to tensor<f32>
 // The schedule counts applied steps.
 // CHECK: %[[APPLIED:.*]] = sharc.sub %[[STEP]], %[[SKIPPED]] : (tensor<i64>, tensor<i64>) -> tensor<i64>
@@ -62,9 +62,16 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "w">},
 // CHECK: %[[KEEPBUF:.*]] = sharc.select %[[OVERFLOW]], %[[BUF]], %[[NEWBUF]]
 // CHECK: %[[ONE:.*]] = sharc.constant dense<1> : tensor<i64>
 // CHECK: %[[NEXT:.*]] = sharc.add %[[STEP]], %[[ONE]]
+// The reported norm is that of the loss's gradients (DeepSpeed's scaled norm
+// over the scale used): the unscaled gradients' norm times updated / used,
+// and infinite on a skipped step.
+// CHECK: %[[RATIO:.*]] = sharc.div %[[NEWSCALE]], %[[SCALE]]
+// CHECK: %[[NORM:.*]] = sharc.mul %{{.*}}, %[[RATIO]]
+// CHECK: %[[INF:.*]] = sharc.constant dense<0x7FF0000000000000> : tensor<f64>
+// CHECK: %[[REPORTED:.*]] = sharc.select %[[OVERFLOW]], %[[INF]], %[[NORM]]
 // CHECK: %[[COUNT:.*]] = sharc.select %[[OVERFLOW]]
 // CHECK: %[[NEWSKIPPED:.*]] = sharc.add %[[SKIPPED]], %[[COUNT]]
-// CHECK: return %{{.*}}, %[[KEEPW]], %[[KEEPBUF]], %[[NEXT]], %[[NEWSCALE]], %{{.*}}, %{{.*}}, %[[NEWSKIPPED]], %{{.*}}, %[[SCALE]], %[[OVERFLOW]], %{{.*}}
+// CHECK: return %{{.*}}, %[[KEEPW]], %[[KEEPBUF]], %[[NEXT]], %[[NEWSCALE]], %{{.*}}, %{{.*}}, %[[NEWSKIPPED]], %{{.*}}, %[[REPORTED]], %[[SCALE]], %[[OVERFLOW]], %{{.*}}
 
 // With data parallelism the seed is 1/(GAS N) times the scale, and the check
 // reads the all-reduced gradients, as the [ranks, slice] rows whose sums

@@ -21,25 +21,30 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 }
 
 // Plain SGD has no state; parameters, step and data come in; the loss, the
-// new w, the new step and the learning rate go out.
+// new w, the new step, the learning rate and the gradients' global norm go
+// out (the norm even without clipping: the metrics report it).
 // SGD-LABEL: func.func @train_step(
 // SGD-SAME: %[[W:.*]]: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
 // SGD-SAME: %[[C:.*]]: tensor<f32> {sharc.param = #sharc.param<"c", "frozen">},
 // SGD-SAME: %[[STEP:.*]]: tensor<i64> {sharc.state = #sharc.state<"", "step">},
 // SGD-SAME: %[[X:.*]]: tensor<2x3xf32> {sharc.input = "x"})
 // SGD-SAME: -> (tensor<f32> {sharc.output = "loss"}, tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
-// SGD-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"})
+// SGD-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"}, tensor<f64> {sharc.output = "grad_norm"})
 // SGD: %[[SEED:.*]] = sharc.constant dense<1.000000e+00> : tensor<f32>
 // SGD: %[[G:.*]]:2 = call @main_grad(%[[W]], %[[X]], %[[C]], %[[SEED]])
 // The complete local gradients, named by parameter, for sharc-data-parallel.
 // SGD: %[[GW:.*]] = sharc.gradients %[[G]]#1 {params = ["w"]} : tensor<3xf32>
+// SGD: %[[SQ:.*]] = sharc.mul %[[GW]], %[[GW]]
+// SGD: %[[SUM:.*]] = sharc.reduce %[[SQ]] {axes = array<i64: 0>, kind = #sharc.reduce_kind<sum>} : (tensor<3xf32>) -> tensor<f32>
+// SGD: %[[SUM64:.*]] = sharc.cast %[[SUM]] : tensor<f32> to tensor<f64>
+// SGD: %[[NORM:.*]] = sharc.sqrt %[[SUM64]] : tensor<f64>
 // SGD: %[[LR:.*]] = sharc.constant dense<1.000000e-01> : tensor<f64>
 // SGD: %[[LR32:.*]] = sharc.cast %[[LR]] : tensor<f64> to tensor<f32>
 // SGD: %[[DELTA:.*]] = sharc.mul %[[LR32]], %[[GW]]
 // SGD: %[[NEWW:.*]] = sharc.sub %[[W]], %[[DELTA]]
 // SGD: %[[ONE:.*]] = sharc.constant dense<1> : tensor<i64>
 // SGD: %[[NEXT:.*]] = sharc.add %[[STEP]], %[[ONE]]
-// SGD: return %[[G]]#0, %[[NEWW]], %[[NEXT]], %[[LR]]
+// SGD: return %[[G]]#0, %[[NEWW]], %[[NEXT]], %[[LR]], %[[NORM]]
 
 // SGD with Nesterov momentum and L2 weight decay: g += wd p;
 // buf = momentum buf + g; p -= lr (g + momentum buf).
@@ -74,7 +79,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // ADAMW-SAME: %[[X:[^:]*]]: tensor<4x3xf32> {sharc.input = "x"})
 // ADAMW-SAME: -> (tensor<f32> {sharc.output = "loss"}, tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
 // ADAMW-SAME: tensor<3xf32> {sharc.state = #sharc.state<"w", "exp_avg">}, tensor<3xf32> {sharc.state = #sharc.state<"w", "exp_avg_sq">},
-// ADAMW-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"})
+// ADAMW-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"}, tensor<f64> {sharc.output = "grad_norm"})
 // ADAMW: %[[SEED:.*]] = sharc.constant dense<5.000000e-01> : tensor<f32>
 // Gradient accumulation is one loop over the micro-batches, whatever their
 // number: rows [2k, 2k + 2) of x in iteration k, the sums carried from zeros.
@@ -138,7 +143,7 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // ADAMW: %[[DELTA:.*]] = sharc.mul %[[LR32]], %[[UPDATE]]
 // ADAMW: %[[NEWW:.*]] = sharc.sub %[[W]], %[[DELTA]]
 // ADAMW: %[[NEXT:.*]] = sharc.add %[[STEP]], %{{.*}} : (tensor<i64>, tensor<i64>) -> tensor<i64>
-// ADAMW: return %[[LOSS]], %[[NEWW]], %[[NEWM]], %[[NEWV]], %[[NEXT]], %[[LR]]
+// ADAMW: return %[[LOSS]], %[[NEWW]], %[[NEWM]], %[[NEWV]], %[[NEXT]], %[[LR]], %[[NORM]]
 
 // Adam with L2 decay (adam-w-mode=false) and without bias correction: the
 // decay joins the gradient before the moments; no pow, no division by the
@@ -168,4 +173,4 @@ func.func @main_grad(%w: tensor<3xf32> {sharc.param = #sharc.param<"w", "fc.weig
 // SCHED: %[[SCALED:.*]] = sharc.mul %{{.*}}, %[[GAMMA]]
 // SCHED: %[[LR:.*]] = sharc.add %{{.*}}, %[[SCALED]] : (tensor<f64>, tensor<f64>) -> tensor<f64>
 // SCHED: sharc.cast %[[LR]] : tensor<f64> to tensor<f32>
-// SCHED: return {{.*}}, %[[LR]] :
+// SCHED: return {{.*}}, %[[LR]], %{{[0-9]+}} :

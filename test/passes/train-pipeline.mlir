@@ -16,16 +16,19 @@
 // CHECK-SAME: %[[X:[^:]*]]: tensor<4x3xf32> {sharc.input = "x"},
 // CHECK-SAME: %[[Y:[^:]*]]: tensor<4x1xf32> {sharc.input = "y"})
 // CHECK-SAME: -> (tensor<f32> {sharc.output = "loss"}, tensor<3x1xf32> {sharc.param = #sharc.param<"w", "fc.weight">},
-// CHECK-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"})
+// CHECK-SAME: tensor<i64> {sharc.state = #sharc.state<"", "step">}, tensor<f64> {sharc.output = "lr"}, tensor<f64> {sharc.output = "grad_norm"})
 // CHECK-DAG: %[[SEED:.*]] = sharc.constant dense<5.000000e-01> : tensor<f32>
 // CHECK: %[[SUMS:.*]]:2 = sharc.micro_batch_loop count 2 inputs(%[[X]], %[[Y]] : tensor<4x3xf32>, tensor<4x1xf32>)
 // CHECK-NEXT: ^bb0(%[[XK:.*]]: tensor<2x3xf32>, %[[YK:.*]]: tensor<2x1xf32>, %{{.*}}: tensor<f32>, %[[GACC:.*]]: tensor<3x1xf32>):
 // CHECK-NEXT: %[[GK:.*]]:2 = func.call @main_grad(%[[XK]], %[[W]], %[[YK]], %[[SEED]])
 // CHECK: sharc.add %[[GACC]], %[[GK]]#1
 // CHECK: sharc.yield
-// CHECK: %[[DELTA:.*]] = sharc.mul %{{.*}}, %[[SUMS]]#1
+// The gradient's norm (returned), then the update.
+// CHECK: %[[SQ:.*]] = sharc.mul %[[SUMS]]#1, %[[SUMS]]#1
+// CHECK: %[[NORM:.*]] = sharc.sqrt
+// CHECK: %[[DELTA:.*]] = sharc.mul %{{[0-9]+}}, %[[SUMS]]#1 : (tensor<f32>,
 // CHECK: %[[NEWW:.*]] = sharc.sub %[[W]], %[[DELTA]]
-// CHECK: return %{{.*}}, %[[NEWW]], %{{.*}}, %{{.*}} :
+// CHECK: return %{{.*}}, %[[NEWW]], %{{.*}}, %{{.*}}, %[[NORM]] :
 
 // RANGE-LABEL: func.func @forward_grad(
 // RANGE-LABEL: func.func @train_step(

@@ -202,6 +202,7 @@ ProgramInfo kInfo = {
     /*lossBuffer=*/kLoss,
     /*lrBuffer=*/kLr,
     /*stepBuffer=*/kStep,
+    /*gradNormBuffer=*/-1,
     /*scaleBuffer=*/-1,
     /*overflowBuffer=*/-1,
     /*atMinScaleBuffer=*/-1,

@@ -294,8 +294,11 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
     argv.append({"-o", binary.str()});
     for (const std::string &lib : splitList(SHARC_CUDA_RUNTIME_LIBS))
       argv.push_back(lib);
-    // NCCL, cuBLASLt, cudart, MPI, BLAS, liburing and the rpath flags.
+    // NCCL, cuBLASLt, cudart, MPI, BLAS, liburing and the rpath flags, and
+    // protobuf.
     for (const std::string &lib : splitList(SHARC_CUDA_LINK_LIBS))
+      argv.push_back(lib);
+    for (const std::string &lib : splitList(SHARC_PROTOBUF_LIBS))
       argv.push_back(lib);
     return argv;
   }
@@ -320,8 +323,11 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
     argv.push_back(lib);
   for (const std::string &lib : splitList(SHARC_BLAS_LIBS))
     argv.push_back(lib);
-  // NVMe offload's io_uring (runtime/Swap.cpp).
+  // NVMe offload's io_uring (runtime/Swap.cpp), and protobuf for
+  // TensorBoard's event files (runtime/TensorBoard.cpp).
   for (const std::string &lib : splitList(SHARC_URING_LIBS))
+    argv.push_back(lib);
+  for (const std::string &lib : splitList(SHARC_PROTOBUF_LIBS))
     argv.push_back(lib);
   return argv;
 }

@@ -105,6 +105,8 @@ FailureOr<PlannedProgram> sharc::planProgram(PassManager &pm, ModuleOp module,
   plan.emit.trainingConfig = trainingConfigText(options, plan.emit.microBatch);
   if (options.csvMonitor.enabled)
     plan.emit.csvMonitorFolder = options.csvMonitor.folder();
+  if (options.tensorboard.enabled)
+    plan.emit.tensorboardFolder = options.tensorboard.folder();
   const MachineModel &machine = machineModel(plan.emit.target);
   double compute = estimateComputeSeconds(step, machine);
   {

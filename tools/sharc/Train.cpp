@@ -543,8 +543,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
                   "; every data input needs the same number of rows");
   // Where each result goes back in: equal sharc.param / sharc.state.
   std::vector<std::pair<unsigned, unsigned>> feedback;
-  std::optional<unsigned> lossResult, lrResult, scaleResult, overflowResult,
-      atMinResult;
+  std::optional<unsigned> lossResult, lrResult, gradNormResult, scaleResult,
+      overflowResult, atMinResult;
   for (unsigned r = 0, e = step.getNumResults(); r < e; ++r) {
     if (std::optional<unsigned> updated = getUpdatedArgument(step, r))
       feedback.emplace_back(r, *updated);
@@ -553,6 +553,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       lossResult = r;
     else if (name == "lr")
       lrResult = r;
+    else if (name == "grad_norm")
+      gradNormResult = r;
     else if (name == "loss_scale")
       scaleResult = r;
     else if (name == "overflow")
@@ -587,19 +589,14 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       }
   // --metrics: the binaries' JSON lines (runtime/Metrics.h), the throughput
   // in their unit (tokens for a token-sequence input, else samples).
-  rt::MetricsFile metrics;
-  if (std::optional<std::string> path = metricsPath()) {
-    std::string error;
-    if (!metrics.open(*path, error))
-      return fail("--metrics: " + error);
-  }
-  // DeepSpeed's csv_monitor, from the config.
-  rt::CsvMonitor csv;
-  if (options->csvMonitor.enabled) {
-    std::string error;
-    if (!csv.open(options->csvMonitor.folder(), error))
-      return fail("csv_monitor: " + error);
-  }
+  // DeepSpeed's monitors come from the config.
+  rt::StepLog log;
+  if (std::string error; !log.open(
+          metricsPath().value_or(""),
+          options->csvMonitor.enabled ? options->csvMonitor.folder() : "",
+          options->tensorboard.enabled ? options->tensorboard.folder() : "",
+          error))
+    return fail(error);
   int64_t rowElements = 1;
   std::string throughputKey = "samples_per_s";
   for (auto &[index, stream] : data) {
@@ -648,7 +645,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       llvm::outs() << " skipped";
     llvm::outs() << "\n";
     llvm::outs().flush();
-    if (metrics.isOpen() || csv.isOpen()) {
+    if (log.isOpen()) {
       double seconds = std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - stepStart)
                            .count();
@@ -656,6 +653,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       record.step = k + 1;
       record.loss = (*results)[*lossResult].getDouble(0);
       record.lr = (*results)[*lrResult].getDouble(0);
+      if (gradNormResult)
+        record.gradNorm = (*results)[*gradNormResult].getDouble(0);
       if (scaleResult)
         record.scale = (*results)[*scaleResult].getDouble(0);
       record.skipped =
@@ -669,12 +668,8 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
                                .getDimSize(0);
       record.throughput =
           seconds > 0 ? double(rows * ranks * rowElements) / seconds : 0.0;
-      std::string error;
-      if (metrics.isOpen() && !metrics.append(record, error))
-        return fail("--metrics: " + error);
-      if (csv.isOpen() &&
-          !rt::writeStepEvents(csv, k + 1, rows * ranks, record, error))
-        return fail("csv_monitor: " + error);
+      if (std::string error; !log.record(record, rows * ranks, error))
+        return fail(error);
     }
     if (atMinResult && (*results)[*atMinResult].getDouble(0) != 0)
       return fail(rt::lossScaleAtMinimumMessage(
@@ -692,7 +687,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
       return 1;
   }
 
-  if (std::string error; !metrics.sync(error) || !csv.sync(error))
+  if (std::string error; !log.sync(error))
     return fail(error);
   std::optional<std::string> stateDir = dumpStateDir();
   if (stateDir && failed(writeState(step, rankArgs, *stateDir,
