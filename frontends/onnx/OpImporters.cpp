@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace sharc;
@@ -184,6 +185,244 @@ static FailureOr<Results> importSoftplus(NodeImporter &n) {
   if (failed(sum))
     return failure();
   return wrap(n.create<LogOp>(*sum));
+}
+
+/// The value of a chain of steps, or the first failure.
+#define SHARC_TRY(var, expr)                                                   \
+  FailureOr<Value> var = (expr);                                               \
+  if (failed(var))                                                             \
+  return failure()
+
+/// x < 0 ? alpha (e^x - 1) : x.
+static FailureOr<Results> importElu(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  Type type = elementTypeOf(x);
+  SHARC_TRY(exp, n.create<ExpOp>(x));
+  SHARC_TRY(em1, n.create<SubOp>(*exp, n.scalar(type, 1.0)));
+  SHARC_TRY(scaled,
+            n.create<MulOp>(*em1, n.scalar(type, n.getFloat("alpha", 1.0))));
+  SHARC_TRY(negative,
+            n.create<CompareOp>(x, n.scalar(type, 0.0), ComparePredicate::lt));
+  return wrap(n.create<SelectOp>(*negative, *scaled, x));
+}
+
+/// gamma (x <= 0 ? alpha e^x - alpha : x), ONNX's default alpha and gamma
+/// (float32 values of SELU's constants).
+static FailureOr<Results> importSelu(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  Type type = elementTypeOf(x);
+  double alpha =
+      n.getFloat("alpha", static_cast<double>(1.67326319217681884765625f));
+  double gamma =
+      n.getFloat("gamma", static_cast<double>(1.05070102214813232421875f));
+  SHARC_TRY(exp, n.create<ExpOp>(x));
+  SHARC_TRY(scaled, n.create<MulOp>(*exp, n.scalar(type, alpha)));
+  SHARC_TRY(shifted, n.create<SubOp>(*scaled, n.scalar(type, alpha)));
+  SHARC_TRY(positive,
+            n.create<CompareOp>(x, n.scalar(type, 0.0), ComparePredicate::gt));
+  SHARC_TRY(chosen, n.create<SelectOp>(*positive, x, *shifted));
+  return wrap(n.create<MulOp>(*chosen, n.scalar(type, gamma)));
+}
+
+/// max(0, x) + min(0, alpha (e^(x / alpha) - 1)).
+static FailureOr<Results> importCelu(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  Type type = elementTypeOf(x);
+  double alpha = n.getFloat("alpha", 1.0);
+  if (alpha == 0)
+    return n.emitError() << "alpha must not be 0";
+  SHARC_TRY(divided, n.create<DivOp>(x, n.scalar(type, alpha)));
+  SHARC_TRY(exp, n.create<ExpOp>(*divided));
+  SHARC_TRY(em1, n.create<SubOp>(*exp, n.scalar(type, 1.0)));
+  SHARC_TRY(scaled, n.create<MulOp>(*em1, n.scalar(type, alpha)));
+  SHARC_TRY(low, n.create<MinOp>(*scaled, n.scalar(type, 0.0)));
+  SHARC_TRY(high, n.create<MaxOp>(x, n.scalar(type, 0.0)));
+  return wrap(n.create<AddOp>(*high, *low));
+}
+
+/// max(0, min(1, alpha x + beta)); HardSwish is x times it with alpha 1/6.
+static FailureOr<Value> hardSigmoid(NodeImporter &n, Value x, double alpha,
+                                    double beta) {
+  Type type = elementTypeOf(x);
+  SHARC_TRY(scaled, n.create<MulOp>(x, n.scalar(type, alpha)));
+  SHARC_TRY(shifted, n.create<AddOp>(*scaled, n.scalar(type, beta)));
+  SHARC_TRY(capped, n.create<MinOp>(*shifted, n.scalar(type, 1.0)));
+  return n.create<MaxOp>(*capped, n.scalar(type, 0.0));
+}
+
+static FailureOr<Results> importHardSigmoid(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  return wrap(hardSigmoid(n, x, n.getFloat("alpha", static_cast<double>(0.2f)),
+                          n.getFloat("beta", 0.5)));
+}
+
+static FailureOr<Results> importHardSwish(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  SHARC_TRY(gate, hardSigmoid(n, x, static_cast<double>(1.0f / 6), 0.5));
+  return wrap(n.create<MulOp>(x, *gate));
+}
+
+/// x / (1 + |x|).
+static FailureOr<Results> importSoftsign(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  SHARC_TRY(abs, n.create<AbsOp>(x));
+  SHARC_TRY(denominator,
+            n.create<AddOp>(*abs, n.scalar(elementTypeOf(x), 1.0)));
+  return wrap(n.create<DivOp>(x, *denominator));
+}
+
+/// x > alpha ? x : 0.
+static FailureOr<Results> importThresholdedRelu(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  Type type = elementTypeOf(x);
+  SHARC_TRY(above,
+            n.create<CompareOp>(x, n.scalar(type, n.getFloat("alpha", 1.0)),
+                                ComparePredicate::gt));
+  return wrap(n.create<SelectOp>(*above, x, n.scalar(type, 0.0)));
+}
+
+/// x < 0 ? slope x : x, the slope broadcast to x (unidirectionally).
+static FailureOr<Results> importPRelu(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  SHARC_TRY(slope, n.broadcast(n.input(1), shapeOf(x)));
+  SHARC_TRY(scaled, n.create<MulOp>(x, *slope));
+  SHARC_TRY(negative, n.create<CompareOp>(x, n.scalar(elementTypeOf(x), 0.0),
+                                          ComparePredicate::lt));
+  return wrap(n.create<SelectOp>(*negative, *scaled, x));
+}
+
+/// x < -lambd ? x + bias : (x > lambd ? x - bias : 0).
+static FailureOr<Results> importShrink(NodeImporter &n) {
+  Value x = n.input(0);
+  Type type = elementTypeOf(x);
+  double lambd = n.getFloat("lambd", 0.5), bias = n.getFloat("bias", 0.0);
+  Value zero = n.scalar(type, 0.0);
+  SHARC_TRY(low, n.create<CompareOp>(x, n.scalar(type, -lambd),
+                                     ComparePredicate::lt));
+  SHARC_TRY(high, n.create<CompareOp>(x, n.scalar(type, lambd),
+                                      ComparePredicate::gt));
+  SHARC_TRY(plus, n.create<AddOp>(x, n.scalar(type, bias)));
+  SHARC_TRY(minus, n.create<SubOp>(x, n.scalar(type, bias)));
+  SHARC_TRY(upper, n.create<SelectOp>(*high, *minus, zero));
+  return wrap(n.create<SelectOp>(*low, *plus, *upper));
+}
+
+/// sin(x) / cos(x).
+static FailureOr<Results> importTan(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  SHARC_TRY(sin, n.create<SinOp>(x));
+  SHARC_TRY(cos, n.create<CosOp>(x));
+  return wrap(n.create<DivOp>(*sin, *cos));
+}
+
+/// (e^x - e^-x) / 2 (Sinh) or (e^x + e^-x) / 2 (Cosh).
+template <typename CombineOp>
+static FailureOr<Results> importHyperbolic(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  SHARC_TRY(exp, n.create<ExpOp>(x));
+  SHARC_TRY(negated, n.create<NegOp>(x));
+  SHARC_TRY(expNegated, n.create<ExpOp>(*negated));
+  SHARC_TRY(combined, n.create<CombineOp>(*exp, *expNegated));
+  return wrap(n.create<MulOp>(*combined, n.scalar(elementTypeOf(x), 0.5)));
+}
+
+/// -floor(-x).
+static FailureOr<Results> importCeil(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  SHARC_TRY(negated, n.create<NegOp>(x));
+  SHARC_TRY(floor, n.create<FloorOp>(*negated));
+  return wrap(n.create<NegOp>(*floor));
+}
+
+/// 1, -1 or 0 (NaN for NaN), in x's type.
+static FailureOr<Results> importSign(NodeImporter &n) {
+  Value x = n.input(0);
+  Type type = elementTypeOf(x);
+  Value zero = n.scalar(type, 0.0);
+  SHARC_TRY(positive, n.create<CompareOp>(x, zero, ComparePredicate::gt));
+  SHARC_TRY(negative, n.create<CompareOp>(x, zero, ComparePredicate::lt));
+  SHARC_TRY(lower, n.create<SelectOp>(*negative, n.scalar(type, -1.0), zero));
+  SHARC_TRY(sign, n.create<SelectOp>(*positive, n.scalar(type, 1.0), *lower));
+  if (!isa<FloatType>(type))
+    return Results{*sign};
+  // A NaN compares false both ways: keep it.
+  SHARC_TRY(number, n.create<CompareOp>(x, x, ComparePredicate::eq));
+  return wrap(n.create<SelectOp>(*number, *sign, x));
+}
+
+/// x != x.
+static FailureOr<Results> importIsNaN(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  return wrap(n.create<CompareOp>(x, x, ComparePredicate::ne));
+}
+
+/// x == +inf (detect_positive) or x == -inf (detect_negative).
+static FailureOr<Results> importIsInf(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  Type type = elementTypeOf(x);
+  double infinity = std::numeric_limits<double>::infinity();
+  bool positive = n.getInt("detect_positive", 1) != 0;
+  bool negative = n.getInt("detect_negative", 1) != 0;
+  SHARC_TRY(isPositive, n.create<CompareOp>(x, n.scalar(type, infinity),
+                                            ComparePredicate::eq));
+  SHARC_TRY(isNegative, n.create<CompareOp>(x, n.scalar(type, -infinity),
+                                            ComparePredicate::eq));
+  if (positive && negative)
+    return wrap(n.create<OrOp>(*isPositive, *isNegative));
+  if (positive)
+    return Results{*isPositive};
+  if (negative)
+    return Results{*isNegative};
+  // Neither: all false.
+  return wrap(n.create<AndOp>(*isPositive, *isNegative));
+}
+
+/// (a or b) and not (a and b).
+static FailureOr<Results> importXor(NodeImporter &n) {
+  SHARC_TRY(either, n.create<OrOp>(n.input(0), n.input(1)));
+  SHARC_TRY(both, n.create<AndOp>(n.input(0), n.input(1)));
+  SHARC_TRY(notBoth, n.create<NotOp>(*both));
+  return wrap(n.create<AndOp>(*either, *notBoth));
+}
+
+/// Sum and Mean: a left fold of additions over the inputs (Mean divides by
+/// their count).
+template <bool mean>
+static FailureOr<Results> importSumOrMean(NodeImporter &n) {
+  FailureOr<Results> sum = importVariadic<AddOp>(n);
+  if (failed(sum) || !mean || n.numInputs() == 1)
+    return sum;
+  Value total = (*sum)[0];
+  if (failed(requireFloat(n, total)))
+    return failure();
+  return wrap(n.create<DivOp>(
+      total, n.scalar(elementTypeOf(total), double(n.numInputs()))));
 }
 
 /// min(max(x, lo), hi), each bound optional and possibly a dynamic value.
@@ -777,12 +1016,14 @@ static FailureOr<Results> importSoftmax(NodeImporter &n) {
   return wrap(n.create<OpTy>(x, *axis));
 }
 
-/// ReduceSum takes its axes as an input since opset 13, ReduceMean and
-/// ReduceMax since opset 18 (before: the `axes` attribute).
-template <ReduceKind kind>
-static FailureOr<Results> importReduce(NodeImporter &n) {
+/// The axes of a reduction, normalized, or none for a reduction that is the
+/// identity (empty axes with noop_with_empty_axes).  ReduceSum takes its axes
+/// as an input since opset 13, the other reductions since opset 18 (before:
+/// the `axes` attribute); no axes means every axis.
+static FailureOr<std::optional<SmallVector<int64_t>>>
+reductionAxes(NodeImporter &n, bool axesInputSince13) {
   Value x = n.input(0);
-  bool axesInput = kind == ReduceKind::sum || n.opset() >= 18;
+  bool axesInput = axesInputSince13 || n.opset() >= 18;
   std::optional<SmallVector<int64_t>> axes;
   if (axesInput) {
     if (n.hasInput(1)) {
@@ -798,15 +1039,105 @@ static FailureOr<Results> importReduce(NodeImporter &n) {
   }
   if (!axes || axes->empty()) {
     if (axesInput && n.getInt("noop_with_empty_axes", 0) != 0)
-      return Results{x};
+      return std::optional<SmallVector<int64_t>>();
     axes = allAxes(rankOf(x));
   }
   FailureOr<SmallVector<int64_t>> normalized =
       normalizeAxes(n, *axes, rankOf(x));
   if (failed(normalized))
     return failure();
-  return wrap(n.create<ReduceOp>(x, kind, ArrayRef<int64_t>(*normalized),
+  return std::optional<SmallVector<int64_t>>(std::move(*normalized));
+}
+
+template <ReduceKind kind>
+static FailureOr<Results> importReduce(NodeImporter &n) {
+  FailureOr<std::optional<SmallVector<int64_t>>> axes =
+      reductionAxes(n, kind == ReduceKind::sum);
+  if (failed(axes))
+    return failure();
+  if (!*axes)
+    return Results{n.input(0)};
+  return wrap(n.create<ReduceOp>(n.input(0), kind, ArrayRef<int64_t>(**axes),
                                  n.getInt("keepdims", 1) != 0));
+}
+
+/// The reductions ONNX defines on top of sum and max.
+enum class ComposedReduction { min, sumSquare, l1, l2, logSum, logSumExp };
+
+/// ReduceMin: the max of -x (floats) or of -1 - x (integers, which cannot
+/// overflow), mapped back; ReduceSumSquare, ReduceL1, ReduceL2: sums of x x
+/// or |x| (and the square root); ReduceLogSum: log of the sum;
+/// ReduceLogSumExp: m + log(sum(e^(x - m))) with m the max (0 where the max
+/// is infinite, so that infinities give infinities, not NaN).  Their
+/// gradients are those of the ops.
+template <ComposedReduction kind>
+static FailureOr<Results> importComposedReduce(NodeImporter &n) {
+  Value x = n.input(0);
+  Type type = elementTypeOf(x);
+  bool isFloat = isa<FloatType>(type);
+  if (kind != ComposedReduction::min && failed(requireFloat(n, x)))
+    return failure();
+  FailureOr<std::optional<SmallVector<int64_t>>> axes =
+      reductionAxes(n, /*axesInputSince13=*/false);
+  if (failed(axes))
+    return failure();
+  bool keep = n.getInt("keepdims", 1) != 0;
+  auto reduce = [&](Value value, ReduceKind reduction, bool keepDims) {
+    if (!*axes)
+      return FailureOr<Value>(value);
+    return n.create<ReduceOp>(value, reduction, ArrayRef<int64_t>(**axes),
+                              keepDims);
+  };
+  switch (kind) {
+  case ComposedReduction::min: {
+    auto flip = [&](Value value) {
+      return isFloat ? n.create<NegOp>(value)
+                     : n.create<SubOp>(n.scalar(type, -1.0), value);
+    };
+    SHARC_TRY(flipped, flip(x));
+    SHARC_TRY(max, reduce(*flipped, ReduceKind::max, keep));
+    return wrap(flip(*max));
+  }
+  case ComposedReduction::sumSquare:
+  case ComposedReduction::l2: {
+    SHARC_TRY(square, n.create<MulOp>(x, x));
+    SHARC_TRY(sum, reduce(*square, ReduceKind::sum, keep));
+    if (kind == ComposedReduction::sumSquare)
+      return Results{*sum};
+    return wrap(n.create<SqrtOp>(*sum));
+  }
+  case ComposedReduction::l1: {
+    SHARC_TRY(abs, n.create<AbsOp>(x));
+    return wrap(reduce(*abs, ReduceKind::sum, keep));
+  }
+  case ComposedReduction::logSum: {
+    SHARC_TRY(sum, reduce(x, ReduceKind::sum, keep));
+    return wrap(n.create<LogOp>(*sum));
+  }
+  case ComposedReduction::logSumExp: {
+    SHARC_TRY(max, reduce(x, ReduceKind::max, /*keepDims=*/true));
+    double infinity = std::numeric_limits<double>::infinity();
+    SHARC_TRY(magnitude, n.create<AbsOp>(*max));
+    SHARC_TRY(infinite,
+              n.create<CompareOp>(*magnitude, n.scalar(type, infinity),
+                                  ComparePredicate::eq));
+    SHARC_TRY(shift, n.create<SelectOp>(*infinite, n.scalar(type, 0.0), *max));
+    SHARC_TRY(shifted, n.create<SubOp>(x, *shift));
+    SHARC_TRY(exp, n.create<ExpOp>(*shifted));
+    SHARC_TRY(sum, reduce(*exp, ReduceKind::sum, /*keepDims=*/true));
+    SHARC_TRY(log, n.create<LogOp>(*sum));
+    SHARC_TRY(result, n.create<AddOp>(*log, *shift));
+    if (keep || !*axes)
+      return Results{*result};
+    // Drop the reduced axes, as the sum without keepdims would.
+    SmallVector<int64_t> shape;
+    for (auto [axis, size] : llvm::enumerate(shapeOf(x)))
+      if (!llvm::is_contained(**axes, int64_t(axis)))
+        shape.push_back(size);
+    return wrap(n.reshape(*result, shape));
+  }
+  }
+  llvm_unreachable("unknown reduction");
 }
 
 /// Mean and InvStdDev have the stash type, as in ONNX's shape inference.
@@ -1063,16 +1394,19 @@ static FailureOr<Results> importAveragePool(NodeImporter &n) {
       n.getInt("ceil_mode", 0) != 0, n.getInt("count_include_pad", 0) != 0));
 }
 
-/// Mean over the spatial dimensions, kept as size 1.
-static FailureOr<Results> importGlobalAveragePool(NodeImporter &n) {
+/// GlobalAveragePool and GlobalMaxPool: the mean or the max over the spatial
+/// dimensions, kept as size 1.
+template <ReduceKind kind>
+static FailureOr<Results> importGlobalPool(NodeImporter &n) {
   Value x = n.input(0);
   if (rankOf(x) < 3)
     return n.emitError() << "needs an (N, C, spatial...) input, got "
                          << x.getType();
   SmallVector<int64_t> axes = llvm::to_vector(llvm::seq<int64_t>(2, rankOf(x)));
-  return wrap(
-      n.create<ReduceOp>(x, ReduceKind::mean, ArrayRef<int64_t>(axes), true));
+  return wrap(n.create<ReduceOp>(x, kind, ArrayRef<int64_t>(axes), true));
 }
+
+#undef SHARC_TRY
 
 //===----------------------------------------------------------------------===//
 // The rule table
@@ -1112,6 +1446,52 @@ static llvm::StringMap<OpRule> buildRules() {
       {"LeakyRelu", {13, 1, 1, 1, {{"alpha", Attr::FLOAT}}, importLeakyRelu}},
       {"Gelu", {20, 1, 1, 1, {{"approximate", Attr::STRING}}, importGelu}},
       {"Softplus", {13, 1, 1, 1, {}, importSoftplus}},
+      {"Elu", {13, 1, 1, 1, {{"alpha", Attr::FLOAT}}, importElu}},
+      {"Selu",
+       {13,
+        1,
+        1,
+        1,
+        {{"alpha", Attr::FLOAT}, {"gamma", Attr::FLOAT}},
+        importSelu}},
+      {"Celu", {13, 1, 1, 1, {{"alpha", Attr::FLOAT}}, importCelu}},
+      {"HardSigmoid",
+       {13,
+        1,
+        1,
+        1,
+        {{"alpha", Attr::FLOAT}, {"beta", Attr::FLOAT}},
+        importHardSigmoid}},
+      {"HardSwish", {14, 1, 1, 1, {}, importHardSwish}},
+      {"Softsign", {13, 1, 1, 1, {}, importSoftsign}},
+      {"ThresholdedRelu",
+       {13, 1, 1, 1, {{"alpha", Attr::FLOAT}}, importThresholdedRelu}},
+      {"PRelu", {13, 2, 2, 1, {}, importPRelu}},
+      {"Shrink",
+       {13,
+        1,
+        1,
+        1,
+        {{"bias", Attr::FLOAT}, {"lambd", Attr::FLOAT}},
+        importShrink}},
+      {"Sin", {13, 1, 1, 1, {}, importUnary<SinOp>}},
+      {"Cos", {13, 1, 1, 1, {}, importUnary<CosOp>}},
+      {"Tan", {13, 1, 1, 1, {}, importTan}},
+      {"Sinh", {13, 1, 1, 1, {}, importHyperbolic<SubOp>}},
+      {"Cosh", {13, 1, 1, 1, {}, importHyperbolic<AddOp>}},
+      {"Floor", {13, 1, 1, 1, {}, importUnary<FloorOp>}},
+      {"Ceil", {13, 1, 1, 1, {}, importCeil}},
+      {"Sign", {13, 1, 1, 1, {}, importSign}},
+      {"IsNaN", {13, 1, 1, 1, {}, importIsNaN}},
+      {"IsInf",
+       {13,
+        1,
+        1,
+        1,
+        {{"detect_negative", Attr::INT}, {"detect_positive", Attr::INT}},
+        importIsInf}},
+      {"Sum", {13, 1, kVariadic, 1, {}, importSumOrMean<false>}},
+      {"Mean", {13, 1, kVariadic, 1, {}, importSumOrMean<true>}},
       {"Max", {13, 1, kVariadic, 1, {}, importVariadic<MaxOp>}},
       {"Min", {13, 1, kVariadic, 1, {}, importVariadic<MinOp>}},
       {"Clip", {13, 1, 3, 1, {}, importClip}},
@@ -1125,6 +1505,7 @@ static llvm::StringMap<OpRule> buildRules() {
       {"Not", {13, 1, 1, 1, {}, importUnary<NotOp>}},
       {"And", {13, 2, 2, 1, {}, importBinary<AndOp>}},
       {"Or", {13, 2, 2, 1, {}, importBinary<OrOp>}},
+      {"Xor", {13, 2, 2, 1, {}, importXor}},
       {"Cast",
        {13,
         1,
@@ -1202,6 +1583,22 @@ static llvm::StringMap<OpRule> buildRules() {
       {"ReduceMean",
        {13, 1, 2, 1, reduceAttrs, importReduce<ReduceKind::mean>}},
       {"ReduceMax", {13, 1, 2, 1, reduceAttrs, importReduce<ReduceKind::max>}},
+      {"ReduceMin",
+       {13, 1, 2, 1, reduceAttrs,
+        importComposedReduce<ComposedReduction::min>}},
+      {"ReduceSumSquare",
+       {13, 1, 2, 1, reduceAttrs,
+        importComposedReduce<ComposedReduction::sumSquare>}},
+      {"ReduceL1",
+       {13, 1, 2, 1, reduceAttrs, importComposedReduce<ComposedReduction::l1>}},
+      {"ReduceL2",
+       {13, 1, 2, 1, reduceAttrs, importComposedReduce<ComposedReduction::l2>}},
+      {"ReduceLogSum",
+       {13, 1, 2, 1, reduceAttrs,
+        importComposedReduce<ComposedReduction::logSum>}},
+      {"ReduceLogSumExp",
+       {13, 1, 2, 1, reduceAttrs,
+        importComposedReduce<ComposedReduction::logSumExp>}},
       {"LayerNormalization",
        {17,
         2,
@@ -1243,7 +1640,9 @@ static llvm::StringMap<OpRule> buildRules() {
          {"pads", Attr::INTS},
          {"strides", Attr::INTS}},
         importAveragePool}},
-      {"GlobalAveragePool", {13, 1, 1, 1, {}, importGlobalAveragePool}},
+      {"GlobalAveragePool",
+       {13, 1, 1, 1, {}, importGlobalPool<ReduceKind::mean>}},
+      {"GlobalMaxPool", {13, 1, 1, 1, {}, importGlobalPool<ReduceKind::max>}},
   };
 }
 

@@ -39,6 +39,16 @@ struct Problem {
                                          {0.125f, -0.5f, 1.25f}};
 };
 
+/// The global L2 norm of the gradients of w (3) and b (1): squares summed in
+/// f32 per tensor, the sums and the root in f64.
+double referenceNorm(const std::vector<float> &grads) {
+  double squaresW = 0;
+  for (int j = 0; j < 3; ++j)
+    squaresW += grads[j] * grads[j];
+  return std::sqrt(static_cast<double>(f32(squaresW)) +
+                   static_cast<double>(grads[3] * grads[3]));
+}
+
 /// The loss mean and the accumulated, clipped gradients of `problem` with
 /// `microBatches` micro-batches of two rows, each op rounded to f32.
 std::pair<float, std::vector<float>>
@@ -64,11 +74,7 @@ referenceGradients(const Problem &p, int microBatches, double clip) {
   }
   float loss = microBatches > 1 ? lossSum / f32(microBatches) : lossSum;
   if (clip > 0) {
-    double squaresW = 0;
-    for (int j = 0; j < 3; ++j)
-      squaresW += grads[j] * grads[j];
-    double norm = std::sqrt(static_cast<double>(f32(squaresW)) +
-                            static_cast<double>(grads[3] * grads[3]));
+    double norm = referenceNorm(grads);
     double coefficient = 1.0 / std::max(1.0, (norm + 1e-6) / clip);
     for (float &g : grads)
       g = g * f32(coefficient);
@@ -111,16 +117,22 @@ protected:
       ADD_FAILURE() << "evaluation failed:\n" << diagnostics;
       return {};
     }
+    // The step returns the norm of the gradients before clipping.
+    expectedNorm =
+        referenceNorm(referenceGradients(p, options.gradAccum, 0).second);
     return *results;
   }
 
-  /// Expects `results` (loss, w, b, state..., step, lr) to hold `loss`,
-  /// `params` (w then b) and `state` (per parameter, per role).
+  double expectedNorm = 0;
+
+  /// Expects `results` (loss, w, b, state..., step, lr, grad_norm) to hold
+  /// `loss`, `params` (w then b), `state` (per parameter, per role) and the
+  /// norm of the unclipped gradients.
   void expectResults(const std::vector<Tensor> &results, float loss,
                      const std::vector<float> &params,
                      const std::vector<std::vector<float>> &state,
                      const Problem &p, double lr) {
-    ASSERT_EQ(results.size(), 5 + 2 * state.size());
+    ASSERT_EQ(results.size(), 6 + 2 * state.size());
     auto expectParam = [&](const Tensor &w, const Tensor &b,
                            const std::vector<float> &values, const char *what) {
       for (int j = 0; j < 3; ++j)
@@ -132,8 +144,9 @@ protected:
     for (size_t s = 0; s < state.size(); ++s)
       expectParam(results[3 + s], results[3 + state.size() + s], state[s],
                   "state");
-    EXPECT_EQ(results[results.size() - 2].getInt(0), p.step + 1);
-    EXPECT_EQ(results.back().getDouble(0), lr);
+    EXPECT_EQ(results[results.size() - 3].getInt(0), p.step + 1);
+    EXPECT_EQ(results[results.size() - 2].getDouble(0), lr);
+    EXPECT_NEAR(results.back().getDouble(0), expectedNorm, 1e-6 * expectedNorm);
   }
 };
 
@@ -297,7 +310,7 @@ TEST_F(OptimizerTest, Signature) {
   EXPECT_EQ(step->getArgumentTypes()[8],
             RankedTensorType::get({6, 3}, Float32Type::get(&context)));
   EXPECT_EQ(getParamAttr(*step, 1).getName(), "c");
-  EXPECT_EQ(step->getNumResults(), 9u);
+  EXPECT_EQ(step->getNumResults(), 10u);
   EXPECT_EQ(state(3, true), "w.exp_avg");
   EXPECT_EQ(state(7, true), ".step");
   EXPECT_EQ(
@@ -308,6 +321,10 @@ TEST_F(OptimizerTest, Signature) {
                     8, SharcDialect::getOutputAttrName())
                 .getValue(),
             "lr");
+  EXPECT_EQ(step->getResultAttrOfType<StringAttr>(
+                    9, SharcDialect::getOutputAttrName())
+                .getValue(),
+            "grad_norm");
 }
 
 /// The training step calls the gradient function: func.call runs its callee
@@ -401,13 +418,16 @@ func.func @main(
                          x[2][0], x[2][1], x[2][2], x[3][0], x[3][1], x[3][2]}),
              makeTensor(DType::f32, {4, 1}, {y[0], y[1], y[2], y[3]})});
   ASSERT_TRUE(succeeded(results)) << diagnostics;
-  ASSERT_EQ(results->size(), 4u);
+  ASSERT_EQ(results->size(), 5u);
   EXPECT_NEAR((*results)[0].getDouble(0), loss, 1e-5 * loss);
   for (int j = 0; j < 3; ++j)
     EXPECT_NEAR((*results)[1].getDouble(j), w[j] - 0.05 * grad[j], 1e-5)
         << "w " << j;
   EXPECT_EQ((*results)[2].getInt(0), 1);
   EXPECT_EQ((*results)[3].getDouble(0), 0.05);
+  double norm =
+      std::sqrt(grad[0] * grad[0] + grad[1] * grad[1] + grad[2] * grad[2]);
+  EXPECT_NEAR((*results)[4].getDouble(0), norm, 1e-5 * norm);
 }
 
 } // namespace

@@ -1,0 +1,137 @@
+"""Gradients of ONNX operators that sharc imports as compositions of its own
+ops (frontends/onnx/OpImporters.cpp), against PyTorch's autograd.
+
+ONNX's node tests (the onnx-backend test) check each operator's forward
+values; here each one is trained: a model whose parameters P (and, where
+the operator has a second float input, Q) go through the operator, times a
+data input X, summed into the loss.  `sharc eval --train --dump-grads` gives
+the first step's gradients, which must equal autograd's through the same
+function written with torch ops (relative error below 1e-5 in float32).
+The parameter values stay away from kinks and ties (|p| in [0.2, 1.5] and
+distinct), where the gradient is not defined."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+F = torch.nn.functional
+SHAPE = (3, 4)
+
+
+def unary(op, torch_fn, **attrs):
+    return dict(op=op, inputs=1, attrs=attrs, torch=torch_fn)
+
+
+def reduction(op, torch_fn, axes=(1,), keepdims=1):
+    return dict(op=op, inputs=1, attrs=dict(axes=list(axes),
+                                            keepdims=keepdims),
+                torch=torch_fn, reduced=(axes, keepdims))
+
+
+CASES = {
+    "Elu": unary("Elu", lambda p: F.elu(p, 0.7), alpha=0.7),
+    "Selu": unary("Selu", F.selu),
+    "Celu": unary("Celu", lambda p: F.celu(p, 0.8), alpha=0.8),
+    "HardSigmoid": unary("HardSigmoid",
+                         lambda p: torch.clamp(0.3 * p + 0.4, 0, 1),
+                         alpha=0.3, beta=0.4),
+    "HardSwish": unary("HardSwish", F.hardswish),
+    "Softsign": unary("Softsign", F.softsign),
+    "ThresholdedRelu": unary("ThresholdedRelu",
+                             lambda p: torch.where(p > 0.3, p, 0.0),
+                             alpha=0.3),
+    "Shrink": unary("Shrink", lambda p: torch.where(
+        p < -0.3, p + 0.1, torch.where(p > 0.3, p - 0.1, 0.0)),
+        lambd=0.3, bias=0.1),
+    "Sin": unary("Sin", torch.sin),
+    "Cos": unary("Cos", torch.cos),
+    "Tan": unary("Tan", torch.tan),
+    "Sinh": unary("Sinh", torch.sinh),
+    "Cosh": unary("Cosh", torch.cosh),
+    "PRelu": dict(op="PRelu", inputs=2, attrs={}, second=(4,),
+                  torch=lambda p, q: torch.where(p < 0, q * p, p)),
+    "Sum": dict(op="Sum", inputs=2, attrs={}, second=SHAPE,
+                torch=lambda p, q: p + q),
+    "Mean": dict(op="Mean", inputs=2, attrs={}, second=SHAPE,
+                 torch=lambda p, q: (p + q) / 2),
+    "ReduceMin": reduction("ReduceMin",
+                           lambda p: torch.amin(p, 1, keepdim=True)),
+    "ReduceSumSquare": reduction("ReduceSumSquare",
+                                 lambda p: (p * p).sum(1, keepdim=True)),
+    "ReduceL1": reduction("ReduceL1", lambda p: p.abs().sum(1, keepdim=True)),
+    "ReduceL2": reduction("ReduceL2",
+                          lambda p: p.norm(dim=1, keepdim=True)),
+    "ReduceLogSum": reduction("ReduceLogSum",
+                              lambda p: p.abs().sum(1, keepdim=True).log(),
+                              axes=(1,)),
+    "ReduceLogSumExp": reduction("ReduceLogSumExp",
+                                 lambda p: torch.logsumexp(p, 0),
+                                 axes=(0,), keepdims=0),
+}
+
+
+def parameter_values(shape, seed):
+    """Distinct values with |v| in [0.2, 1.5], mixed signs."""
+    generator = np.random.default_rng(seed)
+    count = int(np.prod(shape))
+    magnitudes = np.linspace(0.2, 1.5, count)
+    generator.shuffle(magnitudes)
+    signs = generator.choice([-1.0, 1.0], count)
+    return (magnitudes * signs).reshape(shape).astype(np.float32)
+
+
+def build(case, path, p, q):
+    """P (and Q) -> op -> times X -> ReduceSum -> loss."""
+    initializers = [numpy_helper.from_array(p, "P")]
+    op_inputs = ["P"]
+    if case["inputs"] == 2:
+        initializers.append(numpy_helper.from_array(q, "Q"))
+        op_inputs.append("Q")
+    out_shape = list(case["torch"](*(torch.from_numpy(v) for v in
+                                     ([p, q] if case["inputs"] == 2 else [p])
+                                     )).shape)
+    nodes = [helper.make_node(case["op"], op_inputs, ["Y"], **case["attrs"]),
+             helper.make_node("Mul", ["Y", "X"], ["Z"]),
+             helper.make_node("ReduceSum", ["Z"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, case["op"].lower(),
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, out_shape)],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        initializers)
+    model = helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return out_shape
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradient_matches_autograd(sharc, tmp_path, name):
+    case = CASES[name]
+    p = parameter_values(SHAPE, 1)
+    if name == "ReduceLogSum":
+        p = np.abs(p)
+    q = parameter_values(case.get("second", SHAPE), 2)
+    path = tmp_path / f"{name}.onnx"
+    out_shape = build(case, path, p, q)
+    x = np.random.default_rng(3).uniform(0.5, 1.5, out_shape)
+    x = x.astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    grads = tmp_path / "grads"
+    result = sharc("eval", path, "--train", "--steps", 1, "--optimizer", "sgd",
+                   "--input", f"X={tmp_path / 'x.npy'}", "--dump-grads", grads)
+    assert result.returncode == 0, result.stderr
+
+    params = [torch.tensor(p, requires_grad=True)]
+    if case["inputs"] == 2:
+        params.append(torch.tensor(q, requires_grad=True))
+    loss = (case["torch"](*params) * torch.from_numpy(x)).sum()
+    loss.backward()
+    for label, param in zip("PQ", params):
+        expected = param.grad.numpy()
+        actual = np.load(grads / f"{label}.npy")
+        assert actual.shape == expected.shape, label
+        error = np.linalg.norm(actual - expected) / np.linalg.norm(expected)
+        assert error < 1e-5, f"{name}: gradient of {label}: {error:.3g}"
