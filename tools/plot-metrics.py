@@ -6,6 +6,9 @@ learning rate, gradient norm, loss scale (for loss-scaled runs), peak memory
 
     tools/plot-metrics.py run.jsonl [other.jsonl ...] -o curves.png [--title T]
 
+A csv_monitor folder (OUTPUT_PATH/JOB_NAME of the config's csv_monitor
+block) is read as a run too.
+
 Needs matplotlib (PyPI; tools/install-deps.sh --test installs it).  The PNG
 is written under a temporary name and renamed into place.  A missing or
 malformed file is an error naming the file and line (exit status 1)."""
@@ -23,8 +26,57 @@ def fail(message):
     sys.exit(1)
 
 
+# csv_monitor's events (docs/config.md) and the --metrics keys they hold.
+CSV_EVENTS = {"train_loss": "loss", "lr": "lr", "loss_scale": "scale",
+              "grad_norm": "grad_norm", "tokens_per_s": "tokens_per_s",
+              "samples_per_s": "samples_per_s",
+              "peak_memory_bytes": "peak_memory_bytes"}
+
+
+def read_csv_monitor(folder):
+    """The step records of a csv_monitor folder (OUTPUT_PATH/JOB_NAME): its
+    Train_Samples_*.csv files, whose rows are (samples trained, value).  The
+    step of a row is its samples over the global batch (the samples of the
+    first loss row); the learning rate and the scale are written after the
+    step they follow, so their rows belong to the next step."""
+    import csv
+    columns = {}
+    for name, key in CSV_EVENTS.items():
+        path = pathlib.Path(folder) / f"Train_Samples_{name}.csv"
+        if not path.exists():
+            continue
+        try:
+            with path.open(newline="") as file:
+                rows = list(csv.reader(file))
+        except OSError as error:
+            fail(f"{path}: {error.strerror}")
+        if not rows or rows[0] != ["step", name]:
+            fail(f"{path}:1: not a csv_monitor file (header 'step,{name}')")
+        points = []
+        for number, row in enumerate(rows[1:], 2):
+            try:
+                points.append((int(row[0]), float(row[1])))
+            except (ValueError, IndexError):
+                fail(f"{path}:{number}: not a row 'samples,value'")
+        columns[key] = points
+    if not columns.get("loss"):
+        fail(f"{folder}: no Train_Samples_train_loss.csv rows (a csv_monitor "
+             "folder holds them)")
+    batch = columns["loss"][0][0]
+    records = {}
+    for key, points in columns.items():
+        shift = 1 if key in ("lr", "scale") else 0
+        for samples, value in points:
+            step = samples // batch + shift
+            records.setdefault(step, {"step": step})[key] = value
+    return [records[step] for step in sorted(records)]
+
+
 def read_metrics(path):
-    """The step records of `path`, in file order (a resumed run appends)."""
+    """The step records of `path`, in file order (a resumed run appends), or
+    of a csv_monitor folder."""
+    if pathlib.Path(path).is_dir():
+        return read_csv_monitor(path)
     records = []
     try:
         lines = pathlib.Path(path).read_text().splitlines()
@@ -53,7 +105,8 @@ def series(records, key):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("metrics", nargs="+", help="--metrics JSON-lines files")
+    parser.add_argument("metrics", nargs="+",
+                        help="--metrics JSON-lines files or csv_monitor folders")
     parser.add_argument("-o", "--output", required=True, help="the PNG to write")
     parser.add_argument("--title", default=None)
     args = parser.parse_args()

@@ -9,7 +9,9 @@ fp32 training included, and so does sharc.  The data are scaled so that the
 gradient norm exceeds 1 on every step: without the default the trajectories
 part (checked)."""
 
+import importlib.util
 import json
+import pathlib
 import shutil
 import subprocess
 
@@ -526,6 +528,25 @@ def test_csv_monitor_writes_deepspeeds_files(sharc, tmp_path):
     for file in ("Train_Samples_lr.csv", "Train_Samples_loss_scale.csv"):
         assert (tmp_path / "eval" / "job" / file).read_bytes() == \
             (ours / file).read_bytes(), file
+
+    # tools/plot-metrics.py reads the folder as a run: a record per step
+    # with the step line's loss and the scale the step used, and draws it.
+    plot = pathlib.Path(__file__).resolve().parents[2] / "tools" / \
+        "plot-metrics.py"
+    spec = importlib.util.spec_from_file_location("plot_metrics", plot)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    records = tool.read_csv_monitor(ours)
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    assert [r["loss"] for r in records] == pytest.approx(
+        losses_of(run.stdout), rel=1e-8, nan_ok=True)
+    assert [r.get("scale") for r in records[1:]] == \
+        [s for s, _ in scaled_steps(run.stdout)][1:]
+    png = tmp_path / "csv.png"
+    drawn = subprocess.run(["python3", str(plot), str(ours), "-o", str(png)],
+                           capture_output=True, text=True)
+    assert drawn.returncode == 0, drawn.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def tensorboard_scalars(folder):
