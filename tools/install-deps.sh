@@ -77,5 +77,10 @@ if [ "${1:-}" = "--test" ]; then
   # oracle.
   add_package tensorboard==2.21.0 \
     tensorboard.backend.event_processing.event_accumulator
+  # Hugging Face transformers (its models, randomly initialised: nothing is
+  # downloaded) and onnxscript, which torch.onnx's dynamo exporter needs: the
+  # real-model tests (test/e2e/test_hf_models.py).
+  add_package transformers==5.23.0 transformers
+  add_package onnxscript==0.7.2 onnxscript
   echo "$venv" > .venv-path
 fi

@@ -613,6 +613,8 @@ private:
   int64_t foldBudget = kFoldBudget;
   /// ONNX value name -> its value in the function being built.
   llvm::StringMap<Value> values;
+  /// Sequence values: their tensors, in order.
+  llvm::StringMap<SmallVector<Value>> sequences;
 };
 
 } // namespace
@@ -845,16 +847,32 @@ FailureOr<Results> GraphImporter::runRule(const onnx::NodeProto &node,
                           << " outputs; at most " << rule->maxOutputs
                           << " are supported";
   SmallVector<Value> inputs;
+  SmallVector<Value> sequence;
   for (auto [index, name] : llvm::enumerate(node.input())) {
     if (name.empty() && index < rule->minInputs)
       return emitError(loc) << "required input #" << index << " is missing";
+    if (index == 0 && consumesSequence(node.op_type())) {
+      auto found = sequences.find(name);
+      if (found == sequences.end())
+        return emitError(loc) << "input '" << name
+                              << "' is not a sequence that SplitToSequence "
+                                 "made";
+      sequence = found->second;
+      inputs.push_back(Value());
+      continue;
+    }
     Value value = name.empty() ? Value() : values.lookup(name);
+    if (!name.empty() && !value && sequences.count(name))
+      return emitError(loc) << "input '" << name
+                            << "' is a sequence, which sharc only reads "
+                               "with SequenceAt";
     if (!name.empty() && !value)
       return emitError(loc) << "input '" << name << "' has no value";
     inputs.push_back(value);
   }
   NodeImporter importer(builder, reader, node, std::max(opset, kMinOpset), loc,
                         std::move(inputs), foldBudget);
+  importer.setSequenceInput(std::move(sequence));
   if (failed(importer.checkAttributes(rule->attributes)))
     return failure();
   return rule->import(importer);
@@ -883,6 +901,11 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int index,
     else
       diag << llvm::join(errors, "; ");
     return failure();
+  }
+  if (producesSequence(node.op_type())) {
+    if (!node.output(0).empty())
+      sequences[node.output(0)].assign(results->begin(), results->end());
+    return success();
   }
   for (auto [output, name] : llvm::enumerate(node.output())) {
     if (name.empty())
@@ -1110,6 +1133,10 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
   SmallVector<Value> results;
   for (const onnx::ValueInfoProto &output : graph.output()) {
     Value value = values.lookup(output.name());
+    if (!value && sequences.count(output.name()))
+      return emitError(fileLoc) << "graph output '" << output.name()
+                                << "' is a sequence; sharc's graph outputs "
+                                   "are tensors";
     if (!value)
       return emitError(fileLoc) << "graph output '" << output.name()
                                 << "' is not produced by any node";

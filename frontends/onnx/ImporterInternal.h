@@ -239,6 +239,14 @@ public:
     return results->front();
   }
 
+  /// Sequences (SplitToSequence's output, SequenceAt's first input) live only
+  /// in the importer, as the list of their tensors: the tensors of input 0
+  /// when it is a sequence.
+  llvm::ArrayRef<mlir::Value> sequenceInput() const { return sequence; }
+  void setSequenceInput(llvm::SmallVector<mlir::Value> tensors) {
+    sequence = std::move(tensors);
+  }
+
 private:
   /// Creates the op of `state`, verifies it and folds it when its operands
   /// are constants and its results are small enough (and within budget).
@@ -252,8 +260,14 @@ private:
   int64_t opsetVersion;
   mlir::Location location;
   llvm::SmallVector<mlir::Value> inputs;
+  llvm::SmallVector<mlir::Value> sequence;
   int64_t &foldBudget;
 };
+
+/// Whether `opType`'s first output is a sequence (its Results are the
+/// sequence's tensors), and whether its first input is one.
+bool producesSequence(llvm::StringRef opType);
+bool consumesSequence(llvm::StringRef opType);
 
 /// The static type of a value built by the importer.
 inline mlir::RankedTensorType tensorTypeOf(mlir::Value value) {

@@ -70,6 +70,12 @@ static SmallVector<int64_t> allAxes(int64_t rank) {
   return llvm::to_vector(llvm::seq<int64_t>(0, rank));
 }
 
+/// The value of a chain of steps, or the first failure.
+#define SHARC_TRY(var, expr)                                                   \
+  FailureOr<Value> var = (expr);                                               \
+  if (failed(var))                                                             \
+  return failure()
+
 static LogicalResult requireFloat(NodeImporter &n, Value value) {
   if (isa<FloatType>(elementTypeOf(value)))
     return success();
@@ -186,12 +192,6 @@ static FailureOr<Results> importSoftplus(NodeImporter &n) {
     return failure();
   return wrap(n.create<LogOp>(*sum));
 }
-
-/// The value of a chain of steps, or the first failure.
-#define SHARC_TRY(var, expr)                                                   \
-  FailureOr<Value> var = (expr);                                               \
-  if (failed(var))                                                             \
-  return failure()
 
 /// x < 0 ? alpha (e^x - 1) : x.
 static FailureOr<Results> importElu(NodeImporter &n) {
@@ -621,6 +621,331 @@ static FailureOr<Results> importGather(NodeImporter &n) {
   return wrap(n.create<GatherOp>(data, n.input(1), *axis));
 }
 
+/// Elements [start, start + count * stride) of `x` along `axis` (a negative
+/// stride walks backwards from `start`).
+static FailureOr<Value> sliceAlong(NodeImporter &n, Value x, int64_t axis,
+                                   int64_t start, int64_t count,
+                                   int64_t stride = 1) {
+  SmallVector<int64_t> shape(shapeOf(x)), starts(rankOf(x), 0),
+      strides(rankOf(x), 1);
+  shape[axis] = count;
+  starts[axis] = start;
+  strides[axis] = stride;
+  return n.createTyped<SliceOp>(tensorTypeOf(x).clone(shape), x,
+                                ArrayRef<int64_t>(starts),
+                                ArrayRef<int64_t>(strides));
+}
+
+/// `x` with `count` zeros before its first element along `axis` and its last
+/// `count` elements dropped (the shift of a scan).
+static FailureOr<Value> shiftAlong(NodeImporter &n, Value x, int64_t axis,
+                                   int64_t count) {
+  SmallVector<int64_t> zerosShape(shapeOf(x));
+  zerosShape[axis] = count;
+  SHARC_TRY(zeros, n.broadcast(n.scalar(elementTypeOf(x), 0.0), zerosShape));
+  SHARC_TRY(kept, sliceAlong(n, x, axis, 0, shapeOf(x)[axis] - count));
+  return n.create<ConcatOp>(ValueRange{*zeros, *kept}, axis);
+}
+
+/// CumSum as a Hillis-Steele scan: log2(L) rounds of y += shift(y, 2^k)
+/// along the axis (integers exactly; floats summed in the scan's tree
+/// order), `exclusive` one more shift, `reverse` on the reversed axis (a
+/// slice of stride -1).  The axis must be a constant.
+static FailureOr<Results> importCumSum(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<SmallVector<int64_t>> axisInput = n.requireInts(1, "axis");
+  if (failed(axisInput))
+    return failure();
+  if (axisInput->size() != 1)
+    return n.emitError() << "axis must hold one value, got "
+                         << axisInput->size();
+  FailureOr<int64_t> axis = normalizeAxis(n, axisInput->front(), rankOf(x));
+  if (failed(axis))
+    return failure();
+  Type type = elementTypeOf(x);
+  if (isa<IntegerType>(type) && type.getIntOrFloatBitWidth() == 1)
+    return n.emitError() << "needs a numeric tensor, got " << x.getType();
+  int64_t length = shapeOf(x)[*axis];
+  if (length == 0)
+    return Results{x};
+  bool reverse = n.getInt("reverse", 0) != 0;
+  bool exclusive = n.getInt("exclusive", 0) != 0;
+  Value y = x;
+  auto flip = [&]() -> LogicalResult {
+    FailureOr<Value> flipped = sliceAlong(n, y, *axis, length - 1, length, -1);
+    if (failed(flipped))
+      return failure();
+    y = *flipped;
+    return success();
+  };
+  if (reverse && failed(flip()))
+    return failure();
+  for (int64_t step = 1; step < length; step *= 2) {
+    SHARC_TRY(shifted, shiftAlong(n, y, *axis, step));
+    SHARC_TRY(sum, n.create<AddOp>(y, *shifted));
+    y = *sum;
+  }
+  if (exclusive) {
+    SHARC_TRY(shifted, shiftAlong(n, y, *axis, 1));
+    y = *shifted;
+  }
+  if (reverse && failed(flip()))
+    return failure();
+  return Results{y};
+}
+
+/// Integer (not bool) indices.
+static LogicalResult requireIndices(NodeImporter &n, Value indices) {
+  Type type = elementTypeOf(indices);
+  if (isa<IntegerType>(type) && type.getIntOrFloatBitWidth() > 1)
+    return success();
+  return n.emitError() << "indices must be integers, got " << indices.getType();
+}
+
+/// Indices counted from the end made non-negative: i + (i < 0 ? size : 0),
+/// `sizes` broadcast against them.
+static FailureOr<Value> wrapNegative(NodeImporter &n, Value indices,
+                                     Value sizes) {
+  SHARC_TRY(negative,
+            n.create<CompareOp>(indices, n.scalar(elementTypeOf(indices), 0.0),
+                                ComparePredicate::lt));
+  SHARC_TRY(wrapped, n.create<AddOp>(indices, sizes));
+  return n.create<SelectOp>(*negative, *wrapped, indices);
+}
+
+/// GatherND: the dimensions of `data` that the batch dimensions and an
+/// index tuple select (the first b + q) are viewed as one of their product;
+/// each index tuple becomes its row-major offset there (negative indices
+/// count from the end; the batch position, from `iota`s over the batch
+/// dimensions, picks the block of its batch), and `gather` reads those rows
+/// (its gradient adds into them).
+static FailureOr<Results> importGatherND(NodeImporter &n) {
+  Value data = n.input(0), indices = n.input(1);
+  Type indexType = elementTypeOf(indices);
+  if (failed(requireIndices(n, indices)))
+    return failure();
+  ArrayRef<int64_t> dims = shapeOf(data), indexDims = shapeOf(indices);
+  int64_t batch = n.getInt("batch_dims", 0);
+  int64_t indexRank = indexDims.size();
+  if (batch < 0 || batch >= std::min<int64_t>(indexRank, dims.size()))
+    return n.emitError() << "batch_dims " << batch
+                         << " must be less than the ranks of data and indices";
+  for (int64_t a = 0; a < batch; ++a)
+    if (dims[a] != indexDims[a])
+      return n.emitError() << "batch dimension " << a << " is " << dims[a]
+                           << " in data but " << indexDims[a] << " in indices";
+  int64_t q = indexDims.back();
+  if (q < 1 || batch + q > static_cast<int64_t>(dims.size()))
+    return n.emitError() << "the last dimension of indices (" << q
+                         << ") must be in [1, rank of data - batch_dims = "
+                         << dims.size() - batch << "]";
+  // Row-major strides of the indexed dimensions, and each index made
+  // non-negative: i + (i < 0 ? d : 0).
+  SmallVector<double> strides(q), sizes(q);
+  int64_t block = 1;
+  for (int64_t j = q - 1; j >= 0; --j) {
+    strides[j] = double(block);
+    sizes[j] = double(dims[batch + j]);
+    block *= dims[batch + j];
+  }
+  auto vector = [&](ArrayRef<double> values) {
+    Tensor t(*dtypeOf(indexType), {q});
+    for (int64_t j = 0; j < q; ++j)
+      t.setDouble(j, values[j]);
+    return n.constant(t);
+  };
+  SHARC_TRY(positive, wrapNegative(n, indices, vector(sizes)));
+  SHARC_TRY(scaled, n.create<MulOp>(*positive, vector(strides)));
+  SHARC_TRY(offsets,
+            n.create<ReduceOp>(*scaled, ReduceKind::sum,
+                               ArrayRef<int64_t>{indexRank - 1}, false));
+  Value offset = *offsets;
+  auto offsetType = cast<RankedTensorType>(offset.getType());
+  int64_t batchStride = block;
+  for (int64_t a = batch - 1; a >= 0; --a) {
+    SHARC_TRY(position, n.createTyped<IotaOp>(offsetType, a));
+    SHARC_TRY(start, n.create<MulOp>(*position,
+                                     n.scalar(indexType, double(batchStride))));
+    SHARC_TRY(sum, n.create<AddOp>(offset, *start));
+    offset = *sum;
+    batchStride *= dims[a];
+  }
+  SmallVector<int64_t> flatShape{batchStride};
+  flatShape.append(dims.begin() + batch + q, dims.end());
+  SHARC_TRY(flat, n.reshape(data, flatShape));
+  return wrap(n.create<GatherOp>(*flat, offset, int64_t(0)));
+}
+
+/// GatherElements: each output element reads `data` at its own position,
+/// but for `axis`, where it takes the index (negative counts from the end).
+/// The positions become row-major offsets into the flattened `data` (the
+/// index times the axis's stride plus an `iota` per other dimension times
+/// its stride), which `gather` reads (its gradient adds into them).
+static FailureOr<Results> importGatherElements(NodeImporter &n) {
+  Value data = n.input(0), indices = n.input(1);
+  Type indexType = elementTypeOf(indices);
+  if (failed(requireIndices(n, indices)))
+    return failure();
+  ArrayRef<int64_t> dims = shapeOf(data), indexDims = shapeOf(indices);
+  int64_t rank = dims.size();
+  if (static_cast<int64_t>(indexDims.size()) != rank || rank == 0)
+    return n.emitError() << "indices must have the rank of data (" << rank
+                         << "), got " << indices.getType();
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", 0), rank);
+  if (failed(axis))
+    return failure();
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != *axis && indexDims[d] > dims[d])
+      return n.emitError() << "indices dimension " << d << " (" << indexDims[d]
+                           << ") exceeds data's (" << dims[d] << ")";
+  SmallVector<int64_t> strides(rank);
+  int64_t total = 1;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    strides[d] = total;
+    total *= dims[d];
+  }
+  SHARC_TRY(positive,
+            wrapNegative(n, indices, n.scalar(indexType, double(dims[*axis]))));
+  SHARC_TRY(
+      offset,
+      n.create<MulOp>(*positive, n.scalar(indexType, double(strides[*axis]))));
+  Value sum = *offset;
+  auto indexTensor = cast<RankedTensorType>(indices.getType());
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d == *axis || indexDims[d] == 1)
+      continue;
+    SHARC_TRY(position, n.createTyped<IotaOp>(indexTensor, d));
+    SHARC_TRY(scaled, n.create<MulOp>(*position,
+                                      n.scalar(indexType, double(strides[d]))));
+    SHARC_TRY(next, n.create<AddOp>(sum, *scaled));
+    sum = *next;
+  }
+  SHARC_TRY(flat, n.reshape(data, {total}));
+  return wrap(n.create<GatherOp>(*flat, sum, int64_t(0)));
+}
+
+/// Pad: `x`, sliced where a pad is negative, then in `constant` mode
+/// inserted after the leading pads into the value (default 0) broadcast to
+/// the padded shape; in `edge`, `reflect` and `wrap` modes each padded axis
+/// in turn gets the slices the mode repeats concatenated before and after it
+/// (as numpy.pad pads axis by axis).  `pads` and `axes` must be constants.
+static FailureOr<Results> importPad(NodeImporter &n) {
+  Value x = n.input(0);
+  std::string mode = n.getString("mode", "constant");
+  if (mode != "constant" && mode != "edge" && mode != "reflect" &&
+      (mode != "wrap" || n.opset() < 19))
+    return n.emitError() << "unsupported mode '" << mode << "'";
+  int64_t rank = rankOf(x);
+  FailureOr<SmallVector<int64_t>> pads = n.requireInts(1, "pads");
+  if (failed(pads))
+    return failure();
+  SmallVector<int64_t> axes = allAxes(rank);
+  if (n.hasInput(3)) {
+    FailureOr<SmallVector<int64_t>> given = n.requireInts(3, "axes");
+    if (failed(given))
+      return failure();
+    FailureOr<SmallVector<int64_t>> normalized = normalizeAxes(n, *given, rank);
+    if (failed(normalized))
+      return failure();
+    axes = std::move(*normalized);
+  }
+  int64_t count = axes.size();
+  if (static_cast<int64_t>(pads->size()) != 2 * count)
+    return n.emitError() << "pads must hold 2 x " << count << " values, got "
+                         << pads->size();
+  SmallVector<int64_t> begin(rank, 0), end(rank, 0);
+  for (auto [j, axis] : llvm::enumerate(axes)) {
+    begin[axis] = (*pads)[j];
+    end[axis] = (*pads)[j + count];
+  }
+  // Negative pads remove elements: they are sliced off first.
+  SmallVector<int64_t> start(rank, 0), shape(rank), kept(shapeOf(x)), at(rank),
+      ones(rank, 1);
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t dim = shapeOf(x)[d];
+    int64_t dropFront = std::max<int64_t>(0, -begin[d]);
+    int64_t dropBack = std::max<int64_t>(0, -end[d]);
+    if (dropFront + dropBack > dim)
+      return n.emitError() << "pads remove more than the " << dim
+                           << " elements of axis " << d;
+    kept[d] = dim - dropFront - dropBack;
+    start[d] = dropFront;
+    at[d] = std::max<int64_t>(0, begin[d]);
+    shape[d] = kept[d] + at[d] + std::max<int64_t>(0, end[d]);
+    if (shape[d] > kMaxWindowValue)
+      return n.emitError() << "the padded axis " << d << " would have "
+                           << shape[d] << " elements";
+  }
+  if (!checkedNumElements(shape))
+    return n.emitError() << "the padded tensor would have more than "
+                         << kMaxElements << " elements";
+  Value source = x;
+  if (ArrayRef<int64_t>(kept) != shapeOf(x)) {
+    SHARC_TRY(sliced, n.createTyped<SliceOp>(tensorTypeOf(x).clone(kept), x,
+                                             ArrayRef<int64_t>(start),
+                                             ArrayRef<int64_t>(ones)));
+    source = *sliced;
+  }
+  if (mode != "constant") {
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t before = at[d], after = std::max<int64_t>(0, end[d]);
+      if (!before && !after)
+        continue;
+      int64_t length = kept[d];
+      if (length == 0 ||
+          (mode == "reflect" && std::max(before, after) >= length))
+        return n.emitError()
+               << "cannot pad axis " << d << " of " << length << " elements by "
+               << before << " and " << after << " in mode '" << mode << "'";
+      if (mode == "wrap" && std::max(before, after) > length)
+        return n.emitError() << "cannot wrap axis " << d << " of " << length
+                             << " elements by more than it holds";
+      // The elements that go before and after, in their order.
+      auto part = [&](bool leading, int64_t count) -> FailureOr<Value> {
+        if (mode == "edge") {
+          FailureOr<Value> edge =
+              sliceAlong(n, source, d, leading ? 0 : length - 1, 1);
+          if (failed(edge))
+            return failure();
+          SmallVector<int64_t> repeated(tensorTypeOf(source).getShape());
+          repeated[d] = count;
+          return n.broadcast(*edge, repeated);
+        }
+        if (mode == "reflect")
+          return leading ? sliceAlong(n, source, d, count, count, -1)
+                         : sliceAlong(n, source, d, length - 2, count, -1);
+        return leading ? sliceAlong(n, source, d, length - count, count)
+                       : sliceAlong(n, source, d, 0, count);
+      };
+      SmallVector<Value> pieces;
+      if (before) {
+        SHARC_TRY(leading, part(true, before));
+        pieces.push_back(*leading);
+      }
+      pieces.push_back(source);
+      if (after) {
+        SHARC_TRY(trailing, part(false, after));
+        pieces.push_back(*trailing);
+      }
+      SHARC_TRY(padded, n.create<ConcatOp>(ValueRange(pieces), d));
+      source = *padded;
+    }
+    return Results{source};
+  }
+  Value value = n.scalar(elementTypeOf(x), 0.0);
+  if (n.hasInput(2)) {
+    Value given = n.input(2);
+    if (tensorTypeOf(given).getNumElements() != 1)
+      return n.emitError() << "constant_value must be one value, got "
+                           << given.getType();
+    SHARC_TRY(scalar, n.reshape(given, {}));
+    value = *scalar;
+  }
+  SHARC_TRY(filled, n.broadcast(value, shape));
+  return wrap(n.create<InsertSliceOp>(source, *filled, ArrayRef<int64_t>(at),
+                                      ArrayRef<int64_t>(ones)));
+}
+
 static FailureOr<Results> importUnsqueeze(NodeImporter &n) {
   Value x = n.input(0);
   FailureOr<SmallVector<int64_t>> axes = n.requireInts(1, "axes");
@@ -846,6 +1171,89 @@ static FailureOr<Results> importSplit(NodeImporter &n) {
     start[*axis] += size;
   }
   return results;
+}
+
+/// SplitToSequence: the pieces of `x` along `axis`, as sharc keeps a
+/// sequence (its tensors, in the importer): of the sizes of the constant
+/// `split` (one size: pieces of it, the last one smaller if need be), or of
+/// size 1 without it (squeezed unless `keepdims`).
+static FailureOr<Results> importSplitToSequence(NodeImporter &n) {
+  Value x = n.input(0);
+  ArrayRef<int64_t> dims = shapeOf(x);
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", 0), dims.size());
+  if (failed(axis))
+    return failure();
+  int64_t length = dims[*axis];
+  SmallVector<int64_t> sizes;
+  bool squeeze = false;
+  if (n.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> split = n.requireInts(1, "split");
+    if (failed(split))
+      return failure();
+    if (rankOf(n.input(1)) == 0) {
+      int64_t size = split->front();
+      if (size <= 0)
+        return n.emitError() << "split must be positive, got " << size;
+      for (int64_t at = 0; at < length; at += size)
+        sizes.push_back(std::min(size, length - at));
+    } else {
+      int64_t total = 0;
+      for (int64_t size : *split) {
+        if (size < 0)
+          return n.emitError() << "split sizes must not be negative";
+        total += size;
+      }
+      if (total != length)
+        return n.emitError() << "split sizes add up to " << total
+                             << ", not the axis's " << length;
+      sizes.assign(split->begin(), split->end());
+    }
+  } else {
+    sizes.assign(length, 1);
+    squeeze = n.getInt("keepdims", 1) == 0;
+  }
+  Results pieces;
+  int64_t at = 0;
+  for (int64_t size : sizes) {
+    FailureOr<Value> piece = sliceAlong(n, x, *axis, at, size);
+    if (failed(piece))
+      return failure();
+    at += size;
+    if (squeeze) {
+      SmallVector<int64_t> shape(dims);
+      shape.erase(shape.begin() + *axis);
+      piece = n.reshape(*piece, shape);
+      if (failed(piece))
+        return failure();
+    }
+    pieces.push_back(*piece);
+  }
+  return pieces;
+}
+
+/// SequenceAt: the tensor at the constant `position` (negative counts from
+/// the end) of a sequence that SplitToSequence made.
+static FailureOr<Results> importSequenceAt(NodeImporter &n) {
+  ArrayRef<Value> sequence = n.sequenceInput();
+  FailureOr<SmallVector<int64_t>> position = n.requireInts(1, "position");
+  if (failed(position))
+    return failure();
+  if (position->size() != 1)
+    return n.emitError() << "position must be one value";
+  int64_t size = sequence.size(), at = position->front();
+  if (at < -size || at >= size)
+    return n.emitError() << "position " << at
+                         << " is out of range for a sequence of " << size
+                         << " tensors";
+  return Results{sequence[at < 0 ? at + size : at]};
+}
+
+bool sharc::onnx_import::producesSequence(StringRef opType) {
+  return opType == "SplitToSequence";
+}
+
+bool sharc::onnx_import::consumesSequence(StringRef opType) {
+  return opType == "SequenceAt";
 }
 
 /// One dimension of an ONNX Slice after clamping: the first index read, the
@@ -1541,6 +1949,17 @@ static llvm::StringMap<OpRule> buildRules() {
       {"Range", {13, 3, 3, 1, {}, importRange}},
       // Data movement.
       {"Gather", {13, 2, 2, 1, {{"axis", Attr::INT}}, importGather}},
+      {"GatherND", {13, 2, 2, 1, {{"batch_dims", Attr::INT}}, importGatherND}},
+      {"GatherElements",
+       {13, 2, 2, 1, {{"axis", Attr::INT}}, importGatherElements}},
+      {"CumSum",
+       {14,
+        2,
+        2,
+        1,
+        {{"exclusive", Attr::INT}, {"reverse", Attr::INT}},
+        importCumSum}},
+      {"Pad", {13, 2, 4, 1, {{"mode", Attr::STRING}}, importPad}},
       {"Unsqueeze", {13, 2, 2, 1, {}, importUnsqueeze}},
       {"Squeeze", {13, 1, 2, 1, {}, importSqueeze}},
       {"Reshape", {13, 2, 2, 1, {{"allowzero", Attr::INT, 14}}, importReshape}},
@@ -1556,6 +1975,14 @@ static llvm::StringMap<OpRule> buildRules() {
         {{"axis", Attr::INT}, {"num_outputs", Attr::INT, 18}},
         importSplit}},
       {"Slice", {13, 3, 5, 1, {}, importSlice}},
+      {"SplitToSequence",
+       {11,
+        1,
+        2,
+        1,
+        {{"axis", Attr::INT}, {"keepdims", Attr::INT}},
+        importSplitToSequence}},
+      {"SequenceAt", {11, 2, 2, 1, {}, importSequenceAt}},
       {"Trilu", {14, 1, 2, 1, {{"upper", Attr::INT}}, importTrilu}},
       // Linear algebra, reductions, normalization, losses.
       {"MatMul", {13, 2, 2, 1, {}, importMatMul}},

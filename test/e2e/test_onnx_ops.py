@@ -69,6 +69,34 @@ CASES = {
     "ReduceLogSumExp": reduction("ReduceLogSumExp",
                                  lambda p: torch.logsumexp(p, 0),
                                  axes=(0,), keepdims=0),
+    # Operators with constant integer inputs (`consts`, after P).
+    "CumSum": dict(op="CumSum", inputs=1, attrs={},
+                   consts=[np.array(1)], torch=lambda p: torch.cumsum(p, 1)),
+    "CumSumReverseExclusive": dict(
+        op="CumSum", inputs=1, attrs=dict(reverse=1, exclusive=1),
+        consts=[np.array(0)],
+        torch=lambda p: torch.flip(torch.cumsum(torch.flip(p, [0]), 0),
+                                   [0]) - p),
+    "GatherND": dict(op="GatherND", inputs=1, attrs={},
+                     consts=[np.array([[0, 1], [2, -1], [0, 1]])],
+                     torch=lambda p: p[[0, 2, 0], [1, 3, 1]]),
+    "GatherElements": dict(
+        op="GatherElements", inputs=1, attrs=dict(axis=1),
+        consts=[np.array([[0, 0, 3], [1, 2, 2], [3, -1, 0]])],
+        torch=lambda p: torch.gather(
+            p, 1, torch.tensor([[0, 0, 3], [1, 2, 2], [3, 3, 0]]))),
+    "PadConstant": dict(
+        op="Pad", inputs=1, attrs={},
+        consts=[np.array([0, 1, 1, 2]), np.array(0.5, dtype=np.float32)],
+        torch=lambda p: F.pad(p, (1, 2, 0, 1), value=0.5)),
+    "PadReflect": dict(
+        op="Pad", inputs=1, attrs=dict(mode="reflect"),
+        consts=[np.array([0, 2, 0, 1])],
+        torch=lambda p: F.pad(p[None], (2, 1), mode="reflect")[0]),
+    "PadEdge": dict(
+        op="Pad", inputs=1, attrs=dict(mode="edge"),
+        consts=[np.array([1, 0, 2, 0])],
+        torch=lambda p: F.pad(p.T[None], (1, 2), mode="replicate")[0].T),
 }
 
 
@@ -89,10 +117,20 @@ def build(case, path, p, q):
     if case["inputs"] == 2:
         initializers.append(numpy_helper.from_array(q, "Q"))
         op_inputs.append("Q")
+    # Constant inputs: Constant nodes (a float initializer would be a
+    # parameter).
+    constants = []
+    for index, value in enumerate(case.get("consts", [])):
+        name = f"C{index}"
+        constants.append(helper.make_node(
+            "Constant", [], [name],
+            value=numpy_helper.from_array(np.asarray(value), name)))
+        op_inputs.append(name)
     out_shape = list(case["torch"](*(torch.from_numpy(v) for v in
                                      ([p, q] if case["inputs"] == 2 else [p])
                                      )).shape)
-    nodes = [helper.make_node(case["op"], op_inputs, ["Y"], **case["attrs"]),
+    nodes = constants + [
+             helper.make_node(case["op"], op_inputs, ["Y"], **case["attrs"]),
              helper.make_node("Mul", ["Y", "X"], ["Z"]),
              helper.make_node("ReduceSum", ["Z"], ["loss"], keepdims=0)]
     graph = helper.make_graph(

@@ -79,7 +79,7 @@ const std::map<std::string, std::vector<int>> &shapeOperands() {
       {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}}, {"Trilu", {1}},
       {"Dropout", {1, 2}},      {"ReduceMin", {1}},   {"ReduceSumSquare", {1}},
       {"ReduceL1", {1}},        {"ReduceL2", {1}},    {"ReduceLogSum", {1}},
-      {"ReduceLogSumExp", {1}},
+      {"ReduceLogSumExp", {1}}, {"CumSum", {1}},      {"Pad", {1, 3}},
   };
   return table;
 }

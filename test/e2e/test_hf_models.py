@@ -1,0 +1,153 @@
+"""Real models as people export them (issue 16): Hugging Face transformers'
+GPT-2 (GPT2LMHeadModel) and BERT (BertForSequenceClassification), small
+configurations, randomly initialised (nothing is downloaded), exported by
+torch.onnx's dynamo exporter with dynamic batch and sequence axes.  Each
+imports with PyTorch's loss and trains on the evaluator and on the compiled
+CPU binary (one and two ranks) with the losses PyTorch's own AdamW gives the
+same model on the same rows, step by step (dropout off).
+
+The exporter runs with optimize=False: its ONNX optimizer (the default)
+folds constants into initializers and merges initializers of equal values,
+so that a freshly initialised model's LayerNorm weights become one tensor and
+its zero biases vanish -- a model that can no longer be trained as PyTorch
+trains it (docs/onnx.md, "Exporting from PyTorch for training").  The
+TorchScript exporter cannot export transformers 5's models at all (aten::diff
+in their mask code)."""
+
+import shutil
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+STEPS = 8
+ROWS, SEQ, VOCAB = 4, 16, 128
+# fp32 both sides, summed in different orders: measured below 2e-6 relative
+# over these steps.
+RTOL = 1e-4
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    return GPT2LMHeadModel(GPT2Config(
+        vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+
+
+def bert():
+    from transformers import BertConfig, BertForSequenceClassification
+    return BertForSequenceClassification(BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=SEQ, num_labels=3, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0))
+
+
+class ModelLoss(torch.nn.Module):
+    """The model's own loss: GPT-2's causal-LM loss (labels shifted inside),
+    BERT's classification cross-entropy."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.m = model
+
+    def forward(self, input_ids, labels):
+        return self.m(input_ids=input_ids, labels=labels).loss
+
+
+# name: (builder, labels of the rows: the tokens (GPT-2) or classes (BERT))
+MODELS = {
+    "gpt2": (gpt2, lambda ids: ids),
+    "bert": (bert, lambda ids: ids[:, 0] % 3),
+}
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def exported(request, tmp_path_factory):
+    """(name, model path, its --input flags and label shape, PyTorch's
+    losses)."""
+    name = request.param
+    build, make_labels = MODELS[name]
+    directory = tmp_path_factory.mktemp(f"hf-{name}")
+    ids = torch.randint(0, VOCAB, (ROWS, SEQ),
+                        generator=torch.Generator().manual_seed(1))
+    labels = make_labels(ids)
+    np.save(directory / "ids.npy", ids.numpy())
+    np.save(directory / "labels.npy", labels.numpy())
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    label_axes = {0: batch, 1: seq} if labels.dim() == 2 else {0: batch}
+    path = directory / f"{name}.onnx"
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(ModelLoss(build()), (ids, labels), str(path),
+                          dynamo=True, optimize=False,
+                          input_names=["input_ids", "labels"],
+                          output_names=["loss"],
+                          dynamic_shapes=({0: batch, 1: seq}, label_axes))
+    # PyTorch's trajectory: AdamW on the whole batch every step.
+    torch.manual_seed(0)
+    model = ModelLoss(build())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3,
+                                  weight_decay=0.01)
+    losses = []
+    for _ in range(STEPS):
+        loss = model(ids, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    inputs = ["--input", f"input_ids={directory / 'ids.npy'}",
+              "--input", f"labels={directory / 'labels.npy'}"]
+    label_dims = list(labels.shape[1:])
+    return name, path, inputs, label_dims, losses
+
+
+RECIPE = ["--optimizer", "adamw", "--lr", "0.001", "--weight-decay", "0.01",
+          "--clip", "0"]
+
+
+def shapes(rows, label_dims):
+    labels = "x".join(map(str, [rows] + label_dims))
+    return ["--input-shape", f"input_ids={rows}x{SEQ}",
+            "--input-shape", f"labels={labels}"]
+
+
+def losses_of(stdout):
+    return [float(line.split()[3]) for line in stdout.splitlines()
+            if line.startswith("step ")]
+
+
+def test_imports_with_pytorchs_loss(sharc, exported):
+    name, path, inputs, _, losses = exported
+    result = sharc("eval", path, *inputs)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.split("=")[1]) == pytest.approx(
+        losses[0], rel=1e-6), name
+
+
+def test_trains_as_pytorch_on_the_evaluator(sharc, exported):
+    name, path, inputs, label_dims, losses = exported
+    result = sharc("eval", path, "--train", "--steps", STEPS, *RECIPE,
+                   *shapes(ROWS, label_dims), *inputs)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(losses_of(result.stdout), losses, rtol=RTOL,
+                               err_msg=name)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_trains_as_pytorch_in_the_binary(sharc, exported, ranks):
+    name, path, inputs, label_dims, losses = exported
+    out = path.parent / f"out-{ranks}"
+    compiled = sharc("compile", path, *RECIPE, "--world-size", ranks,
+                     *shapes(ROWS // ranks, label_dims), "-o", out)
+    assert compiled.returncode == 0, compiled.stderr
+    run = subprocess.run(
+        [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
+         "-np", str(ranks), str(out / "train"), *inputs, "--steps",
+         str(STEPS)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_allclose(losses_of(run.stdout), losses, rtol=RTOL,
+                               err_msg=name)
