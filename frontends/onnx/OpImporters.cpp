@@ -824,6 +824,238 @@ static FailureOr<Results> importGatherElements(NodeImporter &n) {
   return wrap(n.create<GatherOp>(*flat, sum, int64_t(0)));
 }
 
+/// -x for floats, -1 - x for integers (which cannot overflow): the order
+/// reversal that takes a minimum through `reduce {max}`.
+static FailureOr<Value> reverseOrder(NodeImporter &n, Value x) {
+  Type type = elementTypeOf(x);
+  if (isa<FloatType>(type))
+    return n.create<NegOp>(x);
+  return n.create<SubOp>(n.scalar(type, -1.0), x);
+}
+
+/// ArgMax and ArgMin (int64): the first (or with select_last_index the
+/// last) position along `axis` where `x` equals its maximum (of -x, -1 - x
+/// for ArgMin); a NaN is the maximum, as in numpy.  The positions are an
+/// `iota`, the others replaced by a sentinel past the end, reduced by `max`
+/// (through the order reversal for the first).
+template <bool isMax>
+static FailureOr<Value> argExtreme(NodeImporter &n, Value x, int64_t axis,
+                                   bool keep, bool last) {
+  Type type = elementTypeOf(x);
+  if (isa<IntegerType>(type) && type.getIntOrFloatBitWidth() == 1)
+    return n.emitError() << "needs a numeric tensor, got " << x.getType();
+  int64_t length = shapeOf(x)[axis];
+  if (length == 0)
+    return n.emitError() << "axis " << axis << " has no elements";
+  Value y = x;
+  if (!isMax) {
+    SHARC_TRY(reversed, reverseOrder(n, x));
+    y = *reversed;
+  }
+  SHARC_TRY(extreme, n.create<ReduceOp>(y, ReduceKind::max,
+                                        ArrayRef<int64_t>{axis}, true));
+  SHARC_TRY(hit, n.create<CompareOp>(y, *extreme, ComparePredicate::eq));
+  Value hits = *hit;
+  if (isa<FloatType>(type)) {
+    SHARC_TRY(nan, n.create<CompareOp>(y, y, ComparePredicate::ne));
+    SHARC_TRY(either, n.create<OrOp>(hits, *nan));
+    hits = *either;
+  }
+  Type i64 = IntegerType::get(n.context(), 64);
+  auto indexType = RankedTensorType::get(shapeOf(x), i64);
+  SHARC_TRY(position, n.createTyped<IotaOp>(indexType, axis));
+  if (last) {
+    SHARC_TRY(candidate,
+              n.create<SelectOp>(hits, *position, n.scalar(i64, -1.0)));
+    return n.create<ReduceOp>(*candidate, ReduceKind::max,
+                              ArrayRef<int64_t>{axis}, keep);
+  }
+  SHARC_TRY(candidate,
+            n.create<SelectOp>(hits, *position, n.scalar(i64, double(length))));
+  SHARC_TRY(reversed, reverseOrder(n, *candidate));
+  SHARC_TRY(first, n.create<ReduceOp>(*reversed, ReduceKind::max,
+                                      ArrayRef<int64_t>{axis}, keep));
+  return reverseOrder(n, *first);
+}
+
+template <bool isMax>
+static FailureOr<Results> importArgExtreme(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", 0), rankOf(x));
+  if (failed(axis))
+    return failure();
+  return wrap(argExtreme<isMax>(n, x, *axis, n.getInt("keepdims", 1) != 0,
+                                n.getInt("select_last_index", 0) != 0));
+}
+
+/// Hardmax: 1 at the first maximum along `axis`, 0 elsewhere.
+static FailureOr<Results> importHardmax(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", -1), rankOf(x));
+  if (failed(axis))
+    return failure();
+  SHARC_TRY(index, argExtreme<true>(n, x, *axis, true, false));
+  auto indexType = RankedTensorType::get(shapeOf(x), elementTypeOf(*index));
+  SHARC_TRY(position, n.createTyped<IotaOp>(indexType, *axis));
+  SHARC_TRY(hit, n.create<CompareOp>(*position, *index, ComparePredicate::eq));
+  return wrap(n.cast(*hit, elementTypeOf(x)));
+}
+
+/// OneHot: along the new axis, values[1] where the position equals the index
+/// (negative indices count from `depth`), values[0] elsewhere; `depth`
+/// must be a constant.
+static FailureOr<Results> importOneHot(NodeImporter &n) {
+  Value indices = n.input(0), values = n.input(2);
+  FailureOr<Tensor> depthValue = n.requireConstant(1, "depth");
+  if (failed(depthValue))
+    return failure();
+  if (depthValue->numElements() != 1)
+    return n.emitError() << "depth must be one value";
+  double depthDouble = depthValue->getDouble(0);
+  if (!(depthDouble >= 1) || depthDouble > double(kMaxWindowValue))
+    return n.emitError() << "depth must be in [1, " << kMaxWindowValue
+                         << "], got " << depthDouble;
+  int64_t depth = static_cast<int64_t>(depthDouble);
+  if (tensorTypeOf(values).getNumElements() != 2)
+    return n.emitError() << "values must hold [off, on], got "
+                         << values.getType();
+  int64_t rank = rankOf(indices) + 1;
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", -1), rank);
+  if (failed(axis))
+    return failure();
+  Type i64 = IntegerType::get(n.context(), 64);
+  Value index = indices;
+  if (isa<FloatType>(elementTypeOf(indices))) {
+    // Float indices are truncated, as the reference implementation does.
+    SHARC_TRY(magnitude, n.create<AbsOp>(indices));
+    SHARC_TRY(floored, n.create<FloorOp>(*magnitude));
+    SHARC_TRY(negative, n.create<CompareOp>(
+                            indices, n.scalar(elementTypeOf(indices), 0.0),
+                            ComparePredicate::lt));
+    SHARC_TRY(negated, n.create<NegOp>(*floored));
+    SHARC_TRY(truncated, n.create<SelectOp>(*negative, *negated, *floored));
+    index = *truncated;
+  }
+  SHARC_TRY(wide, n.cast(index, i64));
+  SHARC_TRY(wrapped, wrapNegative(n, *wide, n.scalar(i64, double(depth))));
+  SmallVector<int64_t> shape(shapeOf(indices)), expanded(shapeOf(indices));
+  shape.insert(shape.begin() + *axis, depth);
+  expanded.insert(expanded.begin() + *axis, 1);
+  SHARC_TRY(column, n.reshape(*wrapped, expanded));
+  SHARC_TRY(position,
+            n.createTyped<IotaOp>(RankedTensorType::get(shape, i64), *axis));
+  SHARC_TRY(hit, n.create<CompareOp>(*position, *column, ComparePredicate::eq));
+  SHARC_TRY(flatValues, n.reshape(values, {2}));
+  SHARC_TRY(off, sliceAlong(n, *flatValues, 0, 0, 1));
+  SHARC_TRY(on, sliceAlong(n, *flatValues, 0, 1, 1));
+  SHARC_TRY(offScalar, n.reshape(*off, {}));
+  SHARC_TRY(onScalar, n.reshape(*on, {}));
+  return wrap(n.create<SelectOp>(*hit, *onScalar, *offScalar));
+}
+
+/// Tile: each axis d of `x` viewed as [1, d], broadcast to [repeats, d] and
+/// merged back into repeats x d (the whole tensor repeated, as Tile does;
+/// the gradient sums the copies).  `repeats` must be a constant.
+static FailureOr<Results> importTile(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<SmallVector<int64_t>> repeats = n.requireInts(1, "repeats");
+  if (failed(repeats))
+    return failure();
+  ArrayRef<int64_t> dims = shapeOf(x);
+  if (repeats->size() != dims.size())
+    return n.emitError() << "repeats must hold one value per axis ("
+                         << dims.size() << "), got " << repeats->size();
+  SmallVector<int64_t> split, repeated, merged;
+  for (auto [repeat, dim] : llvm::zip(*repeats, dims)) {
+    if (repeat < 0 || repeat > kMaxWindowValue)
+      return n.emitError() << "repeats must be in [0, " << kMaxWindowValue
+                           << "], got " << repeat;
+    split.append({1, dim});
+    repeated.append({repeat, dim});
+    merged.push_back(repeat * dim);
+  }
+  if (!checkedNumElements(repeated))
+    return n.emitError() << "the tiled tensor would have more than "
+                         << kMaxElements << " elements";
+  SHARC_TRY(viewed, n.reshape(x, split));
+  SHARC_TRY(broadcast, n.broadcast(*viewed, repeated));
+  return wrap(n.reshape(*broadcast, merged));
+}
+
+/// Round: to the nearest integer, halves to even: floor(x), plus 1 above a
+/// half or at a half when floor(x) is odd.
+static FailureOr<Results> importRound(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  Type type = elementTypeOf(x);
+  SHARC_TRY(floor, n.create<FloorOp>(x));
+  SHARC_TRY(fraction, n.create<SubOp>(x, *floor));
+  SHARC_TRY(up, n.create<AddOp>(*floor, n.scalar(type, 1.0)));
+  SHARC_TRY(halfFloor, n.create<MulOp>(*floor, n.scalar(type, 0.5)));
+  SHARC_TRY(halfFloored, n.create<FloorOp>(*halfFloor));
+  SHARC_TRY(even, n.create<CompareOp>(*halfFloor, *halfFloored,
+                                      ComparePredicate::eq));
+  SHARC_TRY(atHalf, n.create<SelectOp>(*even, *floor, *up));
+  Value half = n.scalar(type, 0.5);
+  SHARC_TRY(below, n.create<CompareOp>(*fraction, half, ComparePredicate::lt));
+  SHARC_TRY(above, n.create<CompareOp>(*fraction, half, ComparePredicate::gt));
+  SHARC_TRY(notAbove, n.create<SelectOp>(*below, *floor, *atHalf));
+  return wrap(n.create<SelectOp>(*above, *up, *notAbove));
+}
+
+/// Mod: a - b trunc(a / b) (fmod = 1, C's fmod; integer division truncates,
+/// floats truncate through floor); with fmod = 0 (integers only) the
+/// remainder takes the divisor's sign, as Python's %, by adding b where the
+/// signs differ.
+static FailureOr<Results> importMod(NodeImporter &n) {
+  Value a = n.input(0), b = n.input(1);
+  Type type = elementTypeOf(a);
+  bool isFloat = isa<FloatType>(type);
+  bool fmod = n.getInt("fmod", 0) != 0;
+  if (isFloat && !fmod)
+    return n.emitError() << "fmod must be 1 for floating-point inputs";
+  if (!isFloat && type.getIntOrFloatBitWidth() == 1)
+    return n.emitError() << "needs numeric tensors, got " << a.getType();
+  SHARC_TRY(quotient, n.create<DivOp>(a, b));
+  Value truncated = *quotient;
+  if (isFloat) {
+    Value zero = n.scalar(type, 0.0);
+    SHARC_TRY(negative,
+              n.create<CompareOp>(*quotient, zero, ComparePredicate::lt));
+    SHARC_TRY(negated, n.create<NegOp>(*quotient));
+    SHARC_TRY(floorNegated, n.create<FloorOp>(*negated));
+    SHARC_TRY(ceiling, n.create<NegOp>(*floorNegated));
+    SHARC_TRY(floor, n.create<FloorOp>(*quotient));
+    SHARC_TRY(chosen, n.create<SelectOp>(*negative, *ceiling, *floor));
+    truncated = *chosen;
+  }
+  SHARC_TRY(product, n.create<MulOp>(b, truncated));
+  SHARC_TRY(remainder, n.create<SubOp>(a, *product));
+  if (fmod)
+    return Results{*remainder};
+  Value zero = n.scalar(type, 0.0);
+  SHARC_TRY(nonzero,
+            n.create<CompareOp>(*remainder, zero, ComparePredicate::ne));
+  SHARC_TRY(remainderNegative,
+            n.create<CompareOp>(*remainder, zero, ComparePredicate::lt));
+  SHARC_TRY(divisorNegative,
+            n.create<CompareOp>(b, zero, ComparePredicate::lt));
+  SHARC_TRY(divisorPositive, n.create<NotOp>(*divisorNegative));
+  SHARC_TRY(remainderPositive, n.create<NotOp>(*remainderNegative));
+  SHARC_TRY(negativeOverPositive,
+            n.create<AndOp>(*remainderNegative, *divisorPositive));
+  SHARC_TRY(positiveOverNegative,
+            n.create<AndOp>(*remainderPositive, *divisorNegative));
+  SHARC_TRY(differ,
+            n.create<OrOp>(*negativeOverPositive, *positiveOverNegative));
+  SHARC_TRY(fix, n.create<AndOp>(*nonzero, *differ));
+  SHARC_TRY(adjusted, n.create<AddOp>(*remainder, b));
+  return wrap(n.create<SelectOp>(*fix, *adjusted, *remainder));
+}
+
 /// Pad: `x`, sliced where a pad is negative, then in `constant` mode
 /// inserted after the leading pads into the value (default 0) broadcast to
 /// the padded shape; in `edge`, `reflect` and `wrap` modes each padded axis
@@ -1827,6 +2059,9 @@ static llvm::StringMap<OpRule> buildRules() {
       {"keepdims", Attr::INT},
       {"axes", Attr::INTS, 1, 17},
       {"noop_with_empty_axes", Attr::INT, 18}};
+  const std::vector<AttrSpec> argAttrs = {{"axis", Attr::INT},
+                                          {"keepdims", Attr::INT},
+                                          {"select_last_index", Attr::INT}};
   const std::vector<AttrSpec> lossAttrs = {{"reduction", Attr::STRING},
                                            {"ignore_index", Attr::INT}};
   const std::vector<AttrSpec> poolAttrs = {
@@ -1950,6 +2185,13 @@ static llvm::StringMap<OpRule> buildRules() {
       // Data movement.
       {"Gather", {13, 2, 2, 1, {{"axis", Attr::INT}}, importGather}},
       {"GatherND", {13, 2, 2, 1, {{"batch_dims", Attr::INT}}, importGatherND}},
+      {"ArgMax", {13, 1, 1, 1, argAttrs, importArgExtreme<true>}},
+      {"ArgMin", {13, 1, 1, 1, argAttrs, importArgExtreme<false>}},
+      {"Hardmax", {13, 1, 1, 1, {{"axis", Attr::INT}}, importHardmax}},
+      {"OneHot", {11, 3, 3, 1, {{"axis", Attr::INT}}, importOneHot}},
+      {"Tile", {13, 2, 2, 1, {}, importTile}},
+      {"Round", {11, 1, 1, 1, {}, importRound}},
+      {"Mod", {13, 2, 2, 1, {{"fmod", Attr::INT}}, importMod}},
       {"GatherElements",
        {13, 2, 2, 1, {{"axis", Attr::INT}}, importGatherElements}},
       {"CumSum",

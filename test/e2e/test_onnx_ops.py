@@ -8,7 +8,9 @@ data input X, summed into the loss.  `sharc eval --train --dump-grads` gives
 the first step's gradients, which must equal autograd's through the same
 function written with torch ops (relative error below 1e-5 in float32).
 The parameter values stay away from kinks and ties (|p| in [0.2, 1.5] and
-distinct), where the gradient is not defined."""
+distinct), where the gradient is not defined.  Forward values that ONNX's
+node tests do not reach (NaNs, ties, halves, signs) are compared with
+numpy's."""
 
 import numpy as np
 import onnx
@@ -93,6 +95,8 @@ CASES = {
         op="Pad", inputs=1, attrs=dict(mode="reflect"),
         consts=[np.array([0, 2, 0, 1])],
         torch=lambda p: F.pad(p[None], (2, 1), mode="reflect")[0]),
+    "Tile": dict(op="Tile", inputs=1, attrs={}, consts=[np.array([2, 3])],
+                 torch=lambda p: p.repeat(2, 3)),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],
@@ -173,3 +177,68 @@ def test_gradient_matches_autograd(sharc, tmp_path, name):
         assert actual.shape == expected.shape, label
         error = np.linalg.norm(actual - expected) / np.linalg.norm(expected)
         assert error < 1e-5, f"{name}: gradient of {label}: {error:.3g}"
+
+
+# Values the node tests do not reach: (op, attrs, inputs (name -> array; the
+# constant ones are Constant nodes), numpy's result).
+NAN = np.float32("nan")
+FORWARD = {
+    # A NaN is the maximum (numpy: the first NaN), ties go to the first
+    # index, or the last with select_last_index.
+    "ArgMaxNaN": ("ArgMax", dict(axis=1, keepdims=0),
+                  {"X": np.array([[1, NAN, 3, NAN], [2, 5, 5, 1]], np.float32)},
+                  {}, lambda x: np.argmax(x, 1)),
+    "ArgMinLast": ("ArgMin", dict(axis=1, keepdims=1, select_last_index=1),
+                   {"X": np.array([[4, 1, 1, 7], [0, 2, 0, 0]], np.int64)},
+                   {}, lambda x: 3 - np.argmin(x[:, ::-1], 1)[:, None]),
+    "RoundHalvesToEven": ("Round", {},
+                          {"X": np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5,
+                                          2.4999998, -3.7, NAN], np.float32)},
+                          {}, np.round),
+    "ModPythonSign": ("Mod", {},
+                      {"X": np.array([-7, 7, -7, 7, 0], np.int64),
+                       "D": np.array([3, -3, -3, 3, 5], np.int64)},
+                      {}, np.mod),
+    "ModFmod": ("Mod", dict(fmod=1),
+                {"X": np.array([-7.5, 7.5, -7.5, 5.0], np.float32),
+                 "D": np.array([2.0, -2.0, -2.0, 2.5], np.float32)},
+                {}, np.fmod),
+    "OneHotNegative": ("OneHot", dict(axis=0),
+                       {"X": np.array([0, -1, 2, 5], np.int64)},
+                       {"depth": np.array(3, np.int64),
+                        "values": np.array([-1.0, 4.0], np.float32)},
+                       lambda x: np.where(
+                           np.arange(3)[:, None] == np.where(x < 0, x + 3, x),
+                           4.0, -1.0).astype(np.float32)),
+}
+
+
+@pytest.mark.parametrize("name", FORWARD)
+def test_values_match_numpy(sharc, tmp_path, name):
+    op, attrs, data, constants, expected_fn = FORWARD[name]
+    nodes = [helper.make_node("Constant", [], [key],
+                              value=numpy_helper.from_array(value, key))
+             for key, value in constants.items()]
+    nodes.append(helper.make_node(op, [*data, *constants], ["Y"], **attrs))
+    expected = np.asarray(expected_fn(*data.values()))
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info(
+            key, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
+         for key, value in data.items()],
+        [helper.make_tensor_value_info(
+            "Y", helper.np_dtype_to_tensor_dtype(
+                np.dtype(np.int64) if op.startswith("Arg") else expected.dtype),
+            expected.shape)])
+    model = helper.make_model(graph,
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    args = []
+    for key, value in data.items():
+        np.save(tmp_path / f"{key}.npy", value)
+        args += ["--input", f"{key}={tmp_path / f'{key}.npy'}"]
+    result = sharc("eval", path, *args, "--output-dir", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "Y.npy"),
+                                  expected)

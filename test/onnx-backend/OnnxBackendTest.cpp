@@ -73,13 +73,18 @@ namespace {
 /// it drops).  Graph inputs used there are embedded as constants.
 const std::map<std::string, std::vector<int>> &shapeOperands() {
   static const std::map<std::string, std::vector<int>> table = {
-      {"Reshape", {1}},         {"Expand", {1}},      {"Slice", {1, 2, 3, 4}},
-      {"Unsqueeze", {1}},       {"Squeeze", {1}},     {"Split", {1}},
-      {"ReduceSum", {1}},       {"ReduceMean", {1}},  {"ReduceMax", {1}},
-      {"ConstantOfShape", {0}}, {"Range", {0, 1, 2}}, {"Trilu", {1}},
-      {"Dropout", {1, 2}},      {"ReduceMin", {1}},   {"ReduceSumSquare", {1}},
-      {"ReduceL1", {1}},        {"ReduceL2", {1}},    {"ReduceLogSum", {1}},
-      {"ReduceLogSumExp", {1}}, {"CumSum", {1}},      {"Pad", {1, 3}},
+      {"Reshape", {1}},         {"Expand", {1}},
+      {"Slice", {1, 2, 3, 4}},  {"Unsqueeze", {1}},
+      {"Squeeze", {1}},         {"Split", {1}},
+      {"ReduceSum", {1}},       {"ReduceMean", {1}},
+      {"ReduceMax", {1}},       {"ConstantOfShape", {0}},
+      {"Range", {0, 1, 2}},     {"Trilu", {1}},
+      {"Dropout", {1, 2}},      {"ReduceMin", {1}},
+      {"ReduceSumSquare", {1}}, {"ReduceL1", {1}},
+      {"ReduceL2", {1}},        {"ReduceLogSum", {1}},
+      {"ReduceLogSumExp", {1}}, {"CumSum", {1}},
+      {"Pad", {1, 3}},          {"Tile", {1}},
+      {"OneHot", {1}},
   };
   return table;
 }
