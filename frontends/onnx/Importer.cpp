@@ -1058,6 +1058,35 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
                "export with training=torch.onnx.TrainingMode.TRAINING, or "
                "pass --untie-initializers to give each its own copy";
   }
+  // torch.onnx's dynamo exporter with its ONNX optimizer on (the default)
+  // folds constants into initializers named val_N, merges initializers of
+  // equal values and drops additions of zero: the file no longer holds the
+  // model's parameters as PyTorch trains them, and says nothing of it.  Its
+  // folded constants are the visible sign.
+  if (model.producer_name() == "pytorch") {
+    SmallVector<std::string> folded;
+    for (int index : parameterInits) {
+      StringRef name = graph.initializer(index).name();
+      if (name.consume_front("val_") && !name.empty() &&
+          llvm::all_of(name, llvm::isDigit))
+        folded.push_back("'" + graph.initializer(index).name() + "'");
+    }
+    if (!folded.empty()) {
+      size_t shown = std::min<size_t>(folded.size(), 4);
+      emitWarning(fileLoc)
+          << "float initializers named like the constants that torch.onnx's "
+             "ONNX optimizer folds ("
+          << llvm::join(ArrayRef<std::string>(folded).take_front(shown), ", ")
+          << (folded.size() > shown
+                  ? ", and " + std::to_string(folded.size() - shown) + " more"
+                  : std::string())
+          << "): sharc trains every float initializer, and that optimizer "
+             "also merges initializers of equal values and drops additions "
+             "of zero, so this file does not train as PyTorch trains the "
+             "model; export with torch.onnx.export(..., dynamo=True, "
+             "optimize=False)";
+    }
+  }
   if (!options.untieInitializers)
     tiedCopies.clear();
   for (const TiedCopy &copy : tiedCopies) {

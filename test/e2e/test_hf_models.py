@@ -151,3 +151,45 @@ def test_trains_as_pytorch_in_the_binary(sharc, exported, ranks):
     assert run.returncode == 0, run.stderr
     np.testing.assert_allclose(losses_of(run.stdout), losses, rtol=RTOL,
                                err_msg=name)
+
+
+class TwoNorms(torch.nn.Module):
+    """Two fresh LayerNorms (equal weights: the optimizer merges them) and
+    scalar constants (it folds them into initializers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.first = torch.nn.LayerNorm(4)
+        self.second = torch.nn.LayerNorm(4)
+
+    def forward(self, x):
+        return (self.second(self.first(self.linear(x))) * 0.5 + 2.0).pow(
+            2).mean()
+
+
+@pytest.mark.parametrize("optimize", [True, False])
+def test_optimized_export_is_warned_about(sharc, tmp_path, optimize):
+    """The dynamo exporter's ONNX optimizer (optimize=True, its default)
+    merges the two LayerNorms' parameters and folds the scalars into
+    initializers: sharc warns, naming the folded ones and the fix; the
+    export with optimize=False keeps every parameter and gets no warning."""
+    import onnx
+    path = tmp_path / "two-norms.onnx"
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(TwoNorms(), (torch.randn(2, 4),), str(path),
+                          dynamo=True, optimize=optimize,
+                          input_names=["x"], output_names=["loss"])
+    names = {init.name for init in onnx.load(str(path)).graph.initializer}
+    assert ("second.weight" in names) == (not optimize), names
+    result = sharc("import", path, "-o", tmp_path / "two-norms.mlir")
+    assert result.returncode == 0, result.stderr
+    if optimize:
+        assert "warning: float initializers named like the constants that " \
+               "torch.onnx's ONNX optimizer folds ('val_" in result.stderr
+        assert "export with torch.onnx.export(..., dynamo=True, " \
+               "optimize=False)" in result.stderr
+    else:
+        assert "warning" not in result.stderr, result.stderr
