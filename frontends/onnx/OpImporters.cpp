@@ -1056,6 +1056,132 @@ static FailureOr<Results> importMod(NodeImporter &n) {
   return wrap(n.create<SelectOp>(*fix, *adjusted, *remainder));
 }
 
+/// DepthToSpace and SpaceToDepth: a reshape that splits the block out of
+/// the channels (or the spatial axes), a transpose that moves it, and a
+/// reshape that merges it into the spatial axes (or the channels).
+/// DepthToSpace's `mode` DCR takes the block from the channels' leading
+/// part, CRD from their trailing part.
+template <bool toSpace>
+static FailureOr<Results> importDepthSpace(NodeImporter &n) {
+  Value x = n.input(0);
+  if (rankOf(x) != 4)
+    return n.emitError() << "needs an (N, C, H, W) input, got " << x.getType();
+  int64_t block = n.getInt("blocksize", 0);
+  if (block < 1 || block > kMaxWindowValue)
+    return n.emitError() << "blocksize must be positive, got " << block;
+  int64_t batch = shapeOf(x)[0], channels = shapeOf(x)[1];
+  int64_t height = shapeOf(x)[2], width = shapeOf(x)[3];
+  SmallVector<int64_t> split, permutation, merged;
+  if (toSpace) {
+    if (channels % (block * block))
+      return n.emitError() << "the " << channels
+                           << " channels are not a multiple of blocksize^2 = "
+                           << block * block;
+    int64_t depth = channels / (block * block);
+    std::string mode = n.getString("mode", "DCR");
+    if (mode == "DCR") {
+      split = {batch, block, block, depth, height, width};
+      permutation = {0, 3, 4, 1, 5, 2};
+    } else if (mode == "CRD") {
+      split = {batch, depth, block, block, height, width};
+      permutation = {0, 1, 4, 2, 5, 3};
+    } else {
+      return n.emitError() << "unsupported mode '" << mode << "'";
+    }
+    merged = {batch, depth, height * block, width * block};
+  } else {
+    if (height % block || width % block)
+      return n.emitError() << "the spatial size " << height << "x" << width
+                           << " is not a multiple of blocksize " << block;
+    split = {batch, channels, height / block, block, width / block, block};
+    permutation = {0, 3, 5, 1, 2, 4};
+    merged = {batch, channels * block * block, height / block, width / block};
+  }
+  SHARC_TRY(blocks, n.reshape(x, split));
+  SHARC_TRY(moved, n.create<TransposeOp>(*blocks, permutation));
+  return wrap(n.reshape(*moved, merged));
+}
+
+/// EyeLike: ones where column - row equals `k`, in `dtype` (default: the
+/// input's type).
+static FailureOr<Results> importEyeLike(NodeImporter &n) {
+  Value x = n.input(0);
+  if (rankOf(x) != 2)
+    return n.emitError() << "needs a 2-D input, got " << x.getType();
+  Type type = elementTypeOf(x);
+  if (n.hasAttr("dtype")) {
+    int64_t onnxType = n.getInt("dtype", 0);
+    std::optional<DType> dtype = dtypeFromOnnx(onnxType);
+    if (!dtype)
+      return n.emitError() << "unsupported dtype " << onnxTypeName(onnxType);
+    type = mlirType(*dtype, n.context());
+  }
+  Type i64 = IntegerType::get(n.context(), 64);
+  auto positions = RankedTensorType::get(shapeOf(x), i64);
+  SHARC_TRY(row, n.createTyped<IotaOp>(positions, int64_t(0)));
+  SHARC_TRY(column, n.createTyped<IotaOp>(positions, int64_t(1)));
+  SHARC_TRY(offset, n.create<SubOp>(*column, *row));
+  SHARC_TRY(diagonal, n.create<CompareOp>(
+                          *offset, n.scalar(i64, double(n.getInt("k", 0))),
+                          ComparePredicate::eq));
+  return wrap(n.cast(*diagonal, type));
+}
+
+/// (x - mean) / sqrt(variance + epsilon) over `axes` (kept), the variance
+/// the mean of the squared deviations.
+static FailureOr<Value> normalizeOver(NodeImporter &n, Value x,
+                                      ArrayRef<int64_t> axes, double epsilon) {
+  Type type = elementTypeOf(x);
+  SHARC_TRY(mean, n.create<ReduceOp>(x, ReduceKind::mean, axes, true));
+  SHARC_TRY(deviation, n.create<SubOp>(x, *mean));
+  SHARC_TRY(square, n.create<MulOp>(*deviation, *deviation));
+  SHARC_TRY(variance,
+            n.create<ReduceOp>(*square, ReduceKind::mean, axes, true));
+  Value spread = *variance;
+  if (epsilon != 0) {
+    SHARC_TRY(shifted, n.create<AddOp>(spread, n.scalar(type, epsilon)));
+    spread = *shifted;
+  }
+  SHARC_TRY(deviationScale, n.create<SqrtOp>(spread));
+  return n.create<DivOp>(*deviation, *deviationScale);
+}
+
+/// InstanceNormalization: each (sample, channel) normalized over its spatial
+/// axes, then scale[C] and B[C] per channel.
+static FailureOr<Results> importInstanceNorm(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  int64_t rank = rankOf(x);
+  if (rank < 3)
+    return n.emitError() << "needs an (N, C, spatial...) input, got "
+                         << x.getType();
+  SmallVector<int64_t> axes = llvm::to_vector(llvm::seq<int64_t>(2, rank));
+  SHARC_TRY(normalized,
+            normalizeOver(n, x, axes,
+                          n.getFloat("epsilon", static_cast<double>(1e-5f))));
+  SmallVector<int64_t> perChannel(rank, 1);
+  perChannel[1] = shapeOf(x)[1];
+  SHARC_TRY(scale, n.reshape(n.input(1), perChannel));
+  SHARC_TRY(bias, n.reshape(n.input(2), perChannel));
+  SHARC_TRY(scaled, n.create<MulOp>(*normalized, *scale));
+  return wrap(n.create<AddOp>(*scaled, *bias));
+}
+
+/// MeanVarianceNormalization: (x - mean) / sqrt(variance) over `axes`
+/// (default 0, 2, 3), as ONNX's function body (no epsilon).
+static FailureOr<Results> importMeanVarianceNorm(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  SmallVector<int64_t> given =
+      n.getInts("axes").value_or(SmallVector<int64_t>{0, 2, 3});
+  FailureOr<SmallVector<int64_t>> axes = normalizeAxes(n, given, rankOf(x));
+  if (failed(axes))
+    return failure();
+  return wrap(normalizeOver(n, x, *axes, 0.0));
+}
+
 /// Pad: `x`, sliced where a pad is negative, then in `constant` mode
 /// inserted after the leading pads into the value (default 0) broadcast to
 /// the padded shape; in `edge`, `reflect` and `wrap` modes each padded axis
@@ -2190,6 +2316,21 @@ static llvm::StringMap<OpRule> buildRules() {
       {"Hardmax", {13, 1, 1, 1, {{"axis", Attr::INT}}, importHardmax}},
       {"OneHot", {11, 3, 3, 1, {{"axis", Attr::INT}}, importOneHot}},
       {"Tile", {13, 2, 2, 1, {}, importTile}},
+      {"DepthToSpace",
+       {13,
+        1,
+        1,
+        1,
+        {{"blocksize", Attr::INT}, {"mode", Attr::STRING}},
+        importDepthSpace<true>}},
+      {"SpaceToDepth",
+       {13, 1, 1, 1, {{"blocksize", Attr::INT}}, importDepthSpace<false>}},
+      {"EyeLike",
+       {9, 1, 1, 1, {{"dtype", Attr::INT}, {"k", Attr::INT}}, importEyeLike}},
+      {"InstanceNormalization",
+       {6, 3, 3, 1, {{"epsilon", Attr::FLOAT}}, importInstanceNorm}},
+      {"MeanVarianceNormalization",
+       {13, 1, 1, 1, {{"axes", Attr::INTS}}, importMeanVarianceNorm}},
       {"Round", {11, 1, 1, 1, {}, importRound}},
       {"Mod", {13, 2, 2, 1, {{"fmod", Attr::INT}}, importMod}},
       {"GatherElements",

@@ -97,6 +97,20 @@ CASES = {
         torch=lambda p: F.pad(p[None], (2, 1), mode="reflect")[0]),
     "Tile": dict(op="Tile", inputs=1, attrs={}, consts=[np.array([2, 3])],
                  torch=lambda p: p.repeat(2, 3)),
+    "InstanceNormalization": dict(
+        op="InstanceNormalization", inputs=1, attrs=dict(epsilon=1e-3),
+        shape=(2, 3, 4), consts=[np.array([0.5, -1.0, 2.0], np.float32),
+                                 np.array([0.1, 0.2, -0.3], np.float32)],
+        torch=lambda p: F.instance_norm(
+            p, weight=torch.tensor([0.5, -1.0, 2.0]),
+            bias=torch.tensor([0.1, 0.2, -0.3]), eps=1e-3)),
+    "MeanVarianceNormalization": dict(
+        op="MeanVarianceNormalization", inputs=1, attrs=dict(axes=[1]),
+        torch=lambda p: (p - p.mean(1, keepdim=True)) / p.var(
+            1, unbiased=False, keepdim=True).sqrt()),
+    "DepthToSpaceCRD": dict(
+        op="DepthToSpace", inputs=1, attrs=dict(blocksize=2, mode="CRD"),
+        shape=(1, 8, 2, 3), torch=lambda p: F.pixel_shuffle(p, 2)),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],
@@ -152,7 +166,7 @@ def build(case, path, p, q):
 @pytest.mark.parametrize("name", CASES)
 def test_gradient_matches_autograd(sharc, tmp_path, name):
     case = CASES[name]
-    p = parameter_values(SHAPE, 1)
+    p = parameter_values(case.get("shape", SHAPE), 1)
     if name == "ReduceLogSum":
         p = np.abs(p)
     q = parameter_values(case.get("second", SHAPE), 2)
