@@ -713,19 +713,25 @@ static FailureOr<Value> wrapNegative(NodeImporter &n, Value indices,
   return n.create<SelectOp>(*negative, *wrapped, indices);
 }
 
-/// GatherND: the dimensions of `data` that the batch dimensions and an
-/// index tuple select (the first b + q) are viewed as one of their product;
-/// each index tuple becomes its row-major offset there (negative indices
-/// count from the end; the batch position, from `iota`s over the batch
-/// dimensions, picks the block of its batch), and `gather` reads those rows
-/// (its gradient adds into them).
-static FailureOr<Results> importGatherND(NodeImporter &n) {
-  Value data = n.input(0), indices = n.input(1);
+/// Where the ND and Elements forms of Gather and Scatter address `data`:
+/// `data` viewed as `flatShape` (the addressed leading dimensions as one),
+/// and the row of that view each index (tuple) selects.
+struct FlatAddress {
+  Value offsets;
+  SmallVector<int64_t> flatShape;
+};
+
+/// GatherND's and ScatterND's addressing: the dimensions of `data` that the
+/// batch dimensions and an index tuple select (the first b + q) are viewed as
+/// one of their product; each index tuple becomes its row-major offset there
+/// (negative indices count from the end; the batch position, from `iota`s
+/// over the batch dimensions, picks the block of its batch).
+static FailureOr<FlatAddress> tupleOffsets(NodeImporter &n, Value data,
+                                           Value indices, int64_t batch) {
   Type indexType = elementTypeOf(indices);
   if (failed(requireIndices(n, indices)))
     return failure();
   ArrayRef<int64_t> dims = shapeOf(data), indexDims = shapeOf(indices);
-  int64_t batch = n.getInt("batch_dims", 0);
   int64_t indexRank = indexDims.size();
   if (batch < 0 || batch >= std::min<int64_t>(indexRank, dims.size()))
     return n.emitError() << "batch_dims " << batch
@@ -770,19 +776,18 @@ static FailureOr<Results> importGatherND(NodeImporter &n) {
     offset = *sum;
     batchStride *= dims[a];
   }
-  SmallVector<int64_t> flatShape{batchStride};
-  flatShape.append(dims.begin() + batch + q, dims.end());
-  SHARC_TRY(flat, n.reshape(data, flatShape));
-  return wrap(n.create<GatherOp>(*flat, offset, int64_t(0)));
+  FlatAddress address{offset, {batchStride}};
+  address.flatShape.append(dims.begin() + batch + q, dims.end());
+  return address;
 }
 
-/// GatherElements: each output element reads `data` at its own position,
-/// but for `axis`, where it takes the index (negative counts from the end).
-/// The positions become row-major offsets into the flattened `data` (the
-/// index times the axis's stride plus an `iota` per other dimension times
-/// its stride), which `gather` reads (its gradient adds into them).
-static FailureOr<Results> importGatherElements(NodeImporter &n) {
-  Value data = n.input(0), indices = n.input(1);
+/// GatherElements' and ScatterElements' addressing: each index element
+/// addresses `data` at its own position, but for `axis`, where it takes the
+/// index (negative counts from the end): a row-major offset into the
+/// flattened `data` (the index times the axis's stride plus an `iota` per
+/// other dimension times its stride).
+static FailureOr<FlatAddress> elementOffsets(NodeImporter &n, Value data,
+                                             Value indices) {
   Type indexType = elementTypeOf(indices);
   if (failed(requireIndices(n, indices)))
     return failure();
@@ -820,8 +825,70 @@ static FailureOr<Results> importGatherElements(NodeImporter &n) {
     SHARC_TRY(next, n.create<AddOp>(sum, *scaled));
     sum = *next;
   }
-  SHARC_TRY(flat, n.reshape(data, {total}));
-  return wrap(n.create<GatherOp>(*flat, sum, int64_t(0)));
+  return FlatAddress{sum, {total}};
+}
+
+/// GatherND and GatherElements: `gather` of the addressed rows (its
+/// gradient adds into them).
+template <bool elements>
+static FailureOr<Results> importGatherAt(NodeImporter &n) {
+  Value data = n.input(0);
+  FailureOr<FlatAddress> address =
+      elements ? elementOffsets(n, data, n.input(1))
+               : tupleOffsets(n, data, n.input(1), n.getInt("batch_dims", 0));
+  if (failed(address))
+    return failure();
+  SHARC_TRY(flat, n.reshape(data, address->flatShape));
+  return wrap(n.create<GatherOp>(*flat, address->offsets, int64_t(0)));
+}
+
+/// ScatterND and ScatterElements with `reduction` none or add: the updates
+/// added into zeros at the addressed rows (`scatter_add`); add adds that to
+/// `data`, none takes it where a row was addressed (a second `scatter_add`
+/// of ones counts them) and `data` elsewhere.  With none, repeated indices
+/// add their updates (ONNX leaves the result undefined).
+template <bool elements>
+static FailureOr<Results> importScatterAt(NodeImporter &n) {
+  Value data = n.input(0), updates = n.input(2);
+  if (failed(requireFloat(n, data)))
+    return failure();
+  std::string reduction = n.getString("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    return n.emitError() << "unsupported reduction '" << reduction
+                         << "' (none and add are supported)";
+  FailureOr<FlatAddress> address = elements
+                                       ? elementOffsets(n, data, n.input(1))
+                                       : tupleOffsets(n, data, n.input(1), 0);
+  if (failed(address))
+    return failure();
+  SmallVector<int64_t> updateShape(shapeOf(address->offsets));
+  updateShape.append(address->flatShape.begin() + 1, address->flatShape.end());
+  if (shapeOf(updates) != ArrayRef<int64_t>(updateShape)) {
+    std::string expected;
+    for (auto [d, size] : llvm::enumerate(updateShape))
+      expected += (d ? "x" : "") + std::to_string(size);
+    return n.emitError() << "updates must have shape " << expected << ", got "
+                         << updates.getType();
+  }
+  Type type = elementTypeOf(data);
+  SHARC_TRY(flat, n.reshape(data, address->flatShape));
+  SHARC_TRY(zeros, n.broadcast(n.scalar(type, 0.0), address->flatShape));
+  SHARC_TRY(added, n.create<ScatterAddOp>(*zeros, address->offsets, updates,
+                                          int64_t(0)));
+  Value result;
+  if (reduction == "add") {
+    SHARC_TRY(sum, n.create<AddOp>(*flat, *added));
+    result = *sum;
+  } else {
+    SHARC_TRY(ones, n.broadcast(n.scalar(type, 1.0), updateShape));
+    SHARC_TRY(count, n.create<ScatterAddOp>(*zeros, address->offsets, *ones,
+                                            int64_t(0)));
+    SHARC_TRY(hit, n.create<CompareOp>(*count, n.scalar(type, 0.0),
+                                       ComparePredicate::gt));
+    SHARC_TRY(chosen, n.create<SelectOp>(*hit, *added, *flat));
+    result = *chosen;
+  }
+  return wrap(n.reshape(result, shapeOf(data)));
 }
 
 /// -x for floats, -1 - x for integers (which cannot overflow): the order
@@ -2310,7 +2377,8 @@ static llvm::StringMap<OpRule> buildRules() {
       {"Range", {13, 3, 3, 1, {}, importRange}},
       // Data movement.
       {"Gather", {13, 2, 2, 1, {{"axis", Attr::INT}}, importGather}},
-      {"GatherND", {13, 2, 2, 1, {{"batch_dims", Attr::INT}}, importGatherND}},
+      {"GatherND",
+       {13, 2, 2, 1, {{"batch_dims", Attr::INT}}, importGatherAt<false>}},
       {"ArgMax", {13, 1, 1, 1, argAttrs, importArgExtreme<true>}},
       {"ArgMin", {13, 1, 1, 1, argAttrs, importArgExtreme<false>}},
       {"Hardmax", {13, 1, 1, 1, {{"axis", Attr::INT}}, importHardmax}},
@@ -2334,7 +2402,21 @@ static llvm::StringMap<OpRule> buildRules() {
       {"Round", {11, 1, 1, 1, {}, importRound}},
       {"Mod", {13, 2, 2, 1, {{"fmod", Attr::INT}}, importMod}},
       {"GatherElements",
-       {13, 2, 2, 1, {{"axis", Attr::INT}}, importGatherElements}},
+       {13, 2, 2, 1, {{"axis", Attr::INT}}, importGatherAt<true>}},
+      {"ScatterND",
+       {13,
+        3,
+        3,
+        1,
+        {{"reduction", Attr::STRING, 16}},
+        importScatterAt<false>}},
+      {"ScatterElements",
+       {13,
+        3,
+        3,
+        1,
+        {{"axis", Attr::INT}, {"reduction", Attr::STRING, 16}},
+        importScatterAt<true>}},
       {"CumSum",
        {14,
         2,

@@ -87,6 +87,16 @@ CASES = {
         consts=[np.array([[0, 0, 3], [1, 2, 2], [3, -1, 0]])],
         torch=lambda p: torch.gather(
             p, 1, torch.tensor([[0, 0, 3], [1, 2, 2], [3, 3, 0]]))),
+    # Scatter: the gradients of data (where not overwritten) and updates.
+    "ScatterElements": dict(
+        op="ScatterElements", inputs=2, attrs=dict(axis=1), second=(3, 2),
+        consts_between=[np.array([[0, 3], [2, 1], [-1, 0]])],
+        torch=lambda p, q: p.scatter(
+            1, torch.tensor([[0, 3], [2, 1], [3, 0]]), q)),
+    "ScatterNDAdd": dict(
+        op="ScatterND", inputs=2, attrs=dict(reduction="add"), second=(3, 4),
+        consts_between=[np.array([[2], [0], [2]])],
+        torch=lambda p, q: p.index_add(0, torch.tensor([2, 0, 2]), q)),
     "PadConstant": dict(
         op="Pad", inputs=1, attrs={},
         consts=[np.array([0, 1, 1, 2]), np.array(0.5, dtype=np.float32)],
@@ -128,26 +138,34 @@ def parameter_values(shape, seed):
     return (magnitudes * signs).reshape(shape).astype(np.float32)
 
 
+def constant_nodes(prefix, values, names):
+    """Constant nodes holding `values` (a float initializer would be a
+    parameter), named PREFIX0, PREFIX1, ..., appended to `names`."""
+    nodes = []
+    for index, value in enumerate(values):
+        name = f"{prefix}{index}"
+        nodes.append(helper.make_node(
+            "Constant", [], [name],
+            value=numpy_helper.from_array(np.asarray(value), name)))
+        names.append(name)
+    return nodes
+
+
 def build(case, path, p, q):
     """P (and Q) -> op -> times X -> ReduceSum -> loss."""
     initializers = [numpy_helper.from_array(p, "P")]
     op_inputs = ["P"]
+    # Constant inputs between P and Q (a Scatter's indices).
+    between = constant_nodes("B", case.get("consts_between", []), op_inputs)
     if case["inputs"] == 2:
         initializers.append(numpy_helper.from_array(q, "Q"))
         op_inputs.append("Q")
-    # Constant inputs: Constant nodes (a float initializer would be a
-    # parameter).
-    constants = []
-    for index, value in enumerate(case.get("consts", [])):
-        name = f"C{index}"
-        constants.append(helper.make_node(
-            "Constant", [], [name],
-            value=numpy_helper.from_array(np.asarray(value), name)))
-        op_inputs.append(name)
+    # Constant inputs after them.
+    constants = constant_nodes("C", case.get("consts", []), op_inputs)
     out_shape = list(case["torch"](*(torch.from_numpy(v) for v in
                                      ([p, q] if case["inputs"] == 2 else [p])
                                      )).shape)
-    nodes = constants + [
+    nodes = between + constants + [
              helper.make_node(case["op"], op_inputs, ["Y"], **case["attrs"]),
              helper.make_node("Mul", ["Y", "X"], ["Z"]),
              helper.make_node("ReduceSum", ["Z"], ["loss"], keepdims=0)]
