@@ -158,13 +158,19 @@ std::string pythonFloatText(double value) {
 
 Monitor::~Monitor() = default;
 
-bool CsvMonitor::open(const std::string &target, std::string &error) {
+bool Monitor::makeFolder(const std::string &folder, std::string &error) {
   std::error_code code;
-  std::filesystem::create_directories(target, code);
+  std::filesystem::create_directories(folder, code);
   if (code) {
-    error = target + ": " + code.message();
+    error = folder + ": " + code.message();
     return false;
   }
+  return true;
+}
+
+bool CsvMonitor::open(const std::string &target, std::string &error) {
+  if (!makeFolder(target, error))
+    return false;
   folder = target;
   return true;
 }

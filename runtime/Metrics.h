@@ -115,6 +115,11 @@ public:
                      std::string &error) = 0;
   /// Flushes what was written to the disk.
   virtual bool sync(std::string &error) = 0;
+
+protected:
+  /// Creates a monitor's folder (and its parents) if needed; errors read
+  /// "FOLDER: reason".
+  static bool makeFolder(const std::string &folder, std::string &error);
 };
 
 /// DeepSpeed's `csv_monitor` (monitor/csv_monitor.py, DeepSpeed 0.19.8): in

@@ -74,12 +74,8 @@ std::string tfRecord(const std::string &payload) {
 }
 
 bool TensorBoardMonitor::open(const std::string &folder, std::string &error) {
-  std::error_code code;
-  std::filesystem::create_directories(folder, code);
-  if (code) {
-    error = folder + ": " + code.message();
+  if (!makeFolder(folder, error))
     return false;
-  }
   char host[256] = "localhost";
   if (::gethostname(host, sizeof(host) - 1) != 0)
     std::snprintf(host, sizeof(host), "localhost");
