@@ -18,6 +18,7 @@
 #include "ir/SharcOps.h"
 #include "runtime/Npy.h"
 #include "runtime/Program.h"
+#include "runtime/Random.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -701,6 +702,59 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
                       ">((i / " +
                       str(numElements(type.getShape().drop_front(dim + 1))) +
                       ") % " + str(type.getDimSize(dim)) + ");\n";
+        launch(kernel, type.getNumElements());
+        return success();
+      })
+      .Case([&](DropoutMaskOp op) {
+        // One call per group of 4 positions of a row: one Philox block.
+        auto type = tensorType(op.getResult());
+        int64_t count = type.getNumElements();
+        int64_t numRows = tensorType(op.getRows()).getNumElements();
+        bool blocked = count % numRows == 0;
+        int64_t perRow = blocked ? count / numRows : count;
+        int64_t groups = (perRow + 3) / 4;
+        FailureOr<std::string> step = typedPointer(op.getStep()),
+                               rows = typedPointer(op.getRows()),
+                               out = typedPointer(op.getResult());
+        if (failed(step) || failed(rows) || failed(out))
+          return failure();
+        KernelText kernel;
+        kernel.work = 4;
+        std::string stepIn = kernel.pointer("int64_t", true, *step);
+        std::string rowsIn = kernel.pointer("int64_t", true, *rows);
+        std::string dst = kernel.pointer("bool", false, *out);
+        kernel.body =
+            "    const int64_t b = i / " + str(groups) + ", g = i % " +
+            str(groups) +
+            ";\n"
+            "    const unsigned bits = sharc::random::dropoutKeepBits(" +
+            std::to_string(static_cast<uint64_t>(op.getSeed())) + "ull, " +
+            str(op.getStream()) + "u, static_cast<uint64_t>(" + stepIn +
+            "[0]), " +
+            (blocked ? "static_cast<uint64_t>(" + rowsIn + "[b])"
+                     : std::string("0")) +
+            ", static_cast<uint64_t>(g), " +
+            std::to_string(
+                random::dropoutThreshold(op.getRatio().convertToDouble())) +
+            "ull);\n"
+            "    for (int64_t k = 0; k < 4 && 4 * g + k < " +
+            str(perRow) + "; ++k)\n      " + dst + "[b * " + str(perRow) +
+            " + 4 * g + k] = (bits >> k) & 1u;\n";
+        launch(kernel, (blocked ? numRows : 1) * groups);
+        return success();
+      })
+      .Case([&](SampleRowsOp op) {
+        auto type = tensorType(op.getResult());
+        FailureOr<std::string> out = typedPointer(op.getResult());
+        if (failed(out))
+          return failure();
+        KernelText kernel;
+        std::string dst = kernel.pointer("int64_t", false, *out);
+        kernel.members.push_back("const int64_t base");
+        kernel.arguments.push_back(
+            "int64_t(ctx->comm ? ctx->comm->rank() : 0) * " +
+            str(type.getNumElements()));
+        kernel.body = "    " + dst + "[i] = base + i;\n";
         launch(kernel, type.getNumElements());
         return success();
       })

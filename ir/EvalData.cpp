@@ -1,13 +1,15 @@
 //===- EvalData.cpp - constants and data movement -------------------------===//
 //
 // constant, iota, reshape, transpose, broadcast, slice, insert_slice, concat,
-// gather, scatter_add and trilu.  Only scatter_add computes new values (and
-// rounds them once).
+// gather, scatter_add, trilu, and the random keep masks of dropout_mask and
+// the batch rows they are keyed by (sample_rows).  Only scatter_add computes
+// new values (and rounds them once).
 //
 //===----------------------------------------------------------------------===//
 
 #include "ir/EvalInternal.h"
 #include "ir/SharcOps.h"
+#include "runtime/Random.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -176,6 +178,31 @@ LogicalResult evalTrilu(const OpCall &call, TriluOp op) {
   return success();
 }
 
+/// Also the reference of the generated kernels: element j of block b is
+/// bit j % 4 of group j / 4 of row rows[b] (runtime/Random.h).
+LogicalResult evalDropoutMask(const OpCall &call, DropoutMaskOp op) {
+  Tensor &out = call.result();
+  const Tensor &rows = call.operand(1);
+  int64_t count = out.numElements(), numRows = rows.numElements();
+  bool blocked = count % numRows == 0;
+  int64_t perRow = blocked ? count / numRows : count;
+  auto step = static_cast<uint64_t>(call.operand(0).getInt(0));
+  auto seed = static_cast<uint64_t>(op.getSeed());
+  auto stream = static_cast<uint32_t>(op.getStream());
+  uint64_t threshold =
+      random::dropoutThreshold(op.getRatio().convertToDouble());
+  for (int64_t b = 0, e = blocked ? numRows : 1; b < e; ++b) {
+    auto row = blocked ? static_cast<uint64_t>(rows.getInt(b)) : 0;
+    for (int64_t j = 0; j < perRow; j += 4) {
+      unsigned bits =
+          random::dropoutKeepBits(seed, stream, step, row, j / 4, threshold);
+      for (int64_t k = j; k < std::min(j + 4, perRow); ++k)
+        out.setDouble(b * perRow + k, (bits >> (k - j)) & 1);
+    }
+  }
+  return success();
+}
+
 } // namespace
 
 std::optional<LogicalResult> eval::evalDataOp(const OpCall &call) {
@@ -183,6 +210,14 @@ std::optional<LogicalResult> eval::evalDataOp(const OpCall &call) {
   return llvm::TypeSwitch<Operation *, Result>(call.op)
       .Case([&](ConstantOp op) { return evalConstant(call, op); })
       .Case([&](IotaOp op) { return evalIota(call, op); })
+      .Case([&](DropoutMaskOp op) { return evalDropoutMask(call, op); })
+      .Case([&](SampleRowsOp) {
+        Tensor &out = call.result();
+        int64_t count = out.numElements();
+        for (int64_t i = 0; i < count; ++i)
+          out.setDouble(i, double(call.rank * count + i));
+        return success();
+      })
       .Case([&](ReshapeOp) {
         call.result() = call.operand(0).reshaped(call.result().shape());
         return success();

@@ -64,6 +64,13 @@ def Sharc_Dialect : Dialect {
     static constexpr llvm::StringLiteral getGradAttrName() {
       return llvm::StringLiteral("sharc.grad");
     }
+    /// Function-argument attribute of the values random ops are keyed by
+    /// (docs/ir.md): "step", the step counter (tensor<i64>), or "rows", the
+    /// global batch rows of the micro-batch (tensor<Bxi64>).  Neither a
+    /// parameter nor a data input: sharc-optimizer passes them.
+    static constexpr llvm::StringLiteral getRandomKeyAttrName() {
+      return llvm::StringLiteral("sharc.random_key");
+    }
     /// Argument attribute: where a training-state argument lives between
     /// steps (#sharc.storage; device memory when absent).
     static constexpr llvm::StringLiteral getStorageAttrName() {
@@ -84,6 +91,7 @@ def Sharc_FloatTensor : StaticShapeTensorOf<[F64, F32, F16, BF16]>;
 def Sharc_NumericTensor : StaticShapeTensorOf<[F64, F32, F16, BF16, I64, I32]>;
 def Sharc_IndexTensor : StaticShapeTensorOf<[I64, I32]>;
 def Sharc_BoolTensor : StaticShapeTensorOf<[I1]>;
+def Sharc_I64Tensor : StaticShapeTensorOf<[I64]>;
 
 /// A signed 64-bit integer attribute (I64Attr's accessors are unsigned).
 def Sharc_I64Attr : TypedSignlessIntegerAttrBase<I64, "int64_t",

@@ -65,6 +65,18 @@ static LogicalResult verifySignatureAttribute(Operation *op, Type type,
   } else if (name == SharcDialect::getStateAttrName()) {
     if (!isa<StateAttr>(attr.getValue()))
       return fail() << "'" << name << "' must be a #sharc.state attribute";
+  } else if (name == SharcDialect::getRandomKeyAttrName()) {
+    auto role = dyn_cast<StringAttr>(attr.getValue());
+    auto tensor = dyn_cast_or_null<RankedTensorType>(type);
+    bool i64 = tensor && tensor.getElementType().isInteger(64);
+    if (!role || (role.getValue() != "step" && role.getValue() != "rows"))
+      return fail() << "'" << name << "' must be \"step\" or \"rows\"";
+    if (type && role.getValue() == "step" && !(i64 && tensor.getRank() == 0))
+      return fail() << "the random key's step must be a tensor<i64>, got "
+                    << type;
+    if (type && role.getValue() == "rows" && !(i64 && tensor.getRank() == 1))
+      return fail() << "the random key's rows must be a 1-D i64 tensor, got "
+                    << type;
   } else {
     return fail() << "unknown sharc attribute '" << name << "'";
   }
@@ -437,6 +449,12 @@ static Attr getArgAttr(Operation *op, unsigned index, StringRef name) {
 
 ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
   return getArgAttr<ParamAttr>(op, index, SharcDialect::getParamAttrName());
+}
+
+StringRef sharc::getRandomKeyRole(Operation *op, unsigned index) {
+  auto role =
+      getArgAttr<StringAttr>(op, index, SharcDialect::getRandomKeyAttrName());
+  return role ? role.getValue() : StringRef();
 }
 
 SliceAttr sharc::getSliceAttr(Operation *op, unsigned index) {

@@ -119,6 +119,10 @@ bool isSplatConstant(mlir::Operation *op);
 /// Returns the `sharc.param` attribute of function argument `index`, or null.
 ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
 
+/// The role ("step" or "rows") of function argument `index` when it is a
+/// key of the random ops (`sharc.random_key`); empty otherwise.
+llvm::StringRef getRandomKeyRole(mlir::Operation *func, unsigned index);
+
 /// Returns the `sharc.slice` attribute of function argument `index` (the
 /// argument is this rank's ZeRO slice of a whole tensor), or null.
 SliceAttr getSliceAttr(mlir::Operation *func, unsigned index);

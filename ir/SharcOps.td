@@ -501,6 +501,45 @@ def Sharc_TriluOp : Sharc_Op<"trilu", [Pure, SameOperandsAndResultType]> {
 }
 
 //===----------------------------------------------------------------------===//
+// Randomness
+//===----------------------------------------------------------------------===//
+
+def Sharc_DropoutMaskOp : Sharc_Op<"dropout_mask", [Pure]> {
+  let summary = "a counter-based random keep mask (training-mode dropout)";
+  let description = [{
+    `result[e]` is true (keep) with probability about 1 - `ratio`.  The bits
+    come from Philox-4x32-10 (runtime/Random.h) with key `seed` and counter
+    (j / 4, row, step, stream), output j % 4, where the result's elements
+    are split into `rows.size` equal blocks in row-major order (dimension 0
+    of a batch-shaped tensor), e is element j of block b, and row = rows[b].
+    An element is kept when its 32 random bits are at least
+    floor(ratio * 2^32).  So a mask depends only on the seed, the step, the
+    global batch row and the position in the row: not on the rank, the
+    world size, the micro-batch split or the target.  A result whose element
+    count is not a multiple of `rows.size` is one block keyed by row 0.
+  }];
+  let arguments = (ins Sharc_I64Tensor:$step, Sharc_I64Tensor:$rows,
+                       F64Attr:$ratio, Sharc_I64Attr:$seed,
+                       Sharc_I64Attr:$stream);
+  let results = (outs Sharc_BoolTensor:$result);
+  let assemblyFormat = "$step `,` $rows attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Sharc_SampleRowsOp : Sharc_Op<"sample_rows", [Pure]> {
+  let summary = "the global batch rows of this rank's share of a step";
+  let description = [{
+    `result[i] = rank * n + i` for a result of n elements: rank r of a
+    data-parallel group holds rows [r n, (r + 1) n) of the step's global
+    batch (docs/runtime.md), and a single rank rows [0, n).
+  }];
+  let results = (outs Sharc_I64Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Losses
 //===----------------------------------------------------------------------===//
 

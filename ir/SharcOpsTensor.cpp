@@ -545,6 +545,39 @@ LogicalResult TriluOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Randomness
+//===----------------------------------------------------------------------===//
+
+LogicalResult DropoutMaskOp::verify() {
+  double ratio = getRatio().convertToDouble();
+  if (!(ratio >= 0 && ratio < 1))
+    return emitOpError() << "ratio must be in [0, 1), got " << ratio;
+  if (getStream() < 0 || getStream() > int64_t(UINT32_MAX))
+    return emitOpError() << "stream must be in [0, 2^32), got " << getStream();
+  if (getStep().getType().getRank() != 0)
+    return emitOpError() << "step must be a scalar, got "
+                         << getStep().getType();
+  auto rows = getRows().getType();
+  if (rows.getRank() != 1 || rows.getDimSize(0) == 0)
+    return emitOpError() << "rows must be a non-empty 1-D tensor, got " << rows;
+  // The counter holds a position's group of 4 in 32 bits.
+  int64_t count = getType().getNumElements();
+  int64_t perRow =
+      count % rows.getDimSize(0) ? count : count / rows.getDimSize(0);
+  if (perRow > (int64_t(1) << 34))
+    return emitOpError() << "a row of " << perRow
+                         << " elements is more than the 2^34 one mask "
+                            "counter covers";
+  return success();
+}
+
+LogicalResult SampleRowsOp::verify() {
+  if (getType().getRank() != 1)
+    return emitOpError() << "needs a 1-D result, got " << getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Losses
 //===----------------------------------------------------------------------===//
 

@@ -168,6 +168,9 @@ struct GradSignature {
   SmallVector<unsigned> inputs;
   /// Per entry of `params`: the result index of its gradient, 0 if frozen.
   SmallVector<unsigned> gradients;
+  /// Argument indices of the random ops' key (`sharc.random_key`): the step
+  /// counter and the global batch rows of the micro-batch.
+  std::optional<unsigned> randomStep, randomRows;
 };
 } // namespace
 
@@ -196,13 +199,19 @@ static FailureOr<GradSignature> analyzeGradFunction(func::FuncOp func) {
   GradSignature signature;
   llvm::StringMap<unsigned> paramPosition;
   for (unsigned i = 0; i + 1 < numArgs; ++i) {
+    StringRef role = getRandomKeyRole(func, i);
     if (ParamAttr param = getParamAttr(func, i)) {
       paramPosition[param.getName()] = signature.params.size();
       signature.params.push_back(i);
+    } else if (!role.empty()) {
+      (role == "step" ? signature.randomStep : signature.randomRows) = i;
     } else {
       signature.inputs.push_back(i);
     }
   }
+  if (signature.randomStep.has_value() != signature.randomRows.has_value())
+    return func.emitError() << "a gradient function's random key needs "
+                               "both a 'step' and a 'rows' argument";
   signature.gradients.assign(signature.params.size(), 0);
   for (unsigned r = 1; r < type.getNumResults(); ++r) {
     auto name = func.getResultAttrOfType<StringAttr>(
@@ -520,6 +529,15 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
   SmallVector<Value> inputs;
   for (size_t index = 0; index < signature.inputs.size(); ++index)
     inputs.push_back(entry->getArgument(layout.firstInput() + index));
+  // The random ops' key: the step counter, and the global batch rows of
+  // this rank's share, split into micro-batches like the data.
+  Value counter = entry->getArgument(layout.stepArg());
+  if (signature.randomRows) {
+    auto rowsType =
+        cast<RankedTensorType>(gradType.getInput(*signature.randomRows));
+    inputs.push_back(SampleRowsOp::create(
+        b, rowsType.clone({rowsType.getDimSize(0) * microBatches})));
+  }
 
   // Calls the gradient function on one micro-batch; returns its loss and the
   // gradients of the trainable parameters.
@@ -529,6 +547,10 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
       operands[arg] = entry->getArgument(index);
     for (auto [arg, data] : llvm::zip(signature.inputs, micro))
       operands[arg] = data;
+    if (signature.randomRows) {
+      operands[*signature.randomStep] = counter;
+      operands[*signature.randomRows] = micro.back();
+    }
     operands.back() = seed;
     auto call = func::CallOp::create(b, gradFunc, operands);
     SmallVector<Value> values{call.getResult(0)};
@@ -556,8 +578,11 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
                                        b.getI64IntegerAttr(microBatches));
   SmallVector<Type> argTypes;
   SmallVector<Location> argLocs;
-  for (unsigned arg : signature.inputs) {
-    argTypes.push_back(gradType.getInput(arg));
+  for (Value input : inputs) {
+    auto type = cast<RankedTensorType>(input.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[0] /= microBatches;
+    argTypes.push_back(type.clone(shape));
     argLocs.push_back(b.getLoc());
   }
   argTypes.append(carriedTypes);
@@ -566,10 +591,10 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, argTypes, argLocs);
     SmallVector<Value> values =
-        callOn(body->getArguments().take_front(signature.inputs.size()));
+        callOn(body->getArguments().take_front(inputs.size()));
     SmallVector<Value> sums;
-    for (auto [carried, value] : llvm::zip(
-             body->getArguments().drop_front(signature.inputs.size()), values))
+    for (auto [carried, value] :
+         llvm::zip(body->getArguments().drop_front(inputs.size()), values))
       sums.push_back(math.add(carried, value));
     YieldOp::create(b, sums);
   }

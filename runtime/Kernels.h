@@ -24,6 +24,7 @@
 #include "runtime/Gemm.h"
 #include "runtime/Math.h"
 #include "runtime/Program.h"
+#include "runtime/Random.h"
 #include "runtime/Swap.h"
 #include "runtime/ThreadPool.h"
 

@@ -615,6 +615,14 @@ private:
   llvm::StringMap<Value> values;
   /// Sequence values: their tensors, in order.
   llvm::StringMap<SmallVector<Value>> sequences;
+  /// The function's entry block, its data inputs' rows (dim 0 of the first
+  /// data input with dimensions; 1 without one), the random ops' key
+  /// arguments once a node asked for them, and how many random ops there
+  /// are (each its own stream).
+  Block *entry = nullptr;
+  int64_t batchRows = 1;
+  Value randomStep, randomRows;
+  uint32_t numRandomOps = 0;
 };
 
 } // namespace
@@ -873,6 +881,25 @@ FailureOr<Results> GraphImporter::runRule(const onnx::NodeProto &node,
   NodeImporter importer(builder, reader, node, std::max(opset, kMinOpset), loc,
                         std::move(inputs), foldBudget);
   importer.setSequenceInput(std::move(sequence));
+  importer.setRandomKeySource([this]() {
+    // The key arguments come after every other argument, step then rows.
+    if (!randomStep) {
+      auto func = cast<func::FuncOp>(entry->getParentOp());
+      auto i64 = IntegerType::get(&context, 64);
+      Builder b(&context);
+      for (auto [role, type] :
+           {std::pair<StringRef, Type>{"step", RankedTensorType::get({}, i64)},
+            {"rows", RankedTensorType::get({batchRows}, i64)}}) {
+        NamedAttribute attr(SharcDialect::getRandomKeyAttrName(),
+                            b.getStringAttr(role));
+        (void)func.insertArgument(func.getNumArguments(), type,
+                                  b.getDictionaryAttr(attr), fileLoc);
+      }
+      randomStep = entry->getArgument(func.getNumArguments() - 2);
+      randomRows = entry->getArgument(func.getNumArguments() - 1);
+    }
+    return RandomKey{randomStep, randomRows, numRandomOps++};
+  });
   if (failed(importer.checkAttributes(rule->attributes)))
     return failure();
   return rule->import(importer);
@@ -1099,8 +1126,15 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
   OpBuilder builder(module->getBodyRegion());
   auto func = func::FuncOp::create(builder, fileLoc, options.functionName,
                                    builder.getFunctionType(argTypes, {}));
-  Block *entry = func.addEntryBlock();
+  entry = func.addEntryBlock();
   builder.setInsertionPointToStart(entry);
+  for (unsigned index = 0; index < inputs.size(); ++index)
+    if (auto type =
+            dyn_cast<RankedTensorType>(entry->getArgument(index).getType());
+        type && type.getRank() > 0) {
+      batchRows = type.getDimSize(0);
+      break;
+    }
 
   for (auto [index, input] : llvm::enumerate(inputs)) {
     func.setArgAttr(index, SharcDialect::getInputAttrName(),
@@ -1174,8 +1208,8 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     results.push_back(value);
   }
   func::ReturnOp::create(builder, fileLoc, results);
-  func.setFunctionType(
-      builder.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  func.setFunctionType(builder.getFunctionType(entry->getArgumentTypes(),
+                                               ValueRange(results).getTypes()));
   for (auto [index, output] : llvm::enumerate(graph.output()))
     func.setResultAttr(index, SharcDialect::getOutputAttrName(),
                        builder.getStringAttr(output.name()));

@@ -20,6 +20,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +92,12 @@ struct AttrSpec {
 };
 
 class NodeImporter;
+
+/// What a random op of the model is keyed by (NodeImporter::randomKey).
+struct RandomKey {
+  mlir::Value step, rows;
+  uint32_t stream;
+};
 
 /// The values of a node's outputs, in order (null where not produced).
 using Results = llvm::SmallVector<mlir::Value, 3>;
@@ -247,6 +254,14 @@ public:
     sequence = std::move(tensors);
   }
 
+  /// The values a random op is keyed by (sharc.dropout_mask): the function
+  /// arguments of the step counter and the batch rows, added on first use,
+  /// and a stream number of its own.
+  RandomKey randomKey() const { return keySource(); }
+  void setRandomKeySource(std::function<RandomKey()> source) {
+    keySource = std::move(source);
+  }
+
 private:
   /// Creates the op of `state`, verifies it and folds it when its operands
   /// are constants and its results are small enough (and within budget).
@@ -261,6 +276,7 @@ private:
   mlir::Location location;
   llvm::SmallVector<mlir::Value> inputs;
   llvm::SmallVector<mlir::Value> sequence;
+  std::function<RandomKey()> keySource;
   int64_t &foldBudget;
 };
 

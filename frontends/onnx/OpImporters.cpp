@@ -2045,38 +2045,59 @@ static FailureOr<Results> importNegativeLogLikelihood(NodeImporter &n) {
                                   *reduction, ignoreIndex(n)));
 }
 
-/// Inference-mode Dropout: the identity, and an all-true mask.
+/// Dropout.  Inference mode (`training_mode` absent or false, or a ratio of
+/// 0): the identity and an all-true mask.  Training mode: a keep mask from
+/// sharc.dropout_mask, keyed by the node's `seed` (0 without one), the step,
+/// the global batch row and a stream of its own, and the kept elements
+/// scaled by 1 / (1 - ratio).  Backward reads the same mask.
 static FailureOr<Results> importDropout(NodeImporter &n) {
   Value x = n.input(0);
+  auto type = tensorTypeOf(x);
+  bool training = false;
+  double ratio = 0.5;
   if (n.hasInput(2)) {
-    FailureOr<Tensor> training = n.requireConstant(2, "training_mode");
-    if (failed(training))
+    FailureOr<Tensor> mode = n.requireConstant(2, "training_mode");
+    if (failed(mode))
       return failure();
-    if (training->numElements() != 1)
+    if (mode->numElements() != 1)
       return n.emitError() << "training_mode must be a scalar";
-    double ratio = 0.5;
-    if (training->getInt(0) != 0 && n.hasInput(1)) {
-      FailureOr<Tensor> given = n.requireConstant(1, "ratio");
-      if (failed(given))
-        return failure();
-      if (given->numElements() != 1)
-        return n.emitError() << "ratio must be a scalar";
-      ratio = given->getDouble(0);
-    }
-    if (training->getInt(0) != 0 && ratio != 0)
-      return n.emitError() << "training-mode Dropout (ratio "
-                           << llvm::formatv("{0}", ratio)
-                           << ") is not supported; export the model for "
-                              "inference";
+    training = mode->getInt(0) != 0;
   }
-  Results results{x};
-  if (n.hasOutput(1)) {
-    FailureOr<Value> mask = n.broadcast(
-        n.scalar(IntegerType::get(n.context(), 1), 1.0), shapeOf(x));
-    if (failed(mask))
+  if (training && n.hasInput(1)) {
+    FailureOr<Tensor> given = n.requireConstant(1, "ratio");
+    if (failed(given))
       return failure();
-    results.push_back(*mask);
+    if (given->numElements() != 1)
+      return n.emitError() << "ratio must be a scalar";
+    ratio = given->getDouble(0);
   }
+  if (training && !(ratio >= 0 && ratio < 1))
+    return n.emitError() << "ratio must be in [0, 1), got "
+                         << llvm::formatv("{0}", ratio);
+  auto maskType =
+      RankedTensorType::get(type.getShape(), IntegerType::get(n.context(), 1));
+  if (!training || ratio == 0) {
+    Results results{x};
+    if (n.hasOutput(1)) {
+      SHARC_TRY(mask, n.broadcast(n.scalar(maskType.getElementType(), 1.0),
+                                  type.getShape()));
+      results.push_back(*mask);
+    }
+    return results;
+  }
+  RandomKey key = n.randomKey();
+  Builder b(n.context());
+  SHARC_TRY(mask, n.createTyped<DropoutMaskOp>(
+                      maskType, key.step, key.rows, b.getF64FloatAttr(ratio),
+                      b.getI64IntegerAttr(n.getInt("seed", 0)),
+                      b.getI64IntegerAttr(key.stream)));
+  Type element = type.getElementType();
+  SHARC_TRY(scaled, n.create<MulOp>(x, n.scalar(element, 1.0 / (1.0 - ratio))));
+  SHARC_TRY(zeros, n.broadcast(n.scalar(element, 0.0), type.getShape()));
+  SHARC_TRY(y, n.create<SelectOp>(*mask, *scaled, *zeros));
+  Results results{*y};
+  if (n.hasOutput(1))
+    results.push_back(*mask);
   return results;
 }
 

@@ -1104,3 +1104,64 @@ func.func @swapped_into_host_read_on_device(%m: tensor<4xf32> {sharc.state = #sh
   %n = sharc.neg %v : tensor<4xf32>
   return %m : tensor<4xf32>
 }
+
+// -----
+
+func.func @dropout_ratio(%s: tensor<i64>, %r: tensor<2xi64>) -> tensor<2x3xi1> {
+  // expected-error @+1 {{ratio must be in [0, 1), got 1}}
+  %0 = sharc.dropout_mask %s, %r {ratio = 1.0 : f64, seed = 0 : i64, stream = 0 : i64} : (tensor<i64>, tensor<2xi64>) -> tensor<2x3xi1>
+  return %0 : tensor<2x3xi1>
+}
+
+// -----
+
+func.func @dropout_stream(%s: tensor<i64>, %r: tensor<2xi64>) -> tensor<2x3xi1> {
+  // expected-error @+1 {{stream must be in [0, 2^32), got -1}}
+  %0 = sharc.dropout_mask %s, %r {ratio = 0.5 : f64, seed = 0 : i64, stream = -1 : i64} : (tensor<i64>, tensor<2xi64>) -> tensor<2x3xi1>
+  return %0 : tensor<2x3xi1>
+}
+
+// -----
+
+func.func @dropout_step(%s: tensor<1xi64>, %r: tensor<2xi64>) -> tensor<2x3xi1> {
+  // expected-error @+1 {{step must be a scalar, got 'tensor<1xi64>'}}
+  %0 = sharc.dropout_mask %s, %r {ratio = 0.5 : f64, seed = 0 : i64, stream = 0 : i64} : (tensor<1xi64>, tensor<2xi64>) -> tensor<2x3xi1>
+  return %0 : tensor<2x3xi1>
+}
+
+// -----
+
+func.func @dropout_rows(%s: tensor<i64>, %r: tensor<2x1xi64>) -> tensor<2x3xi1> {
+  // expected-error @+1 {{rows must be a non-empty 1-D tensor}}
+  %0 = sharc.dropout_mask %s, %r {ratio = 0.5 : f64, seed = 0 : i64, stream = 0 : i64} : (tensor<i64>, tensor<2x1xi64>) -> tensor<2x3xi1>
+  return %0 : tensor<2x3xi1>
+}
+
+// -----
+
+func.func @sample_rows_rank() -> tensor<2x2xi64> {
+  // expected-error @+1 {{needs a 1-D result}}
+  %0 = sharc.sample_rows : tensor<2x2xi64>
+  return %0 : tensor<2x2xi64>
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'sharc.random_key' must be "step" or "rows"}}
+func.func @random_key_role(%s: tensor<i64> {sharc.random_key = "seed"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: the random key's step must be a tensor<i64>, got 'tensor<2xi64>'}}
+func.func @random_key_step(%s: tensor<2xi64> {sharc.random_key = "step"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: the random key's rows must be a 1-D i64 tensor, got 'tensor<2xi32>'}}
+func.func @random_key_rows(%s: tensor<2xi32> {sharc.random_key = "rows"}) {
+  return
+}

@@ -286,3 +286,16 @@ func.func @gradients(%w: tensor<3x4xf32>, %b: tensor<4xf32>) -> (tensor<3x4xf32>
   %g:2 = sharc.gradients %w, %b {params = ["fc.weight", "fc.bias"]} : tensor<3x4xf32>, tensor<4xf32>
   return %g#0, %g#1 : tensor<3x4xf32>, tensor<4xf32>
 }
+
+// CHECK-LABEL: func.func @dropout
+// CHECK-SAME: {sharc.random_key = "step"}
+// CHECK-SAME: {sharc.random_key = "rows"}
+// CHECK: sharc.sample_rows : tensor<4xi64>
+// CHECK: sharc.dropout_mask %{{.*}}, %{{.*}} {ratio = 1.000000e-01 : f64, seed = -7 : i64, stream = 3 : i64} : (tensor<i64>, tensor<2xi64>) -> tensor<2x5xi1>
+func.func @dropout(%step: tensor<i64> {sharc.random_key = "step"},
+                   %rows: tensor<2xi64> {sharc.random_key = "rows"})
+    -> (tensor<4xi64>, tensor<2x5xi1>) {
+  %all = sharc.sample_rows : tensor<4xi64>
+  %keep = sharc.dropout_mask %step, %rows {ratio = 0.1 : f64, seed = -7 : i64, stream = 3 : i64} : (tensor<i64>, tensor<2xi64>) -> tensor<2x5xi1>
+  return %all, %keep : tensor<4xi64>, tensor<2x5xi1>
+}

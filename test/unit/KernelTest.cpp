@@ -702,6 +702,28 @@ public:
               std::to_string(uniform(0, rank - 1)) + "} : " + t +
               "\n return %r : " + t);
     }
+    // Dropout masks: rows that divide the element count (one block per row,
+    // an odd row length among them) and rows that do not (one block).
+    for (int k = 0; k < 6; ++k) {
+      int64_t rows = pick({1, 3, 4, 5});
+      SmallVector<int64_t> s = {k % 3 == 2 ? rows + 1 : rows, size(), size()};
+      std::string t = type(s, "i1"), tr = type({rows}, "i64");
+      add("dropout_mask",
+          {{"i64", {}, Gen::integer, 0, 1000},
+           {"i64", {rows}, Gen::integer, 0, 1 << 20}},
+          {t},
+          "%r = sharc.dropout_mask %a0, %a1 {ratio = " +
+              std::string(k % 2 ? "0.1" : "0.5") +
+              " : f64, seed = " + std::to_string(uniform(-1000, 1000)) +
+              " : i64, stream = " + std::to_string(k) +
+              " : i64} : (tensor<i64>, " + tr + ") -> " + t +
+              "\n return %r : " + t);
+    }
+    {
+      std::string t = type({size()}, "i64");
+      add("sample_rows", {}, {t},
+          "%r = sharc.sample_rows : " + t + "\n return %r : " + t);
+    }
     for (int k = 0; k < 6; ++k) {
       std::string e = k % 2 ? "i64" : k == 2 ? "f32" : k == 4 ? "bf16" : "f16";
       auto s = shape(uniform(2, 3));

@@ -126,7 +126,18 @@ std::string sharc::argumentName(func::FuncOp func, unsigned index) {
   if (auto name = func.getArgAttrOfType<StringAttr>(
           index, SharcDialect::getInputAttrName()))
     return name.str();
+  StringRef role = getRandomKeyRole(func, index);
+  if (!role.empty())
+    return ("sharc." + role).str();
   return "arg" + std::to_string(index);
+}
+
+Tensor sharc::randomKeyValue(RankedTensorType type, int64_t step,
+                             int64_t firstRow) {
+  Tensor value(DType::i64, type.getShape());
+  for (int64_t i = 0, e = value.numElements(); i < e; ++i)
+    value.setDouble(i, double(type.getRank() ? firstRow + i : step));
+  return value;
 }
 
 FailureOr<Tensor> sharc::readNpyAs(StringRef name, StringRef path,

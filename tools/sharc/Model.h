@@ -67,8 +67,15 @@ mlir::FailureOr<LoadedModel> loadModel(mlir::MLIRContext &context,
                                        const ImportHints &hints = {});
 
 /// The user-facing name of argument `index`: its parameter name, its model
-/// input name, or "arg<index>".
+/// input name, "sharc.step" or "sharc.rows" for the random ops' key, or
+/// "arg<index>".
 std::string argumentName(mlir::func::FuncOp func, unsigned index);
+
+/// The value of a random-key argument of `type` (sharc.random_key): the
+/// step counter `step` for a scalar, rows firstRow, firstRow + 1, ...
+/// otherwise.
+Tensor randomKeyValue(mlir::RankedTensorType type, int64_t step,
+                      int64_t firstRow);
 
 /// Reads `path` as a tensor of `type`'s element type (bf16 may be given as
 /// f32); the shape is not checked.

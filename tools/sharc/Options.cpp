@@ -559,7 +559,7 @@ FailureOr<int64_t> sharc::microBatchOf(func::FuncOp forward,
                                        std::string &source) {
   std::optional<int64_t> micro;
   for (unsigned i = 0, e = forward.getNumArguments(); i < e; ++i) {
-    if (getParamAttr(forward, i))
+    if (getParamAttr(forward, i) || !getRandomKeyRole(forward, i).empty())
       continue;
     std::string name = argumentName(forward, i);
     auto type = cast<RankedTensorType>(forward.getArgument(i).getType());

@@ -167,10 +167,23 @@ LogicalResult dumpGradients(ModuleOp module, const TrainingOptions &options,
   Tensor seed(*dtypeOf(seedType.getElementType()), {});
   seed.setDouble(0, 1.0 / double(options.gradAccum));
 
+  int64_t stepCounter = 0;
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
+    if (StateAttr state = getStateAttr(step, i);
+        state && state.getRole() == "step")
+      stepCounter = stepArgs[i].getInt(0);
+
   std::vector<Tensor> sums;
   for (int64_t k = 0; k < options.gradAccum; ++k) {
     std::vector<Tensor> args;
     for (unsigned i = 0; i + 1 < numArgs; ++i) {
+      // Rank 0's micro-batch k holds global batch rows [k m, (k + 1) m).
+      if (!getRandomKeyRole(grad, i).empty()) {
+        auto type = cast<RankedTensorType>(grad.getArgument(i).getType());
+        int64_t micro = type.getRank() ? type.getDimSize(0) : 0;
+        args.push_back(randomKeyValue(type, stepCounter, k * micro));
+        continue;
+      }
       const Tensor *value = values.lookup(argumentName(grad, i));
       if (!value) {
         fail("--dump-grads: no value for argument '" + argumentName(grad, i) +

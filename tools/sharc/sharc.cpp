@@ -288,6 +288,11 @@ static int runEval(MLIRContext &context) {
       args.push_back(known->second);
       continue;
     }
+    // Dropout's masks default to those of step 0 on batch rows 0, 1, ...
+    if (!getRandomKeyRole(func, i).empty()) {
+      args.push_back(randomKeyValue(type, /*step=*/0, /*firstRow=*/0));
+      continue;
+    }
     missing.push_back(name);
     args.emplace_back();
   }
