@@ -97,6 +97,21 @@ def Rematerialize : Pass<"sharc-rematerialize", "mlir::ModuleOp"> {
   let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
 }
 
+def RegenerateMasks : Pass<"sharc-regenerate-masks", "mlir::ModuleOp"> {
+  let summary = "Backward draws dropout's masks again instead of keeping "
+                "forward's";
+  let description = [{
+    In every gradient function (whose last argument is the `loss_seed`
+    input), each `sharc.dropout_mask` that backward reads (an op that depends
+    on the loss seed) is cloned just before backward's first reader, which
+    then read the clone.  The mask is a pure function of the random key
+    arguments, so the clone draws the same bits; forward's mask then dies in
+    forward instead of staying alive, one byte per element, until backward.
+    Runs after CSE, which would merge the clones back.
+  }];
+  let dependentDialects = ["sharc::SharcDialect", "mlir::func::FuncDialect"];
+}
+
 def Optimizer : Pass<"sharc-optimizer", "mlir::ModuleOp"> {
   let summary = "Builds the training step: micro-batches, clipping, LR "
                 "schedule, optimizer update";

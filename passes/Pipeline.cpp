@@ -44,6 +44,7 @@ static void addTrainPasses(OpPassManager &pm, AutodiffOptions autodiff,
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   // After CSE, which would merge the recomputed copies back.
+  pm.addPass(createRegenerateMasks());
   if (parallel.recompute != "none")
     pm.addPass(createRematerialize({parallel.function, parallel.recompute,
                                     parallel.activationMemory,
