@@ -45,10 +45,10 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+)(?: scale (\S+))? ms (\S+)"
                        r" (?:tokens|samples)/s (\S+)( skipped)?$", re.MULTILINE)
 MODELS = ("mlp", "gpt", "bert", "epilogues", "gpt-bf16", "gpt-fp16",
-          "gpt-recompute")
+          "gpt-recompute", "dropout")
 SEEDS = {"mlp": 101, "gpt": 202, "bert": 303, "epilogues": 505,
          "gpt-large": 404, "gpt-bf16": 606, "gpt-fp16": 707,
-         "gpt-recompute": 808}
+         "gpt-recompute": 808, "dropout": 909}
 # Models compiled with more than the recipe: gpt-recompute recomputes its
 # layers and, on the CUDA target, keeps their inputs in pinned host memory
 # (DeepSpeed's cpu_checkpointing; docs/recompute.md) -- the same losses.
@@ -162,11 +162,18 @@ def export_model(key, work, gpt=None):
     directory = work / key
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{key}.onnx"
-    if key == "epilogues":
-        models.make_epilogue_model(path)
+    if key in ("epilogues", "dropout"):
         rng = np.random.default_rng(SEEDS[key])
-        arrays = {"x": rng.standard_normal((ROWS, 16)).astype(np.float32),
-                  "labels": rng.integers(0, 10, ROWS).astype(np.int64)}
+        if key == "epilogues":
+            models.make_epilogue_model(path)
+            arrays = {"x": rng.standard_normal((ROWS, 16)).astype(np.float32),
+                      "labels": rng.integers(0, 10, ROWS).astype(np.int64)}
+        else:
+            import test_dropout
+            test_dropout.dropout_model(path)
+            arrays = {name: rng.standard_normal((ROWS, width)).astype(np.float32)
+                      for name, width in (("x", test_dropout.D),
+                                          ("c", test_dropout.H))}
         inputs = []
         for input_name, array in arrays.items():
             file = directory / f"{input_name}.npy"
@@ -191,6 +198,9 @@ def compile_one(sharc, key, spec, out, target, arch, ranks):
             "--world-size", str(ranks), "-o", str(out)]
     if key in PRECISION:
         argv += ["--precision", PRECISION[key]]
+    if key == "dropout":
+        # Training-mode dropout: both targets draw the same Philox masks.
+        argv += ["--input-shape", "x=8x16", "--input-shape", "c=8x64"]
     if key == "gpt-recompute":
         config = out.parent / "ds_config.json"
         config.write_text(json.dumps(CHECKPOINTING))

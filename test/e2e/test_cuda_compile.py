@@ -188,6 +188,26 @@ def test_cuda_activation_epilogues_build(sharc, work):
     assert (out / "train").is_file()
 
 
+def test_cuda_dropout_builds(sharc, work):
+    """Training-mode Dropout in CUDA code: the mask kernel calls
+    runtime/Random.h's Philox (host and device) and the rows come from the
+    communicator's rank, on two ranks."""
+    from test_dropout import dropout_model, shapes
+    path = work / "dropout.onnx"
+    dropout_model(path)
+    out = work / "dropout-sm_90"
+    result = sharc("compile", path, "--target", "cuda", "--world-size", 2,
+                   *shapes(4), "-o", out, timeout=600)
+    assert result.returncode == 0, result.stderr
+    source = (out / "program.cu").read_text()
+    at = source.index("sharc::random::dropoutKeepBits(")
+    kernel = re.findall(r"struct (K\d+) \{", source[:at])[-1]
+    # Forward's mask and backward's own draw (sharc-regenerate-masks).
+    assert len(re.findall(rf"\b{kernel}\{{", source)) == 2, kernel
+    assert "ctx->comm->rank()" in source
+    assert (out / "train").is_file()
+
+
 def test_cuda_arch_errors(sharc, exported, work):
     path = exported("mlp")
     for arch, message in (

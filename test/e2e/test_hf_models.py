@@ -29,20 +29,20 @@ ROWS, SEQ, VOCAB = 4, 16, 128
 RTOL = 1e-4
 
 
-def gpt2():
+def gpt2(dropout=0.0):
     from transformers import GPT2Config, GPT2LMHeadModel
     return GPT2LMHeadModel(GPT2Config(
         vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=4,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout))
 
 
-def bert():
+def bert(dropout=0.0):
     from transformers import BertConfig, BertForSequenceClassification
     return BertForSequenceClassification(BertConfig(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
         num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=SEQ, num_labels=3, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0))
+        max_position_embeddings=SEQ, num_labels=3,
+        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout))
 
 
 class ModelLoss(torch.nn.Module):
@@ -64,13 +64,11 @@ MODELS = {
 }
 
 
-@pytest.fixture(scope="module", params=MODELS)
-def exported(request, tmp_path_factory):
-    """(name, model path, its --input flags and label shape, PyTorch's
-    losses)."""
-    name = request.param
+def export_model(name, directory, dropout=0.0):
+    """Exports model `name` (in training mode: its Dropout nodes train) with
+    the loss; writes ROWS rows of ids and labels.  Returns (path, ids,
+    labels)."""
     build, make_labels = MODELS[name]
-    directory = tmp_path_factory.mktemp(f"hf-{name}")
     ids = torch.randint(0, VOCAB, (ROWS, SEQ),
                         generator=torch.Generator().manual_seed(1))
     labels = make_labels(ids)
@@ -82,11 +80,22 @@ def exported(request, tmp_path_factory):
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(ModelLoss(build()), (ids, labels), str(path),
-                          dynamo=True, optimize=False,
+        torch.onnx.export(ModelLoss(build(dropout)).train(), (ids, labels),
+                          str(path), dynamo=True, optimize=False,
                           input_names=["input_ids", "labels"],
                           output_names=["loss"],
                           dynamic_shapes=({0: batch, 1: seq}, label_axes))
+    return path, ids, labels
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def exported(request, tmp_path_factory):
+    """(name, model path, its --input flags and label shape, PyTorch's
+    losses)."""
+    name = request.param
+    build, _ = MODELS[name]
+    directory = tmp_path_factory.mktemp(f"hf-{name}")
+    path, ids, labels = export_model(name, directory)
     # PyTorch's trajectory: AdamW on the whole batch every step.
     torch.manual_seed(0)
     model = ModelLoss(build())
@@ -137,6 +146,15 @@ def test_trains_as_pytorch_on_the_evaluator(sharc, exported):
                                err_msg=name)
 
 
+def run_binary(out, ranks, inputs, steps):
+    run = subprocess.run(
+        [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
+         "-np", str(ranks), str(out / "train"), *inputs, "--steps",
+         str(steps)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_trains_as_pytorch_in_the_binary(sharc, exported, ranks):
     name, path, inputs, label_dims, losses = exported
@@ -144,13 +162,45 @@ def test_trains_as_pytorch_in_the_binary(sharc, exported, ranks):
     compiled = sharc("compile", path, *RECIPE, "--world-size", ranks,
                      *shapes(ROWS // ranks, label_dims), "-o", out)
     assert compiled.returncode == 0, compiled.stderr
-    run = subprocess.run(
-        [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-         "-np", str(ranks), str(out / "train"), *inputs, "--steps",
-         str(STEPS)], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    np.testing.assert_allclose(losses_of(run.stdout), losses, rtol=RTOL,
-                               err_msg=name)
+    np.testing.assert_allclose(losses_of(run_binary(out, ranks, inputs, STEPS)),
+                               losses, rtol=RTOL, err_msg=name)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_trains_with_dropout(sharc, tmp_path, name):
+    """Exported in training mode with dropout 0.1 (GPT-2's embedding and
+    residual dropouts, BERT's hidden ones and its classifier's): the
+    Dropout nodes import in training mode and train.  The run is
+    deterministic and the same global rows get the same masks: the
+    evaluator on one rank, the same run again, and the binary on two ranks
+    give the same losses.  The masks act: the first loss differs from the
+    model's loss without dropout (PyTorch in eval mode), but by little."""
+    import onnx
+    path, ids, labels = export_model(name, tmp_path, dropout=0.1)
+    modes = [node.input[2] if len(node.input) > 2 else ""
+             for node in onnx.load(str(path)).graph.node
+             if node.op_type == "Dropout"]
+    assert any(modes), "no training-mode Dropout in the export"
+    label_dims = list(labels.shape[1:])
+    inputs = ["--input", f"input_ids={tmp_path / 'ids.npy'}",
+              "--input", f"labels={tmp_path / 'labels.npy'}"]
+    runs = []
+    for _ in range(2):
+        result = sharc("eval", path, "--train", "--steps", STEPS, *RECIPE,
+                       *shapes(ROWS, label_dims), *inputs)
+        assert result.returncode == 0, result.stderr
+        runs.append(losses_of(result.stdout))
+    assert runs[0] == runs[1]
+    out = tmp_path / "out-2"
+    compiled = sharc("compile", path, *RECIPE, "--world-size", 2,
+                     *shapes(ROWS // 2, label_dims), "-o", out)
+    assert compiled.returncode == 0, compiled.stderr
+    np.testing.assert_allclose(losses_of(run_binary(out, 2, inputs, STEPS)),
+                               runs[0], rtol=1e-5, err_msg=name)
+    torch.manual_seed(0)
+    without = ModelLoss(MODELS[name][0](0.1)).eval()(ids, labels).item()
+    assert runs[0][0] != pytest.approx(without, rel=1e-4)
+    assert runs[0][0] == pytest.approx(without, rel=0.2)
 
 
 class TwoNorms(torch.nn.Module):
