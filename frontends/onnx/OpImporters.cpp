@@ -1254,6 +1254,325 @@ static FailureOr<Results> importMeanVarianceNorm(NodeImporter &n) {
 /// the padded shape; in `edge`, `reflect` and `wrap` modes each padded axis
 /// in turn gets the slices the mode repeats concatenated before and after it
 /// (as numpy.pad pads axis by axis).  `pads` and `axes` must be constants.
+//===----------------------------------------------------------------------===//
+// Resize
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// How Resize computes one axis: each output position is the sum over taps k
+/// of weights[i][k] * input[indices[i][k]] (indices clamped into the axis),
+/// or `extrapolation` where `outside[i]` (tf_crop_and_resize).
+struct ResizeAxis {
+  int64_t taps = 0;
+  std::vector<std::vector<int64_t>> indices;
+  std::vector<std::vector<double>> weights;
+  std::vector<bool> outside;
+};
+
+/// Resize's attributes that shape the taps of every axis.
+struct ResizeOptions {
+  std::string mode, transform, nearestMode;
+  double cubicA = -0.75;
+  bool excludeOutside = false, antialias = false;
+};
+} // namespace
+
+/// The weights of the taps at fractional position `ratio` in (0, 1] (1 at
+/// an input position), as ONNX's reference implementation defines them.
+static std::vector<double> resizeWeights(const ResizeOptions &o, double ratio,
+                                         double scale) {
+  if (o.mode == "nearest") {
+    bool second = ratio == 1                             ? true
+                  : o.nearestMode == "round_prefer_ceil" ? ratio >= 0.5
+                  : o.nearestMode == "floor"             ? false
+                  : o.nearestMode == "ceil"              ? true
+                                                         : ratio > 0.5;
+    return {second ? 0.0 : 1.0, second ? 1.0 : 0.0};
+  }
+  double a = o.cubicA;
+  if (o.mode == "linear" && !o.antialias)
+    return {1 - ratio, ratio};
+  if (o.mode == "cubic" && !o.antialias) {
+    double r1 = ratio + 1, s = 1 - ratio, s1 = s + 1;
+    return {((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a,
+            ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+            ((a + 2) * s - (a + 3)) * s * s + 1,
+            ((a * s1 - 5 * a) * s1 + 8 * a) * s1 - 4 * a};
+  }
+  // Antialiased (downsampling widens the filter by 1 / scale).
+  scale = std::min(scale, 1.0);
+  std::vector<double> weights;
+  double sum = 0;
+  auto cubic = [&](double x) {
+    x = std::fabs(x);
+    if (x <= 1)
+      return ((a + 2) * x - (a + 3)) * x * x + 1;
+    return x < 2 ? ((a * x - 5 * a) * x + 8 * a) * x - 4 * a : 0.0;
+  };
+  int64_t start = o.mode == "linear"
+                      ? static_cast<int64_t>(std::floor(-1 / scale) + 1)
+                      : static_cast<int64_t>(std::floor(-2 / scale) + 1);
+  for (int64_t i = start; i < 2 - start; ++i) {
+    double x = (i - ratio) * scale;
+    double w =
+        o.mode == "linear" ? std::clamp(1 - std::fabs(x), 0.0, 1.0) : cubic(x);
+    weights.push_back(w);
+    sum += w;
+  }
+  for (double &w : weights)
+    w /= sum;
+  return weights;
+}
+
+/// The taps of one axis of `inWidth` positions resized to `outWidth` by
+/// `scale` (roi: [start, end] for tf_crop_and_resize).
+static ResizeAxis resizeAxis(const ResizeOptions &o, int64_t inWidth,
+                             int64_t outWidth, double scale,
+                             std::pair<double, double> roi) {
+  ResizeAxis axis;
+  double width = scale * double(inWidth);
+  for (int64_t y = 0; y < outWidth; ++y) {
+    double yd = double(y), x;
+    bool outside = false;
+    const std::string &t = o.transform;
+    if (t == "align_corners")
+      x = width == 1 ? 0.0 : yd * double(inWidth - 1) / (width - 1);
+    else if (t == "asymmetric")
+      x = yd / scale;
+    else if (t == "tf_crop_and_resize") {
+      x = width == 1 ? (roi.second - roi.first) * double(inWidth - 1) / 2
+                     : yd * (roi.second - roi.first) * double(inWidth - 1) /
+                           (width - 1);
+      x += roi.first * double(inWidth - 1);
+      outside = x < 0 || x > double(inWidth - 1);
+    } else if (t == "pytorch_half_pixel")
+      x = width == 1 ? -0.5 : (yd + 0.5) / scale - 0.5;
+    else if (t == "half_pixel_symmetric")
+      x = double(inWidth) / 2 * (1 - double(outWidth) / width) +
+          (yd + 0.5) / scale - 0.5;
+    else
+      x = (yd + 0.5) / scale - 0.5;
+    double floorX = std::floor(x);
+    double ratio = x == floorX ? 1.0 : x - floorX;
+    std::vector<double> weights = resizeWeights(o, ratio, scale);
+    int64_t taps = weights.size(), pad = (taps + 1) / 2;
+    // The `taps` positions nearest x, ties to the smaller (in the input
+    // padded by `pad` at both ends, then clamped: edge padding).
+    double padded = x + double(pad);
+    double p = std::floor(padded), frac = padded - p;
+    int64_t offset = taps % 2 == 0 ? (frac == 0 ? -(taps / 2) : -(taps / 2) + 1)
+                                   : (frac <= 0.5 ? -((taps - 1) / 2)
+                                                  : -((taps - 1) / 2) + 1);
+    int64_t first = static_cast<int64_t>(p) + offset - pad;
+    std::vector<int64_t> indices;
+    double kept = 0;
+    for (int64_t k = 0; k < taps; ++k) {
+      int64_t index = first + k;
+      if (o.excludeOutside && (index < 0 || index >= inWidth))
+        weights[k] = 0;
+      kept += weights[k];
+      indices.push_back(std::clamp<int64_t>(index, 0, inWidth - 1));
+    }
+    if (o.excludeOutside && kept != 0)
+      for (double &w : weights)
+        w /= kept;
+    axis.taps = std::max(axis.taps, taps);
+    axis.indices.push_back(std::move(indices));
+    axis.weights.push_back(std::move(weights));
+    axis.outside.push_back(outside);
+  }
+  return axis;
+}
+
+/// Applies `axis` (its taps) along dimension `dim` of `x`.
+static FailureOr<Value> applyResizeAxis(NodeImporter &n, Value x, int64_t dim,
+                                        const ResizeAxis &axis,
+                                        double extrapolation) {
+  auto type = tensorTypeOf(x);
+  int64_t outWidth = axis.indices.size();
+  SmallVector<int64_t> columnShape(type.getRank(), 1);
+  columnShape[dim] = outWidth;
+  // Nearest taps are one-hot: one gather.
+  bool oneHot = llvm::all_of(axis.weights, [](const std::vector<double> &w) {
+    return llvm::count(w, 1.0) == 1 &&
+           llvm::count(w, 0.0) + 1 == int64_t(w.size());
+  });
+  auto column = [&](auto value, DType dtype) {
+    Tensor t(dtype, {outWidth});
+    for (int64_t i = 0; i < outWidth; ++i)
+      t.setDouble(i, value(i));
+    return t;
+  };
+  Value sum;
+  for (int64_t k = 0; k < (oneHot ? 1 : axis.taps); ++k) {
+    Tensor indices = column(
+        [&](int64_t i) {
+          const std::vector<double> &w = axis.weights[i];
+          int64_t tap =
+              oneHot ? std::find(w.begin(), w.end(), 1.0) - w.begin() : k;
+          return double(axis.indices[i][tap]);
+        },
+        DType::i64);
+    SHARC_TRY(gathered, n.create<GatherOp>(x, n.constant(indices), dim));
+    if (oneHot) {
+      sum = *gathered;
+      break;
+    }
+    std::optional<DType> dtype = dtypeOf(type.getElementType());
+    Tensor weights =
+        column([&](int64_t i) { return axis.weights[i][k]; }, *dtype);
+    SHARC_TRY(w, n.reshape(n.constant(weights), columnShape));
+    SHARC_TRY(term, n.create<MulOp>(*gathered, *w));
+    if (!sum) {
+      sum = *term;
+      continue;
+    }
+    SHARC_TRY(added, n.create<AddOp>(sum, *term));
+    sum = *added;
+  }
+  if (!llvm::is_contained(axis.outside, true))
+    return sum;
+  Tensor outside =
+      column([&](int64_t i) { return axis.outside[i] ? 1.0 : 0.0; }, DType::i1);
+  SHARC_TRY(mask, n.reshape(n.constant(outside), columnShape));
+  return n.create<SelectOp>(
+      *mask, n.scalar(type.getElementType(), extrapolation), sum);
+}
+
+/// Resize (nearest, linear, cubic; every coordinate transformation, antialias,
+/// axes and keep_aspect_ratio_policy): separable, one axis at a time in
+/// increasing order as ONNX's reference implementation, each output position
+/// a weighted sum of a few input positions (gathers of constant indices,
+/// times constant weights).  Its gradient is the gathers' (scatter-adds).
+static FailureOr<Results> importResize(NodeImporter &n) {
+  Value x = n.input(0);
+  auto type = tensorTypeOf(x);
+  int64_t rank = type.getRank();
+  ResizeOptions o;
+  o.mode = n.getString("mode", "nearest");
+  o.transform = n.getString("coordinate_transformation_mode", "half_pixel");
+  o.nearestMode = n.getString("nearest_mode", "round_prefer_floor");
+  o.cubicA = n.getFloat("cubic_coeff_a", -0.75);
+  o.excludeOutside = n.getInt("exclude_outside", 0) != 0;
+  o.antialias = n.getInt("antialias", 0) != 0;
+  double extrapolation = n.getFloat("extrapolation_value", 0.0);
+  std::string policy = n.getString("keep_aspect_ratio_policy", "stretch");
+  if (!llvm::is_contained({"nearest", "linear", "cubic"}, o.mode))
+    return n.emitError() << "unsupported mode '" << o.mode << "'";
+  if (!llvm::is_contained({"half_pixel", "pytorch_half_pixel", "align_corners",
+                           "asymmetric", "tf_crop_and_resize"},
+                          o.transform) &&
+      (o.transform != "half_pixel_symmetric" || n.opset() < 19))
+    return n.emitError() << "unsupported coordinate_transformation_mode '"
+                         << o.transform << "'";
+  if (!llvm::is_contained(
+          {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"},
+          o.nearestMode))
+    return n.emitError() << "unsupported nearest_mode '" << o.nearestMode
+                         << "'";
+  if (!llvm::is_contained({"stretch", "not_larger", "not_smaller"}, policy))
+    return n.emitError() << "unsupported keep_aspect_ratio_policy '" << policy
+                         << "'";
+  if (o.mode != "nearest" && !isa<FloatType>(type.getElementType()))
+    return n.emitError() << o.mode << " interpolation needs a float input";
+  if (o.mode == "nearest" && o.antialias)
+    return n.emitError() << "antialias does not apply to mode 'nearest'";
+
+  SmallVector<int64_t> axes = allAxes(rank);
+  if (std::optional<SmallVector<int64_t>> given = n.getInts("axes")) {
+    FailureOr<SmallVector<int64_t>> normalized = normalizeAxes(n, *given, rank);
+    if (failed(normalized))
+      return failure();
+    axes = std::move(*normalized);
+  }
+  int64_t count = axes.size();
+  // An input given as an empty tensor is absent.
+  auto listOf = [&](unsigned index,
+                    StringRef what) -> FailureOr<std::optional<Tensor>> {
+    if (!n.hasInput(index))
+      return std::optional<Tensor>();
+    FailureOr<Tensor> value = n.requireConstant(index, what);
+    if (failed(value))
+      return failure();
+    if (value->numElements() == 0)
+      return std::optional<Tensor>();
+    return std::optional<Tensor>(std::move(*value));
+  };
+  FailureOr<std::optional<Tensor>> roi = listOf(1, "roi"),
+                                   scales = listOf(2, "scales"),
+                                   sizes = listOf(3, "sizes");
+  if (failed(roi) || failed(scales) || failed(sizes))
+    return failure();
+  if (scales->has_value() == sizes->has_value())
+    return n.emitError() << "needs exactly one of scales and sizes";
+  const Tensor &given = scales->has_value() ? **scales : **sizes;
+  if (given.numElements() != count)
+    return n.emitError() << (scales->has_value() ? "scales" : "sizes")
+                         << " must hold " << count << " values, got "
+                         << given.numElements();
+  SmallVector<double> scale(rank, 1.0);
+  SmallVector<int64_t> outShape(type.getShape());
+  std::vector<std::pair<double, double>> roiOf(rank, {0.0, 1.0});
+  if (roi->has_value()) {
+    if ((*roi)->numElements() != 2 * count)
+      return n.emitError() << "roi must hold 2 x " << count << " values";
+    for (auto [j, d] : llvm::enumerate(axes))
+      roiOf[d] = {(*roi)->getDouble(j), (*roi)->getDouble(count + j)};
+  }
+  if (scales->has_value()) {
+    for (auto [j, d] : llvm::enumerate(axes)) {
+      scale[d] = given.getDouble(j);
+      if (!(scale[d] > 0))
+        return n.emitError() << "scales must be positive, got " << scale[d];
+      outShape[d] = static_cast<int64_t>(scale[d] * double(type.getDimSize(d)));
+    }
+  } else {
+    for (auto [j, d] : llvm::enumerate(axes)) {
+      if (given.getInt(j) < 0)
+        return n.emitError() << "sizes must not be negative";
+      if (type.getDimSize(d) == 0)
+        return n.emitError() << "cannot resize axis " << d << " of 0 elements";
+      outShape[d] = given.getInt(j);
+      scale[d] = double(outShape[d]) / double(type.getDimSize(d));
+    }
+    if (policy != "stretch") {
+      double common = scale[axes[0]];
+      for (int64_t d : axes)
+        common = policy == "not_larger" ? std::min(common, scale[d])
+                                        : std::max(common, scale[d]);
+      for (int64_t d : axes) {
+        scale[d] = common;
+        outShape[d] =
+            static_cast<int64_t>(common * double(type.getDimSize(d)) + 0.5);
+      }
+    }
+  }
+  for (int64_t d = 0; d < rank; ++d)
+    if (outShape[d] > kMaxWindowValue)
+      return n.emitError() << "axis " << d << " would have " << outShape[d]
+                           << " elements";
+  if (!checkedNumElements(outShape))
+    return n.emitError() << "the result would have more than " << kMaxElements
+                         << " elements";
+
+  Value y = x;
+  for (int64_t d : axes) {
+    int64_t inWidth = type.getDimSize(d);
+    bool identity = std::fabs(scale[d] - 1.0) <= 1e-9 &&
+                    outShape[d] == inWidth && roiOf[d].first == 0 &&
+                    roiOf[d].second == 1;
+    if (identity)
+      continue;
+    if (outShape[d] == 0 || inWidth == 0)
+      return n.emitError() << "cannot resize axis " << d << " from " << inWidth
+                           << " to " << outShape[d] << " elements";
+    ResizeAxis axis = resizeAxis(o, inWidth, outShape[d], scale[d], roiOf[d]);
+    SHARC_TRY(resized, applyResizeAxis(n, y, d, axis, extrapolation));
+    y = *resized;
+  }
+  return Results{y};
+}
+
 static FailureOr<Results> importPad(NodeImporter &n) {
   Value x = n.input(0);
   std::string mode = n.getString("mode", "constant");
@@ -2446,6 +2765,21 @@ static llvm::StringMap<OpRule> buildRules() {
         {{"exclusive", Attr::INT}, {"reverse", Attr::INT}},
         importCumSum}},
       {"Pad", {13, 2, 4, 1, {{"mode", Attr::STRING}}, importPad}},
+      {"Resize",
+       {13,
+        1,
+        4,
+        1,
+        {{"mode", Attr::STRING},
+         {"coordinate_transformation_mode", Attr::STRING},
+         {"nearest_mode", Attr::STRING},
+         {"cubic_coeff_a", Attr::FLOAT},
+         {"exclude_outside", Attr::INT},
+         {"extrapolation_value", Attr::FLOAT},
+         {"antialias", Attr::INT, 18},
+         {"axes", Attr::INTS, 18},
+         {"keep_aspect_ratio_policy", Attr::STRING, 18}},
+        importResize}},
       {"Unsqueeze", {13, 2, 2, 1, {}, importUnsqueeze}},
       {"Squeeze", {13, 1, 2, 1, {}, importSqueeze}},
       {"Reshape", {13, 2, 2, 1, {{"allowzero", Attr::INT, 14}}, importReshape}},

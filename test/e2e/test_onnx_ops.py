@@ -121,6 +121,37 @@ CASES = {
     "DepthToSpaceCRD": dict(
         op="DepthToSpace", inputs=1, attrs=dict(blocksize=2, mode="CRD"),
         shape=(1, 8, 2, 3), torch=lambda p: F.pixel_shuffle(p, 2)),
+    # Resize (roi, scales, sizes after P) against F.interpolate, whose
+    # bilinear and bicubic are ONNX's half_pixel linear and cubic (A -0.75)
+    # with the taps clamped into the image, and whose nearest is asymmetric
+    # floor.
+    "ResizeLinear": dict(
+        op="Resize", inputs=1, attrs=dict(mode="linear"), shape=(1, 2, 3, 4),
+        consts=[np.zeros(0, np.float32),
+                np.array([1, 1, 2, 1.5], np.float32)],
+        torch=lambda p: F.interpolate(p, scale_factor=(2, 1.5),
+                                      mode="bilinear", align_corners=False)),
+    "ResizeCubicDown": dict(
+        op="Resize", inputs=1, attrs=dict(mode="cubic"), shape=(1, 1, 6, 5),
+        consts=[np.zeros(0, np.float32),
+                np.array([1, 1, 0.5, 0.8], np.float32)],
+        torch=lambda p: F.interpolate(p, scale_factor=(0.5, 0.8),
+                                      mode="bicubic", align_corners=False)),
+    "ResizeNearest": dict(
+        op="Resize", inputs=1,
+        attrs=dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                   nearest_mode="floor"),
+        shape=(1, 2, 3, 4),
+        consts=[np.zeros(0, np.float32), np.array([1, 1, 2, 3], np.float32)],
+        torch=lambda p: F.interpolate(p, scale_factor=(2, 3), mode="nearest")),
+    "ResizeLinearAlignCornersSizes": dict(
+        op="Resize", inputs=1,
+        attrs=dict(mode="linear", coordinate_transformation_mode="align_corners"),
+        shape=(1, 2, 3, 4),
+        consts=[np.zeros(0, np.float32), np.zeros(0, np.float32),
+                np.array([1, 2, 5, 7])],
+        torch=lambda p: F.interpolate(p, size=(5, 7), mode="bilinear",
+                                      align_corners=True)),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],

@@ -84,7 +84,7 @@ const std::map<std::string, std::vector<int>> &shapeOperands() {
       {"ReduceL2", {1}},        {"ReduceLogSum", {1}},
       {"ReduceLogSumExp", {1}}, {"CumSum", {1}},
       {"Pad", {1, 3}},          {"Tile", {1}},
-      {"OneHot", {1}},
+      {"OneHot", {1}},          {"Resize", {1, 2, 3}},
   };
   return table;
 }
