@@ -473,6 +473,26 @@ LogicalResult ProgramEmitter::emitShard(ShardOp op) {
   return success();
 }
 
+LogicalResult ProgramEmitter::emitBroadcastFrom(BroadcastFromOp op) {
+  if (failed(checkGroup(op, op.getRanks())))
+    return failure();
+  FailureOr<std::string> src = pointerTo(op.getOperand()),
+                         dest = pointerTo(op.getResult());
+  if (failed(src) || failed(dest))
+    return failure();
+  if (*src != *dest && failed(emitCopy(op.getOperand(), op.getResult())))
+    return failure();
+  Type element = elementOf(op.getResult());
+  int64_t count = tensorType(op.getResult()).getNumElements();
+  body() += "  ctx->comm->broadcast(" + *dest + ", " + str(count) +
+            ", sharc::rt::DType::" + collectiveType(element) + ", " +
+            str(op.getRoot()) + ");\n";
+  report.collectiveCalls[3] += repeat;
+  if (options.worldSize > 1)
+    report.collectiveBytes[3] += repeat * count * elementBytes(element);
+  return success();
+}
+
 LogicalResult ProgramEmitter::emitSwap(Operation *op, Value argument,
                                        Value memory, bool read) {
   FailureOr<std::string> pointer = pointerTo(memory);
@@ -805,6 +825,7 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
         return emitSliceCollective(op, op.getRanks(), std::nullopt);
       })
       .Case([&](ShardOp op) { return emitShard(op); })
+      .Case([&](BroadcastFromOp op) { return emitBroadcastFrom(op); })
       .Case([&](TransferStartOp op) { return emitTransfer(op); })
       .Case([&](SwapInStartOp op) {
         return emitSwap(op, op.getOperand(), op.getFuture(), /*read=*/true);

@@ -360,6 +360,9 @@ private:
   LogicalResult emitSliceCollective(Operation *op, int64_t ranks,
                                     std::optional<bool> sum);
   LogicalResult emitShard(ShardOp op);
+  /// Rank `root`'s operand on every rank: a copy into the result, then a
+  /// broadcast of it in place (counted in the report as a broadcast).
+  LogicalResult emitBroadcastFrom(BroadcastFromOp op);
   /// A started NVMe transfer of offloaded `argument`'s file (`op`, a
   /// swap_in_start or swap_out_start, whose future its wait names): a read
   /// into `memory` (the future's), or a write from `memory` (the new value).

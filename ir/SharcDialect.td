@@ -71,6 +71,13 @@ def Sharc_Dialect : Dialect {
     static constexpr llvm::StringLiteral getRandomKeyAttrName() {
       return llvm::StringLiteral("sharc.random_key");
     }
+    /// Unit argument attribute on a `sharc.param` argument: a buffer (a
+    /// BatchNormalization's running statistics), which the optimizer does
+    /// not train.  A result of the function with the same `sharc.param` is
+    /// its new value (the forward pass updates it).
+    static constexpr llvm::StringLiteral getBufferAttrName() {
+      return llvm::StringLiteral("sharc.buffer");
+    }
     /// Argument attribute: where a training-state argument lives between
     /// steps (#sharc.storage; device memory when absent).
     static constexpr llvm::StringLiteral getStorageAttrName() {

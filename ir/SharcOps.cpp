@@ -65,6 +65,16 @@ static LogicalResult verifySignatureAttribute(Operation *op, Type type,
   } else if (name == SharcDialect::getStateAttrName()) {
     if (!isa<StateAttr>(attr.getValue()))
       return fail() << "'" << name << "' must be a #sharc.state attribute";
+  } else if (name == SharcDialect::getBufferAttrName()) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return fail() << "'" << name << "' must be a unit attribute";
+    if (what != "argument")
+      return fail() << "'" << name << "' applies to arguments only";
+    auto func = dyn_cast<FunctionOpInterface>(op);
+    if (func && !func.getArgAttr(index, SharcDialect::getParamAttrName()))
+      return fail() << "'" << name
+                    << "' applies to parameters (sharc.param) "
+                       "only";
   } else if (name == SharcDialect::getRandomKeyAttrName()) {
     auto role = dyn_cast<StringAttr>(attr.getValue());
     auto tensor = dyn_cast_or_null<RankedTensorType>(type);
@@ -449,6 +459,11 @@ static Attr getArgAttr(Operation *op, unsigned index, StringRef name) {
 
 ParamAttr sharc::getParamAttr(Operation *op, unsigned index) {
   return getArgAttr<ParamAttr>(op, index, SharcDialect::getParamAttrName());
+}
+
+bool sharc::isBuffer(Operation *op, unsigned index) {
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  return func && func.getArgAttr(index, SharcDialect::getBufferAttrName());
 }
 
 StringRef sharc::getRandomKeyRole(Operation *op, unsigned index) {

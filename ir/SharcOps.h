@@ -119,6 +119,10 @@ bool isSplatConstant(mlir::Operation *op);
 /// Returns the `sharc.param` attribute of function argument `index`, or null.
 ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
 
+/// True when function argument `index` is a buffer (`sharc.buffer`): a
+/// parameter the optimizer does not train, which the forward pass may update.
+bool isBuffer(mlir::Operation *func, unsigned index);
+
 /// The role ("step" or "rows") of function argument `index` when it is a
 /// key of the random ops (`sharc.random_key`); empty otherwise.
 llvm::StringRef getRandomKeyRole(mlir::Operation *func, unsigned index);

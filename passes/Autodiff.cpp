@@ -163,8 +163,9 @@ void AutodiffPass::runOnOperation() {
   SmallVector<Value> trainableArgs;
   for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
     ParamAttr param = getParamAttr(forward, i);
-    if (!param || (!freeze.empty() && (freezeRegex.match(param.getName()) ||
-                                       freezeRegex.match(param.getSource()))))
+    if (!param || isBuffer(forward, i) ||
+        (!freeze.empty() && (freezeRegex.match(param.getName()) ||
+                             freezeRegex.match(param.getSource()))))
       continue;
     trainable.push_back(i);
     trainableArgs.push_back(body.getArgument(i));
@@ -197,6 +198,14 @@ void AutodiffPass::runOnOperation() {
   SmallVector<Type> results{lossType};
   for (unsigned i : trainable)
     results.push_back(forward.getArgumentTypes()[i]);
+  // The buffers' new values (forward results marked sharc.param) follow the
+  // gradients.
+  SmallVector<unsigned> bufferResults;
+  for (unsigned r = 0; r < forward.getNumResults(); ++r)
+    if (forward.getResultAttr(r, SharcDialect::getParamAttrName())) {
+      bufferResults.push_back(r);
+      results.push_back(forward.getResultTypes()[r]);
+    }
   OpBuilder builder(context);
   builder.setInsertionPointAfter(forward);
   auto grad = func::FuncOp::create(builder, forward.getLoc(), gradName,
@@ -210,6 +219,10 @@ void AutodiffPass::runOnOperation() {
     grad.setResultAttr(
         index + 1, SharcDialect::getGradAttrName(),
         builder.getStringAttr(getParamAttr(forward, arg).getName()));
+  for (auto [index, r] : llvm::enumerate(bufferResults))
+    grad.setResultAttr(
+        1 + trainable.size() + index, SharcDialect::getParamAttrName(),
+        forward.getResultAttr(r, SharcDialect::getParamAttrName()));
 
   // The forward computation.
   Block *entry = grad.addEntryBlock();
@@ -262,6 +275,9 @@ void AutodiffPass::runOnOperation() {
     }
     returned.push_back(gradient);
   }
+  for (unsigned r : bufferResults)
+    returned.push_back(
+        mapping.lookupOrDefault(body.getTerminator()->getOperand(r)));
   func::ReturnOp::create(b, returned);
 
   // Drop the forward ops the loss and the gradients do not use, and keep one

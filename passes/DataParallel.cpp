@@ -182,6 +182,16 @@ LogicalResult sharc::applyDataParallel(ModuleOp module,
   Value mean = math.div(
       total, math.constant(elementTypeOf(loss), static_cast<double>(ranks)));
   ret.setOperand(*lossResult, mean);
+  // Buffers (BatchNorm's running statistics) take rank 0's new values, as
+  // PyTorch's DistributedDataParallel broadcasts rank 0's buffers before
+  // each forward: every rank normalizes with its own batch statistics, and
+  // the running statistics follow rank 0's.
+  b.setInsertionPoint(ret);
+  for (unsigned r = 0, e = step.getNumResults(); r < e; ++r)
+    if (std::optional<unsigned> arg = getUpdatedArgument(step, r);
+        arg && isBuffer(step, *arg))
+      ret.setOperand(r,
+                     BroadcastFromOp::create(b, ret.getOperand(r), 0, ranks));
   return success();
 }
 

@@ -270,7 +270,10 @@ LogicalResult sharc::applyLossScaling(ModuleOp module,
   SmallVector<Value> results(ret.getOperands());
   for (auto [r, value] : llvm::enumerate(results)) {
     std::optional<unsigned> updated = getUpdatedArgument(step, r);
-    if (updated && r != *counterResult && value != entry.getArgument(*updated))
+    // Buffers keep the forward pass's update, as DeepSpeed's skipped step
+    // keeps BatchNorm's running statistics.
+    if (updated && r != *counterResult && !isBuffer(step, *updated) &&
+        value != entry.getArgument(*updated))
       value = math.select(overflow, entry.getArgument(*updated), value);
   }
   results[*counterResult] = math.add(counter, math.constant(i64, 1));

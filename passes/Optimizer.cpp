@@ -171,6 +171,9 @@ struct GradSignature {
   /// Argument indices of the random ops' key (`sharc.random_key`): the step
   /// counter and the global batch rows of the micro-batch.
   std::optional<unsigned> randomStep, randomRows;
+  /// Buffers the forward pass updates (`sharc.buffer`): the result that is
+  /// the new value, and the position in `params` of the argument.
+  SmallVector<std::pair<unsigned, unsigned>> buffers;
 };
 } // namespace
 
@@ -214,6 +217,19 @@ static FailureOr<GradSignature> analyzeGradFunction(func::FuncOp func) {
                                "both a 'step' and a 'rows' argument";
   signature.gradients.assign(signature.params.size(), 0);
   for (unsigned r = 1; r < type.getNumResults(); ++r) {
+    if (auto buffer = func.getResultAttrOfType<ParamAttr>(
+            r, SharcDialect::getParamAttrName())) {
+      auto it = paramPosition.find(buffer.getName());
+      if (it == paramPosition.end() ||
+          !isBuffer(func, signature.params[it->second]) ||
+          type.getInput(signature.params[it->second]) != type.getResult(r))
+        return func.emitError()
+               << "result #" << r << " is the new value of '"
+               << buffer.getName()
+               << "', which is no buffer argument (sharc.buffer) of its type";
+      signature.buffers.push_back({r, it->second});
+      continue;
+    }
     auto name = func.getResultAttrOfType<StringAttr>(
         r, SharcDialect::getGradAttrName());
     if (!name)
@@ -440,6 +456,8 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
   // The gradients' global norm, where there are gradients.
   if (!layout.trainable.empty())
     resultTypes.push_back(lrType);
+  for (auto [result, position] : signature.buffers)
+    resultTypes.push_back(gradType.getInput(signature.params[position]));
   for (unsigned arg : signature.inputs) {
     auto type = cast<RankedTensorType>(gradType.getInput(arg));
     auto name = gradFunc.getArgAttrOfType<StringAttr>(
@@ -506,19 +524,34 @@ static FailureOr<func::FuncOp> createStepFunction(func::FuncOp gradFunc,
   if (!layout.trainable.empty())
     step.setResultAttr(layout.stepResult() + 2, outputName,
                        builder.getStringAttr("grad_norm"));
+  // The buffers' new values come last.
+  unsigned firstBuffer = resultTypes.size() - layout.signature.buffers.size();
+  for (auto [index, buffer] : llvm::enumerate(layout.signature.buffers))
+    step.setResultAttr(firstBuffer + index, SharcDialect::getParamAttrName(),
+                       getParamAttr(gradFunc, signature.params[buffer.second]));
   return step;
 }
+
+namespace {
+/// What the micro-batches of a step give: the mean loss, the summed gradient
+/// of each trainable parameter, the new value of each buffer.
+struct Accumulated {
+  Value loss;
+  SmallVector<Value> grads, buffers;
+};
+} // namespace
 
 /// Calls `gradFunc` on each micro-batch, rows [k * micro, (k + 1) * micro)
 /// of every data input, with loss_seed 1/G (sharc-data-parallel makes it
 /// 1/(G N) for N ranks).  Returns the mean
-/// loss and the summed gradient of each trainable parameter.  With G > 1 the
-/// calls are one `sharc.micro_batch_loop` that carries the sums (starting
-/// from zeros), so the step does not grow with G.
-static std::pair<Value, SmallVector<Value>>
-accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
-                    const StepLayout &layout, Block *entry,
-                    int64_t microBatches) {
+/// loss, the summed gradient of each trainable parameter and the buffers'
+/// new values (each micro-batch updates the previous one's, as consecutive
+/// forward passes of PyTorch do).  With G > 1 the calls are one
+/// `sharc.micro_batch_loop` that carries the sums (starting from zeros) and
+/// the buffers, so the step does not grow with G.
+static Accumulated accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
+                                       const StepLayout &layout, Block *entry,
+                                       int64_t microBatches) {
   ImplicitLocOpBuilder &b = math.getBuilder();
   FunctionType gradType = gradFunc.getFunctionType();
   const GradSignature &signature = layout.signature;
@@ -539,12 +572,15 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
         b, rowsType.clone({rowsType.getDimSize(0) * microBatches})));
   }
 
-  // Calls the gradient function on one micro-batch; returns its loss and the
-  // gradients of the trainable parameters.
-  auto callOn = [&](ValueRange micro) {
+  // Calls the gradient function on one micro-batch with the buffers'
+  // current values; returns its loss, the gradients of the trainable
+  // parameters and the buffers' new values.
+  auto callOn = [&](ValueRange micro, ValueRange buffers) {
     SmallVector<Value> operands(gradType.getNumInputs());
     for (auto [index, arg] : llvm::enumerate(signature.params))
       operands[arg] = entry->getArgument(index);
+    for (auto [buffer, value] : llvm::zip(signature.buffers, buffers))
+      operands[signature.params[buffer.second]] = value;
     for (auto [arg, data] : llvm::zip(signature.inputs, micro))
       operands[arg] = data;
     if (signature.randomRows) {
@@ -556,12 +592,21 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
     SmallVector<Value> values{call.getResult(0)};
     for (unsigned position : layout.trainable)
       values.push_back(call.getResult(signature.gradients[position]));
+    for (auto [result, position] : signature.buffers)
+      values.push_back(call.getResult(result));
     return values;
   };
-  if (microBatches == 1) {
-    SmallVector<Value> values = callOn(inputs);
-    return {values[0], SmallVector<Value>(llvm::drop_begin(values))};
-  }
+  SmallVector<Value> buffers;
+  for (auto [result, position] : signature.buffers)
+    buffers.push_back(entry->getArgument(position));
+  size_t numSums = 1 + layout.trainable.size();
+  auto split = [&](ValueRange values) {
+    return Accumulated{values[0],
+                       SmallVector<Value>(values.slice(1, numSums - 1)),
+                       SmallVector<Value>(values.drop_front(numSums))};
+  };
+  if (microBatches == 1)
+    return split(callOn(inputs, buffers));
 
   SmallVector<Value> inits;
   SmallVector<Type> carriedTypes;
@@ -572,6 +617,7 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
     inits.push_back(ConstantOp::create(
         b, DenseElementsAttr::get(type, b.getZeroAttr(type.getElementType()))));
   }
+  llvm::append_range(inits, buffers);
   for (Value init : inits)
     carriedTypes.push_back(init.getType());
   auto loop = MicroBatchLoopOp::create(b, carriedTypes, inputs, inits,
@@ -590,18 +636,21 @@ accumulateGradients(MathBuilder &math, func::FuncOp gradFunc,
   {
     OpBuilder::InsertionGuard guard(b);
     Block *body = b.createBlock(&loop.getBody(), {}, argTypes, argLocs);
+    ValueRange carried = body->getArguments().drop_front(inputs.size());
     SmallVector<Value> values =
-        callOn(body->getArguments().take_front(inputs.size()));
-    SmallVector<Value> sums;
-    for (auto [carried, value] :
-         llvm::zip(body->getArguments().drop_front(inputs.size()), values))
-      sums.push_back(math.add(carried, value));
-    YieldOp::create(b, sums);
+        callOn(body->getArguments().take_front(inputs.size()),
+               carried.drop_front(numSums));
+    SmallVector<Value> yielded;
+    for (auto [sum, value] : llvm::zip(carried.take_front(numSums), values))
+      yielded.push_back(math.add(sum, value));
+    yielded.append(values.begin() + numSums, values.end());
+    YieldOp::create(b, yielded);
   }
-  Value loss =
-      math.div(loop.getResult(0),
+  Accumulated accumulated = split(loop.getResults());
+  accumulated.loss =
+      math.div(accumulated.loss,
                math.constant(lossElement, static_cast<double>(microBatches)));
-  return {loss, SmallVector<Value>(llvm::drop_begin(loop.getResults()))};
+  return accumulated;
 }
 
 /// The learning rate of step `counter` and, for Adam, the betas and bias
@@ -653,7 +702,7 @@ FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
   Block *entry = step->addEntryBlock();
   auto b = ImplicitLocOpBuilder::atBlockEnd(gradFunc.getLoc(), entry);
   MathBuilder math(b);
-  auto [loss, grads] =
+  auto [loss, grads, buffers] =
       accumulateGradients(math, gradFunc, layout, entry, options.gradAccum);
   // Where the gradients are complete on this rank: sharc-data-parallel (or
   // a ZeRO pass) decides how they become global.
@@ -700,6 +749,7 @@ FailureOr<func::FuncOp> sharc::buildTrainStep(ModuleOp module,
   results.push_back(scalars.lr);
   if (norm)
     results.push_back(norm);
+  results.append(buffers);
   func::ReturnOp::create(b, results);
   return *step;
 }

@@ -623,6 +623,10 @@ private:
   int64_t batchRows = 1;
   Value randomStep, randomRows;
   uint32_t numRandomOps = 0;
+  /// Buffers the forward pass updates (argument, new value), in order, and
+  /// the keys of the warnings given once.
+  SmallVector<std::pair<BlockArgument, Value>> bufferUpdates;
+  llvm::StringSet<> warned;
 };
 
 } // namespace
@@ -900,6 +904,28 @@ FailureOr<Results> GraphImporter::runRule(const onnx::NodeProto &node,
     }
     return RandomKey{randomStep, randomRows, numRandomOps++};
   });
+  importer.setBufferSink([this](Value value, Value update) -> LogicalResult {
+    auto arg = dyn_cast<BlockArgument>(value);
+    if (!arg || arg.getOwner() != entry)
+      return success();
+    auto func = cast<func::FuncOp>(entry->getParentOp());
+    if (!getParamAttr(func, arg.getArgNumber()))
+      return success();
+    func.setArgAttr(arg.getArgNumber(), SharcDialect::getBufferAttrName(),
+                    UnitAttr::get(&context));
+    if (!update)
+      return success();
+    if (llvm::any_of(bufferUpdates,
+                     [&](const auto &entry) { return entry.first == arg; }))
+      return emitError(update.getLoc())
+             << "running statistic '"
+             << getParamAttr(func, arg.getArgNumber()).getSource()
+             << "' is updated by two BatchNormalization nodes";
+    bufferUpdates.push_back({arg, update});
+    return success();
+  });
+  importer.setOnceSink(
+      [this](StringRef key) { return warned.insert(key).second; });
   if (failed(importer.checkAttributes(rule->attributes)))
     return failure();
   return rule->import(importer);
@@ -1207,9 +1233,16 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
       return failure();
     results.push_back(value);
   }
+  // The buffers' new values follow the graph's outputs.
+  for (auto &[arg, update] : bufferUpdates)
+    results.push_back(update);
   func::ReturnOp::create(builder, fileLoc, results);
   func.setFunctionType(builder.getFunctionType(entry->getArgumentTypes(),
                                                ValueRange(results).getTypes()));
+  for (auto [index, update] : llvm::enumerate(bufferUpdates))
+    func.setResultAttr(graph.output_size() + index,
+                       SharcDialect::getParamAttrName(),
+                       getParamAttr(func, update.first.getArgNumber()));
   for (auto [index, output] : llvm::enumerate(graph.output()))
     func.setResultAttr(index, SharcDialect::getOutputAttrName(),
                        builder.getStringAttr(output.name()));

@@ -262,6 +262,23 @@ public:
     keySource = std::move(source);
   }
 
+  /// Makes `value`, when it is a parameter argument (a BatchNormalization's
+  /// running statistic), a buffer (`sharc.buffer`): the optimizer does not
+  /// train it, and `update` (when not null) is its new value, a result of
+  /// the function.  An error when another node updates it too.
+  mlir::LogicalResult setBuffer(mlir::Value value, mlir::Value update) const {
+    return bufferSink(value, update);
+  }
+  void setBufferSink(
+      std::function<mlir::LogicalResult(mlir::Value, mlir::Value)> sink) {
+    bufferSink = std::move(sink);
+  }
+  /// True the first time this import asks for `key` (one warning per model).
+  bool firstTime(llvm::StringRef key) const { return onceSink(key); }
+  void setOnceSink(std::function<bool(llvm::StringRef)> sink) {
+    onceSink = std::move(sink);
+  }
+
 private:
   /// Creates the op of `state`, verifies it and folds it when its operands
   /// are constants and its results are small enough (and within budget).
@@ -277,6 +294,8 @@ private:
   llvm::SmallVector<mlir::Value> inputs;
   llvm::SmallVector<mlir::Value> sequence;
   std::function<RandomKey()> keySource;
+  std::function<mlir::LogicalResult(mlir::Value, mlir::Value)> bufferSink;
+  std::function<bool(llvm::StringRef)> onceSink;
   int64_t &foldBudget;
 };
 

@@ -1235,6 +1235,90 @@ static FailureOr<Results> importInstanceNorm(NodeImporter &n) {
   return wrap(n.create<AddOp>(*scaled, *bias));
 }
 
+/// BatchNormalization over (N, C, spatial...): y = (x - mean) / sqrt(var +
+/// epsilon) * scale + B per channel.  In training mode mean and var are the
+/// batch's (population variance, over every axis but 1) and the running
+/// statistics become input_mean * momentum + mean * (1 - momentum) (var
+/// alike): outputs 1 and 2, and the new values of input_mean and input_var
+/// when they are initializers (buffers: sharc.buffer).  In inference mode
+/// mean and var are input_mean and input_var; as initializers they are
+/// buffers the optimizer does not train, and the model gets a warning.
+static FailureOr<Results> importBatchNorm(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  int64_t rank = rankOf(x);
+  if (rank < 2)
+    return n.emitError() << "needs an (N, C, ...) input, got " << x.getType();
+  int64_t channels = shapeOf(x)[1];
+  const char *names[] = {"scale", "B", "input_mean", "input_var"};
+  for (unsigned i = 1; i <= 4; ++i)
+    if (shapeOf(n.input(i)) != ArrayRef<int64_t>{channels} ||
+        elementTypeOf(n.input(i)) != elementTypeOf(x))
+      return n.emitError() << names[i - 1] << " must be a " << channels
+                           << "-element tensor of the input's type, got "
+                           << n.input(i).getType();
+  double epsilon = n.getFloat("epsilon", static_cast<double>(1e-5f));
+  double momentum = n.getFloat("momentum", static_cast<double>(0.9f));
+  bool training = n.getInt("training_mode", 0) != 0;
+  Type type = elementTypeOf(x);
+  SmallVector<int64_t> perChannel(rank, 1);
+  perChannel[1] = channels;
+  auto channelwise = [&](Value v) { return n.reshape(v, perChannel); };
+  Value mean = n.input(3), variance = n.input(4);
+  if (training) {
+    SmallVector<int64_t> axes{0};
+    llvm::append_range(axes, llvm::seq<int64_t>(2, rank));
+    SHARC_TRY(batchMean, n.create<ReduceOp>(x, ReduceKind::mean, axes, false));
+    SHARC_TRY(centred, n.create<SubOp>(x, *channelwise(*batchMean)));
+    SHARC_TRY(square, n.create<MulOp>(*centred, *centred));
+    SHARC_TRY(batchVar,
+              n.create<ReduceOp>(*square, ReduceKind::mean, axes, false));
+    mean = *batchMean;
+    variance = *batchVar;
+  } else {
+    if (n.hasOutput(1) || n.hasOutput(2))
+      return n.emitError() << "the running statistics outputs exist in "
+                              "training mode only";
+    if (failed(n.setBuffer(n.input(3), Value())) ||
+        failed(n.setBuffer(n.input(4), Value())))
+      return failure();
+    if (isa<BlockArgument>(n.input(3)) && n.firstTime("inference-batchnorm"))
+      mlir::emitWarning(n.loc())
+          << "BatchNormalization in inference mode (training_mode 0) "
+             "normalizes with its running statistics, which training leaves "
+             "unchanged, not with each batch's as PyTorch's BatchNorm does "
+             "when it trains: a model exported in eval mode, or by the dynamo "
+             "exporter (which writes a training BatchNorm this way), does not "
+             "train as PyTorch trains it; export the model in training mode "
+             "with torch.onnx.export(..., dynamo=False, "
+             "training=torch.onnx.TrainingMode.TRAINING)";
+  }
+  SHARC_TRY(meanC, channelwise(mean));
+  SHARC_TRY(centred, n.create<SubOp>(x, *meanC));
+  SHARC_TRY(shifted, n.create<AddOp>(variance, n.scalar(type, epsilon)));
+  SHARC_TRY(deviation, n.create<SqrtOp>(*shifted));
+  SHARC_TRY(deviationC, channelwise(*deviation));
+  SHARC_TRY(normalized, n.create<DivOp>(*centred, *deviationC));
+  SHARC_TRY(scaleC, channelwise(n.input(1)));
+  SHARC_TRY(scaled, n.create<MulOp>(*normalized, *scaleC));
+  SHARC_TRY(biasC, channelwise(n.input(2)));
+  SHARC_TRY(y, n.create<AddOp>(*scaled, *biasC));
+  Results results{*y};
+  if (!training)
+    return results;
+  // The running statistics.
+  for (auto [input, batch] : {std::pair{3u, mean}, std::pair{4u, variance}}) {
+    SHARC_TRY(kept, n.create<MulOp>(n.input(input), n.scalar(type, momentum)));
+    SHARC_TRY(added, n.create<MulOp>(batch, n.scalar(type, 1 - momentum)));
+    SHARC_TRY(running, n.create<AddOp>(*kept, *added));
+    if (failed(n.setBuffer(n.input(input), *running)))
+      return failure();
+    results.push_back(*running);
+  }
+  return results;
+}
+
 /// MeanVarianceNormalization: (x - mean) / sqrt(variance) over `axes`
 /// (default 0, 2, 3), as ONNX's function body (no epsilon).
 static FailureOr<Results> importMeanVarianceNorm(NodeImporter &n) {
@@ -1249,11 +1333,6 @@ static FailureOr<Results> importMeanVarianceNorm(NodeImporter &n) {
   return wrap(normalizeOver(n, x, *axes, 0.0));
 }
 
-/// Pad: `x`, sliced where a pad is negative, then in `constant` mode
-/// inserted after the leading pads into the value (default 0) broadcast to
-/// the padded shape; in `edge`, `reflect` and `wrap` modes each padded axis
-/// in turn gets the slices the mode repeats concatenated before and after it
-/// (as numpy.pad pads axis by axis).  `pads` and `axes` must be constants.
 //===----------------------------------------------------------------------===//
 // Resize
 //===----------------------------------------------------------------------===//
@@ -1573,6 +1652,11 @@ static FailureOr<Results> importResize(NodeImporter &n) {
   return Results{y};
 }
 
+/// Pad: `x`, sliced where a pad is negative, then in `constant` mode
+/// inserted after the leading pads into the value (default 0) broadcast to
+/// the padded shape; in `edge`, `reflect` and `wrap` modes each padded axis
+/// in turn gets the slices the mode repeats concatenated before and after it
+/// (as numpy.pad pads axis by axis).  `pads` and `axes` must be constants.
 static FailureOr<Results> importPad(NodeImporter &n) {
   Value x = n.input(0);
   std::string mode = n.getString("mode", "constant");
@@ -2735,6 +2819,15 @@ static llvm::StringMap<OpRule> buildRules() {
        {13, 1, 1, 1, {{"blocksize", Attr::INT}}, importDepthSpace<false>}},
       {"EyeLike",
        {9, 1, 1, 1, {{"dtype", Attr::INT}, {"k", Attr::INT}}, importEyeLike}},
+      {"BatchNormalization",
+       {15,
+        5,
+        5,
+        3,
+        {{"epsilon", Attr::FLOAT},
+         {"momentum", Attr::FLOAT},
+         {"training_mode", Attr::INT}},
+        importBatchNorm}},
       {"InstanceNormalization",
        {6, 3, 3, 1, {{"epsilon", Attr::FLOAT}}, importInstanceNorm}},
       {"MeanVarianceNormalization",

@@ -1165,3 +1165,17 @@ func.func @random_key_step(%s: tensor<2xi64> {sharc.random_key = "step"}) {
 func.func @random_key_rows(%s: tensor<2xi32> {sharc.random_key = "rows"}) {
   return
 }
+
+// -----
+
+// expected-error @+1 {{argument #0: 'sharc.buffer' applies to parameters (sharc.param) only}}
+func.func @buffer_not_param(%m: tensor<3xf32> {sharc.buffer}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'sharc.buffer' must be a unit attribute}}
+func.func @buffer_value(%m: tensor<3xf32> {sharc.buffer = 1 : i64, sharc.param = #sharc.param<"m", "m">}) {
+  return
+}

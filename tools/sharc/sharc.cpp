@@ -192,6 +192,11 @@ static std::string resultName(func::FuncOp func, unsigned index) {
   if (auto name = func.getResultAttrOfType<StringAttr>(
           index, SharcDialect::getOutputAttrName()))
     return name.str();
+  // A buffer's new value (BatchNorm's running statistics in training mode)
+  // is named after the initializer it updates.
+  if (auto param = func.getResultAttrOfType<ParamAttr>(
+          index, SharcDialect::getParamAttrName()))
+    return param.getSource().str();
   return "result" + std::to_string(index);
 }
 
