@@ -82,5 +82,9 @@ if [ "${1:-}" = "--test" ]; then
   # real-model tests (test/e2e/test_hf_models.py).
   add_package transformers==5.23.0 transformers
   add_package onnxscript==0.7.2 onnxscript
+  # torchvision (its ResNet-18, randomly initialised): the real-model tests
+  # (test/e2e/test_torchvision_models.py).  Its wheel requires the torch
+  # installed above (2.15.0), which pip keeps.
+  add_package torchvision==0.29.2 torchvision
   echo "$venv" > .venv-path
 fi
