@@ -86,7 +86,7 @@ std::string sharc::onnx_import::onnxTypeName(int64_t onnxType) {
 /// The default-domain opsets whose operator definitions sharc implements.
 /// Older opsets import where an operator's definition is unchanged since.
 static constexpr int64_t kMinOpset = 13;
-static constexpr int64_t kMaxOpset = 21;
+static constexpr int64_t kMaxOpset = 28;
 
 /// The element types sharc accepts, as ONNX names them.
 static constexpr const char *kSupportedTypes =

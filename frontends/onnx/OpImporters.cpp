@@ -1082,8 +1082,10 @@ static FailureOr<Results> importMod(NodeImporter &n) {
   Type type = elementTypeOf(a);
   bool isFloat = isa<FloatType>(type);
   bool fmod = n.getInt("fmod", 0) != 0;
-  if (isFloat && !fmod)
-    return n.emitError() << "fmod must be 1 for floating-point inputs";
+  // Mod-28 defines fmod = 0 for floats too: the remainder of floor division.
+  if (isFloat && !fmod && n.opset() < 28)
+    return n.emitError() << "fmod must be 1 for floating-point inputs "
+                            "before opset 28";
   if (!isFloat && type.getIntOrFloatBitWidth() == 1)
     return n.emitError() << "needs numeric tensors, got " << a.getType();
   SHARC_TRY(quotient, n.create<DivOp>(a, b));
@@ -1120,7 +1122,23 @@ static FailureOr<Results> importMod(NodeImporter &n) {
             n.create<OrOp>(*negativeOverPositive, *positiveOverNegative));
   SHARC_TRY(fix, n.create<AndOp>(*nonzero, *differ));
   SHARC_TRY(adjusted, n.create<AddOp>(*remainder, b));
-  return wrap(n.create<SelectOp>(*fix, *adjusted, *remainder));
+  SHARC_TRY(result, n.create<SelectOp>(*fix, *adjusted, *remainder));
+  if (!isFloat)
+    return Results{*result};
+  // A finite x over an infinite y (where b * trunc(a / b) is NaN): x when
+  // their signs agree, else y (Mod-28, as numpy's mod).
+  Value infinity = n.scalar(type, std::numeric_limits<double>::infinity());
+  SHARC_TRY(absA, n.create<AbsOp>(a));
+  SHARC_TRY(absB, n.create<AbsOp>(b));
+  SHARC_TRY(finiteA,
+            n.create<CompareOp>(*absA, infinity, ComparePredicate::lt));
+  SHARC_TRY(infiniteB,
+            n.create<CompareOp>(*absB, infinity, ComparePredicate::eq));
+  SHARC_TRY(finiteOverInfinite, n.create<AndOp>(*finiteA, *infiniteB));
+  SHARC_TRY(signs, n.create<MulOp>(a, b));
+  SHARC_TRY(opposite, n.create<CompareOp>(*signs, zero, ComparePredicate::lt));
+  SHARC_TRY(edge, n.create<SelectOp>(*opposite, b, a));
+  return wrap(n.create<SelectOp>(*finiteOverInfinite, *edge, *result));
 }
 
 /// DepthToSpace and SpaceToDepth: a reshape that splits the block out of
@@ -1161,7 +1179,15 @@ static FailureOr<Results> importDepthSpace(NodeImporter &n) {
       return n.emitError() << "the spatial size " << height << "x" << width
                            << " is not a multiple of blocksize " << block;
     split = {batch, channels, height / block, block, width / block, block};
-    permutation = {0, 3, 5, 1, 2, 4};
+    // SpaceToDepth's `mode` (28): DCR puts the block before the channels,
+    // CRD after them.
+    std::string mode = n.getString("mode", "DCR");
+    if (mode == "DCR")
+      permutation = {0, 3, 5, 1, 2, 4};
+    else if (mode == "CRD")
+      permutation = {0, 1, 3, 5, 2, 4};
+    else
+      return n.emitError() << "unsupported mode '" << mode << "'";
     merged = {batch, channels * block * block, height / block, width / block};
   }
   SHARC_TRY(blocks, n.reshape(x, split));
@@ -2285,16 +2311,73 @@ reductionAxes(NodeImporter &n, bool axesInputSince13) {
   return std::optional<SmallVector<int64_t>>(std::move(*normalized));
 }
 
+/// A max (or, `largest` false, min) over an empty set of values is the
+/// identity of the reduction (ONNX 18): -inf (+inf), or the integer type's
+/// lowest (highest) value.  The result of reducing `x` over `axes` when one
+/// of them has no elements; null otherwise.
+static FailureOr<Value> emptyExtreme(NodeImporter &n, Value x,
+                                     ArrayRef<int64_t> axes, bool keep,
+                                     bool largest) {
+  ArrayRef<int64_t> shape = shapeOf(x);
+  if (llvm::none_of(axes, [&](int64_t axis) { return shape[axis] == 0; }))
+    return Value();
+  SmallVector<int64_t> result;
+  for (auto [axis, size] : llvm::enumerate(shape))
+    if (!llvm::is_contained(axes, int64_t(axis)))
+      result.push_back(size);
+    else if (keep)
+      result.push_back(1);
+  Type type = elementTypeOf(x);
+  double identity = std::numeric_limits<double>::infinity();
+  if (!isa<FloatType>(type)) {
+    unsigned bits = type.getIntOrFloatBitWidth();
+    identity = std::ldexp(1.0, int(bits) - 1);
+    identity = largest ? -identity : identity - 1;
+  } else if (largest) {
+    identity = -identity;
+  }
+  return n.broadcast(n.scalar(type, identity), result);
+}
+
+/// Bool reductions (opset 20) of max (any) and min (all) run on 0/1 as i32.
+/// `import` reduces its i32 operand as the node says.
+static FailureOr<Results>
+reduceBool(NodeImporter &n,
+           FailureOr<Results> (*import)(NodeImporter &, Value)) {
+  Value x = n.input(0);
+  Type i1 = elementTypeOf(x);
+  SHARC_TRY(wide, n.cast(x, IntegerType::get(n.context(), 32)));
+  FailureOr<Results> results = import(n, *wide);
+  if (failed(results))
+    return failure();
+  // An empty max is the lowest i32: false, as is 0.
+  SHARC_TRY(clamped, n.create<MaxOp>(results->front(),
+                                     n.scalar(elementTypeOf(*wide), 0.0)));
+  return wrap(n.cast(*clamped, i1));
+}
+
 template <ReduceKind kind>
-static FailureOr<Results> importReduce(NodeImporter &n) {
+static FailureOr<Results> reduceValue(NodeImporter &n, Value x) {
   FailureOr<std::optional<SmallVector<int64_t>>> axes =
       reductionAxes(n, kind == ReduceKind::sum);
   if (failed(axes))
     return failure();
   if (!*axes)
-    return Results{n.input(0)};
-  return wrap(n.create<ReduceOp>(n.input(0), kind, ArrayRef<int64_t>(**axes),
-                                 n.getInt("keepdims", 1) != 0));
+    return Results{x};
+  bool keep = n.getInt("keepdims", 1) != 0;
+  if (kind == ReduceKind::max) {
+    SHARC_TRY(empty, emptyExtreme(n, x, **axes, keep, /*largest=*/true));
+    if (*empty)
+      return Results{*empty};
+  }
+  return wrap(n.create<ReduceOp>(x, kind, ArrayRef<int64_t>(**axes), keep));
+}
+
+template <ReduceKind kind>
+static FailureOr<Results> importReduce(NodeImporter &n) {
+  if (kind == ReduceKind::max && elementTypeOf(n.input(0)).isInteger(1))
+    return reduceBool(n, reduceValue<kind>);
+  return reduceValue<kind>(n, n.input(0));
 }
 
 /// The reductions ONNX defines on top of sum and max.
@@ -2307,8 +2390,7 @@ enum class ComposedReduction { min, sumSquare, l1, l2, logSum, logSumExp };
 /// is infinite, so that infinities give infinities, not NaN).  Their
 /// gradients are those of the ops.
 template <ComposedReduction kind>
-static FailureOr<Results> importComposedReduce(NodeImporter &n) {
-  Value x = n.input(0);
+static FailureOr<Results> composedReduce(NodeImporter &n, Value x) {
   Type type = elementTypeOf(x);
   bool isFloat = isa<FloatType>(type);
   if (kind != ComposedReduction::min && failed(requireFloat(n, x)))
@@ -2324,6 +2406,13 @@ static FailureOr<Results> importComposedReduce(NodeImporter &n) {
     return n.create<ReduceOp>(value, reduction, ArrayRef<int64_t>(**axes),
                               keepDims);
   };
+  if (*axes && (kind == ComposedReduction::min ||
+                kind == ComposedReduction::logSumExp)) {
+    SHARC_TRY(empty, emptyExtreme(n, x, **axes, keep,
+                                  kind == ComposedReduction::logSumExp));
+    if (*empty)
+      return Results{*empty};
+  }
   switch (kind) {
   case ComposedReduction::min: {
     auto flip = [&](Value value) {
@@ -2374,6 +2463,13 @@ static FailureOr<Results> importComposedReduce(NodeImporter &n) {
   }
   }
   llvm_unreachable("unknown reduction");
+}
+
+template <ComposedReduction kind>
+static FailureOr<Results> importComposedReduce(NodeImporter &n) {
+  if (kind == ComposedReduction::min && elementTypeOf(n.input(0)).isInteger(1))
+    return reduceBool(n, composedReduce<kind>);
+  return composedReduce<kind>(n, n.input(0));
 }
 
 /// Mean and InvStdDev have the stash type, as in ONNX's shape inference.
@@ -2771,10 +2867,18 @@ static llvm::StringMap<OpRule> buildRules() {
         1,
         1,
         1,
-        {{"to", Attr::INT}, {"saturate", Attr::INT, 19}},
+        // round_mode (24) applies to float8e8m0 only, a type sharc lacks.
+        {{"to", Attr::INT},
+         {"saturate", Attr::INT, 19},
+         {"round_mode", Attr::STRING, 24}},
         importCast}},
       {"CastLike",
-       {15, 2, 2, 1, {{"saturate", Attr::INT, 19}}, importCastLike}},
+       {15,
+        2,
+        2,
+        1,
+        {{"saturate", Attr::INT, 19}, {"round_mode", Attr::STRING, 24}},
+        importCastLike}},
       {"Identity", {13, 1, 1, 1, {}, importIdentity}},
       // Constants and shape computations.
       {"Constant",
@@ -2798,7 +2902,9 @@ static llvm::StringMap<OpRule> buildRules() {
         {{"start", Attr::INT, 15}, {"end", Attr::INT, 15}},
         importShape}},
       {"Size", {13, 1, 1, 1, {}, importSize}},
-      {"Range", {13, 3, 3, 1, {}, importRange}},
+      // stash_type (27) makes float16/bfloat16 ranges count in float32; sharc
+      // computes every range in double and rounds each element once.
+      {"Range", {13, 3, 3, 1, {{"stash_type", Attr::INT, 27}}, importRange}},
       // Data movement.
       {"Gather", {13, 2, 2, 1, {{"axis", Attr::INT}}, importGather}},
       {"GatherND",
@@ -2816,7 +2922,12 @@ static llvm::StringMap<OpRule> buildRules() {
         {{"blocksize", Attr::INT}, {"mode", Attr::STRING}},
         importDepthSpace<true>}},
       {"SpaceToDepth",
-       {13, 1, 1, 1, {{"blocksize", Attr::INT}}, importDepthSpace<false>}},
+       {13,
+        1,
+        1,
+        1,
+        {{"blocksize", Attr::INT}, {"mode", Attr::STRING, 28}},
+        importDepthSpace<false>}},
       {"EyeLike",
        {9, 1, 1, 1, {{"dtype", Attr::INT}, {"k", Attr::INT}}, importEyeLike}},
       {"BatchNormalization",
