@@ -552,6 +552,21 @@ void windowRule(Rule &r) {
             return e.reduce(g, ReduceKind::sum, {0, 2, 3}, false);
           });
       })
+      .Case([&](Conv2DInputGradOp op) {
+        // The transposed convolution's gradients: conv2d of g (its input),
+        // and conv2d's weight gradient with g as the input.
+        r.set(0, [&] {
+          return Conv2DOp::create(e.b, g, op.getWeight(), Value(),
+                                  op.getStrides(), op.getPadding(),
+                                  op.getDilations(), op.getGroups());
+        });
+        r.set(1, [&] {
+          return Conv2DWeightGradOp::create(e.b, typeOf(op.getWeight()), g,
+                                            op.getOutputGrad(), op.getStrides(),
+                                            op.getPadding(), op.getDilations(),
+                                            op.getGroups());
+        });
+      })
       .Case([&](MaxPool2DOp op) {
         r.grads[0] = MaxPool2DGradOp::create(
             e.b, op.getInput(), g, op.getKernel(), op.getStrides(),
@@ -616,7 +631,7 @@ std::optional<std::function<void(Rule &)>> ruleOf(Operation *op) {
                    /*fromLogits=*/true);
         });
       })
-      .Case<Conv2DOp, MaxPool2DOp, AvgPool2DOp>(
+      .Case<Conv2DOp, Conv2DInputGradOp, MaxPool2DOp, AvgPool2DOp>(
           [](Operation *) { return Fn(windowRule); })
       .Default([](Operation *) { return Result(); });
 }

@@ -2714,6 +2714,109 @@ static FailureOr<Results> importConv(NodeImporter &n) {
                                  ArrayRef<int64_t>(window->dilations), groups));
 }
 
+/// ConvTranspose: conv2d's gradient with respect to its input
+/// (`conv2d_input_grad`, its weight [C_in, C_out / group, KH, KW] read as a
+/// conv2d's [O, C / groups, KH, KW]), plus B per channel.  The output has
+/// stride (in - 1) + output_padding + (k - 1) dilation + 1 - pads along each
+/// axis, or `output_shape`, whose padding is then derived as ONNX defines
+/// (the odd element at the end, or for SAME_UPPER at the start); SAME_*
+/// give in * stride.  Its gradient: conv2d for the input, conv2d's weight
+/// gradient for the weight.
+static FailureOr<Results> importConvTranspose(NodeImporter &n) {
+  Value x = n.input(0), weight = n.input(1);
+  if (failed(requireImage(n, x)))
+    return failure();
+  if (rankOf(weight) != 4)
+    return n.emitError() << "the weight must be 4-D, got " << weight.getType();
+  int64_t groups = n.getInt("group", 1);
+  int64_t channels = shapeOf(x)[1];
+  if (groups < 1 || channels % groups != 0 || shapeOf(weight)[0] != channels)
+    return n.emitError() << "the weight " << weight.getType()
+                         << " does not take the " << channels
+                         << " input channels in " << groups << " groups";
+  ArrayRef<int64_t> kernel = shapeOf(weight).drop_front(2);
+  std::optional<SmallVector<int64_t>> kernelShape = n.getInts("kernel_shape");
+  if (kernelShape && ArrayRef<int64_t>(*kernelShape) != kernel)
+    return n.emitError() << "kernel_shape " << formatShape(*kernelShape)
+                         << " differs from the weight's "
+                         << formatShape(kernel);
+  FailureOr<SmallVector<int64_t>> strides = windowAttr(n, "strides");
+  FailureOr<SmallVector<int64_t>> dilations = windowAttr(n, "dilations");
+  if (failed(strides) || failed(dilations))
+    return failure();
+  SmallVector<int64_t> extra =
+      n.getInts("output_padding").value_or(SmallVector<int64_t>{0, 0});
+  SmallVector<int64_t> pads =
+      n.getInts("pads").value_or(SmallVector<int64_t>{0, 0, 0, 0});
+  std::optional<SmallVector<int64_t>> outputShape = n.getInts("output_shape");
+  std::string autoPad = n.getString("auto_pad", "NOTSET");
+  if (extra.size() != 2 || pads.size() != 4 ||
+      (outputShape && outputShape->size() != 2 && outputShape->size() != 4))
+    return n.emitError() << "output_padding, pads and output_shape need one "
+                            "value per spatial axis (pads two)";
+  if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" &&
+      autoPad != "SAME_LOWER")
+    return n.emitError() << "unsupported auto_pad '" << autoPad << "'";
+  SmallVector<int64_t> shape{shapeOf(x)[0], shapeOf(weight)[1] * groups, 0, 0};
+  for (int d = 0; d < 2; ++d) {
+    int64_t in = shapeOf(x)[2 + d], stride = (*strides)[d];
+    int64_t span = (kernel[d] - 1) * (*dilations)[d] + 1;
+    if (extra[d] < 0 || extra[d] >= std::max(stride, (*dilations)[d]))
+      return n.emitError() << "output_padding " << formatShape(extra)
+                           << " must be less than the stride or dilation";
+    int64_t full = stride * (in - 1) + extra[d] + span;
+    int64_t out = -1;
+    if (outputShape)
+      out = (*outputShape)[outputShape->size() - 2 + d];
+    else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER")
+      out = in * stride;
+    if (out >= 0) {
+      // A negative total (an output_shape beyond the full result) pads the
+      // result with zeros.
+      int64_t total = full - out;
+      bool upper = autoPad == "SAME_UPPER";
+      // Python's floor division, as ONNX's reference implementation.
+      int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);
+      pads[d] = upper ? half : total - half;
+      pads[d + 2] = total - pads[d];
+    } else if (autoPad == "VALID") {
+      pads[d] = pads[d + 2] = 0;
+    }
+    if (!outputShape && (pads[d] < 0 || pads[d + 2] < 0))
+      return n.emitError() << "pads must not be negative";
+    shape[2 + d] = full - pads[d] - pads[d + 2];
+    if (shape[2 + d] < 1 || shape[2 + d] > kMaxWindowValue)
+      return n.emitError() << "the output would have " << shape[2 + d]
+                           << " elements along axis " << 2 + d;
+  }
+  // Negative pads: the convolution with none there, placed into zeros.
+  SmallVector<int64_t> kept(pads), inner(shape), at(4, 0), ones(4, 1);
+  for (int d = 0; d < 2; ++d)
+    for (int side : {d, d + 2}) {
+      kept[side] = std::max<int64_t>(pads[side], 0);
+      inner[2 + d] -= kept[side] - pads[side];
+      if (side == d)
+        at[2 + d] = kept[side] - pads[side];
+    }
+  auto type = tensorTypeOf(x);
+  SHARC_TRY(conv, n.createTyped<Conv2DInputGradOp>(
+                      type.clone(inner), x, weight, ArrayRef<int64_t>(*strides),
+                      ArrayRef<int64_t>(kept), ArrayRef<int64_t>(*dilations),
+                      groups));
+  Value y = *conv;
+  if (inner != shape) {
+    SHARC_TRY(zeros, n.broadcast(n.scalar(type.getElementType(), 0.0), shape));
+    SHARC_TRY(placed, n.createTyped<InsertSliceOp>(type.clone(shape), y, *zeros,
+                                                   ArrayRef<int64_t>(at),
+                                                   ArrayRef<int64_t>(ones)));
+    y = *placed;
+  }
+  if (!n.hasInput(2))
+    return Results{y};
+  SHARC_TRY(bias, n.reshape(n.input(2), {1, shape[1], 1, 1}));
+  return wrap(n.create<AddOp>(y, *bias));
+}
+
 /// The pooling window of MaxPool / AveragePool (`kernel_shape` required).
 static FailureOr<Window> poolWindow(NodeImporter &n) {
   if (failed(requireImage(n, n.input(0))))
@@ -3065,6 +3168,20 @@ static llvm::StringMap<OpRule> buildRules() {
        {13, 2, 3, 1, lossAttrs, importNegativeLogLikelihood}},
       {"Dropout", {13, 1, 3, 2, {{"seed", Attr::INT}}, importDropout}},
       // Convolution and pooling.
+      {"ConvTranspose",
+       {11,
+        2,
+        3,
+        1,
+        {{"auto_pad", Attr::STRING},
+         {"dilations", Attr::INTS},
+         {"group", Attr::INT},
+         {"kernel_shape", Attr::INTS},
+         {"output_padding", Attr::INTS},
+         {"output_shape", Attr::INTS},
+         {"pads", Attr::INTS},
+         {"strides", Attr::INTS}},
+        importConvTranspose}},
       {"Conv",
        {13,
         2,

@@ -152,6 +152,15 @@ CASES = {
                 np.array([1, 2, 5, 7])],
         torch=lambda p: F.interpolate(p, size=(5, 7), mode="bilinear",
                                       align_corners=True)),
+    # ConvTranspose (X and W both parameters): F.conv_transpose2d, strided,
+    # padded, with output padding and two groups.
+    "ConvTranspose": dict(
+        op="ConvTranspose", inputs=2,
+        attrs=dict(strides=[2, 2], pads=[1, 0, 1, 0], output_padding=[1, 1],
+                   group=2),
+        shape=(1, 2, 3, 3), second=(2, 3, 3, 2),
+        torch=lambda p, q: F.conv_transpose2d(
+            p, q, stride=2, padding=(1, 0), output_padding=1, groups=2)),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],

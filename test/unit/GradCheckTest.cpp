@@ -122,7 +122,7 @@ RoundingSteps roundingSteps(Operation *op) {
             SliceOp, ConcatOp, TriluOp, InsertSliceOp, ScatterAddOp, ConstantOp,
             CompareOp>(steps(0, 0))
       .Case<AddOp, SubOp, MaxOp, MinOp, SelectOp, BroadcastOp, GatherOp,
-            MaxPool2DOp, AvgPool2DOp, Conv2DOp>(steps(0, 1))
+            MaxPool2DOp, AvgPool2DOp, Conv2DOp, Conv2DInputGradOp>(steps(0, 1))
       .Case<SoftmaxOp, LogSoftmaxOp, LayerNormOp, ReduceOp, CrossEntropyOp,
             NllLossOp>(steps(0, 1))
       .Case<LogOp>(steps(1, 0))
@@ -780,6 +780,18 @@ TEST_F(GradCheck, Conv2D) {
         "array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : "
         "(tensor<1x3x6x6xf64>, tensor<2x3x3x3xf64>) -> tensor<1x2x2x2xf64>",
         {1, 2, 2, 2});
+}
+
+TEST_F(GradCheck, Conv2DInputGrad) {
+  // The transposed convolution (ONNX ConvTranspose): groups, strides,
+  // asymmetric padding and dilations; the result one row longer than the
+  // convolution's reach (output padding).
+  check({param("dy", random({2, 6, 3, 6})), param("w", random({6, 2, 3, 2}))},
+        "  %out = sharc.conv2d_input_grad %dy, %w {strides = array<i64: 2, "
+        "1>, padding = array<i64: 1, 0, 2, 1>, dilations = array<i64: 2, 1>, "
+        "groups = 2} : (tensor<2x6x3x6xf64>, tensor<6x2x3x2xf64>) -> "
+        "tensor<2x4x7x6xf64>",
+        {2, 4, 7, 6});
 }
 
 TEST_F(GradCheck, Pooling) {
