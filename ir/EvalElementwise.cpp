@@ -178,9 +178,8 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
             [](int64_t x) { return x < 0 ? wrapNeg(x) : x; });
       })
       .Case([&](ReluOp) {
-        return mapNumeric(
-            call, sharc::math::relu,
-            [](int64_t x) { return x > 0 ? x : int64_t(0); });
+        return mapNumeric(call, sharc::math::relu,
+                          [](int64_t x) { return x > 0 ? x : int64_t(0); });
       })
       .Case([&](ExpOp) {
         return mapFloats(call, [](double x) { return sharc::math::exp(x); });
@@ -201,6 +200,24 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
         return mapFloats(call, [](double x) { return sharc::math::tanh(x); });
       })
       .Case([&](SigmoidOp) { return mapFloats(call, sharc::math::sigmoid); })
+      .Case([&](AsinOp) {
+        return mapFloats(call, [](double x) { return std::asin(x); });
+      })
+      .Case([&](AcosOp) {
+        return mapFloats(call, [](double x) { return std::acos(x); });
+      })
+      .Case([&](AtanOp) {
+        return mapFloats(call, [](double x) { return std::atan(x); });
+      })
+      .Case([&](AsinhOp) {
+        return mapFloats(call, [](double x) { return std::asinh(x); });
+      })
+      .Case([&](AcoshOp) {
+        return mapFloats(call, [](double x) { return std::acosh(x); });
+      })
+      .Case([&](AtanhOp) {
+        return mapFloats(call, [](double x) { return std::atanh(x); });
+      })
       .Case([&](SinOp) {
         return mapFloats(call, [](double x) { return std::sin(x); });
       })
@@ -245,26 +262,22 @@ std::optional<LogicalResult> eval::evalElementwiseOp(const OpCall &call) {
       .Case([&](DivOp) {
         return binaryNumeric(
             call, [](double a, double b) { return a / b; },
-            sharc::math::truncDiv,
-            "integer division by zero");
+            sharc::math::truncDiv, "integer division by zero");
       })
       .Case([&](PowOp) {
         return binaryNumeric(
             call, [](double a, double b) { return std::pow(a, b); },
-            sharc::math::ipow,
-            "integer zero raised to a negative power");
+            sharc::math::ipow, "integer zero raised to a negative power");
       })
       .Case([&](MaxOp) {
-        return binaryNumeric(call, sharc::math::maxNan,
-                             [](int64_t a, int64_t b, bool &) {
-          return std::max(a, b);
-        });
+        return binaryNumeric(
+            call, sharc::math::maxNan,
+            [](int64_t a, int64_t b, bool &) { return std::max(a, b); });
       })
       .Case([&](MinOp) {
-        return binaryNumeric(call, sharc::math::minNan,
-                             [](int64_t a, int64_t b, bool &) {
-          return std::min(a, b);
-        });
+        return binaryNumeric(
+            call, sharc::math::minNan,
+            [](int64_t a, int64_t b, bool &) { return std::min(a, b); });
       })
       .Case([&](AndOp) { return evalBool(call, /*isAnd=*/true); })
       .Case([&](OrOp) { return evalBool(call, /*isAnd=*/false); })

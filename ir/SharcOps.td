@@ -98,6 +98,24 @@ def Sharc_SinOp : Sharc_UnaryOp<"sin", Sharc_FloatTensor> {
 def Sharc_CosOp : Sharc_UnaryOp<"cos", Sharc_FloatTensor> {
   let summary = "cosine";
 }
+def Sharc_AsinOp : Sharc_UnaryOp<"asin", Sharc_FloatTensor> {
+  let summary = "inverse sine (NaN outside [-1, 1])";
+}
+def Sharc_AcosOp : Sharc_UnaryOp<"acos", Sharc_FloatTensor> {
+  let summary = "inverse cosine (NaN outside [-1, 1])";
+}
+def Sharc_AtanOp : Sharc_UnaryOp<"atan", Sharc_FloatTensor> {
+  let summary = "inverse tangent";
+}
+def Sharc_AsinhOp : Sharc_UnaryOp<"asinh", Sharc_FloatTensor> {
+  let summary = "inverse hyperbolic sine";
+}
+def Sharc_AcoshOp : Sharc_UnaryOp<"acosh", Sharc_FloatTensor> {
+  let summary = "inverse hyperbolic cosine (NaN below 1)";
+}
+def Sharc_AtanhOp : Sharc_UnaryOp<"atanh", Sharc_FloatTensor> {
+  let summary = "inverse hyperbolic tangent (NaN outside [-1, 1])";
+}
 def Sharc_FloorOp : Sharc_UnaryOp<"floor", Sharc_FloatTensor> {
   let summary = "largest integer not greater than x";
 }
@@ -210,7 +228,8 @@ def Sharc_FusionOp : Sharc_Op<"fusion", [IsolatedFromAbove, SingleBlock,
     has the same shape, the iteration shape; every operand and every value of
     the body numpy-broadcasts to it.  The body holds only fusible elementwise
     ops (those with the Sharc_Fusible trait: `neg abs relu exp log sqrt rsqrt
-    erf tanh sigmoid sin cos floor not gelu cast add sub mul div pow max min
+    erf tanh sigmoid sin cos asin acos atan asinh acosh atanh floor not gelu
+    cast add sub mul div pow max min
     and or compare select`) and splat `sharc.constant`s.  Evaluating the body op by op gives exactly the
     results of the unfused ops; sharc-fuse builds these ops for the code
     generator.

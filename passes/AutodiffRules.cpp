@@ -163,6 +163,31 @@ void unaryRule(Rule &r) {
           })
           .Case([&](SinOp) { return e.mul(g, CosOp::create(e.b, x)); })
           .Case([&](CosOp) { return e.neg(e.mul(g, SinOp::create(e.b, x))); })
+          // asin' = 1 / sqrt(1 - x^2), acos' its negation, atan' =
+          // 1 / (1 + x^2); asinh' = 1 / sqrt(x^2 + 1), acosh' =
+          // 1 / sqrt(x^2 - 1), atanh' = 1 / (1 - x^2).
+          .Case([&](AsinOp) {
+            return e.div(
+                g, SqrtOp::create(e.b, e.sub(e.scalar(x, 1.0), e.mul(x, x))));
+          })
+          .Case([&](AcosOp) {
+            return e.neg(e.div(
+                g, SqrtOp::create(e.b, e.sub(e.scalar(x, 1.0), e.mul(x, x)))));
+          })
+          .Case([&](AtanOp) {
+            return e.div(g, e.add(e.scalar(x, 1.0), e.mul(x, x)));
+          })
+          .Case([&](AsinhOp) {
+            return e.div(
+                g, SqrtOp::create(e.b, e.add(e.mul(x, x), e.scalar(x, 1.0))));
+          })
+          .Case([&](AcoshOp) {
+            return e.div(
+                g, SqrtOp::create(e.b, e.sub(e.mul(x, x), e.scalar(x, 1.0))));
+          })
+          .Case([&](AtanhOp) {
+            return e.div(g, e.sub(e.scalar(x, 1.0), e.mul(x, x)));
+          })
           .Case([&](GeluOp op) -> Value {
             if (op.getApproximation() == GeluApproximation::none) {
               // Phi(x) + x phi(x).
@@ -588,8 +613,8 @@ std::optional<std::function<void(Rule &)>> ruleOf(Operation *op) {
       // Piecewise constant: no contribution.
       .Case([](FloorOp) { return Fn([](Rule &) {}); })
       .Case<NegOp, AbsOp, ReluOp, ExpOp, LogOp, SqrtOp, RsqrtOp, ErfOp, TanhOp,
-            SigmoidOp, SinOp, CosOp, GeluOp, CastOp>(
-          [](Operation *) { return Fn(unaryRule); })
+            SigmoidOp, SinOp, CosOp, AsinOp, AcosOp, AtanOp, AsinhOp, AcoshOp,
+            AtanhOp, GeluOp, CastOp>([](Operation *) { return Fn(unaryRule); })
       .Case<AddOp, SubOp, MulOp, DivOp, PowOp, MaxOp, MinOp>(
           [](Operation *) { return Fn(binaryRule); })
       .Case([](SelectOp) { return Fn(selectRule); })

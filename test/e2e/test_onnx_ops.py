@@ -51,6 +51,14 @@ CASES = {
     "Cos": unary("Cos", torch.cos),
     "Tan": unary("Tan", torch.tan),
     "Sinh": unary("Sinh", torch.sinh),
+    # The inverse functions, at parameters inside their domains (`values`).
+    "Asin": dict(unary("Asin", torch.asin), values=lambda p: p * 0.6),
+    "Acos": dict(unary("Acos", torch.acos), values=lambda p: p * 0.6),
+    "Atan": unary("Atan", torch.atan),
+    "Asinh": unary("Asinh", torch.asinh),
+    "Acosh": dict(unary("Acosh", torch.acosh),
+                  values=lambda p: np.abs(p) + 1.1),
+    "Atanh": dict(unary("Atanh", torch.atanh), values=lambda p: p * 0.6),
     "Cosh": unary("Cosh", torch.cosh),
     "PRelu": dict(op="PRelu", inputs=2, attrs={}, second=(4,),
                   torch=lambda p, q: torch.where(p < 0, q * p, p)),
@@ -227,6 +235,7 @@ def test_gradient_matches_autograd(sharc, tmp_path, name):
     p = parameter_values(case.get("shape", SHAPE), 1)
     if name == "ReduceLogSum":
         p = np.abs(p)
+    p = case.get("values", lambda v: v)(p).astype(np.float32)
     q = parameter_values(case.get("second", SHAPE), 2)
     path = tmp_path / f"{name}.onnx"
     out_shape = build(case, path, p, q)

@@ -127,6 +127,10 @@ RoundingSteps roundingSteps(Operation *op) {
             NllLossOp>(steps(0, 1))
       .Case<LogOp>(steps(1, 0))
       .Case<ExpOp, SqrtOp, SinOp, CosOp>(steps(2, 0))
+      // 1 - x x (or x x +- 1), its square root and the division.
+      .Case<AsinOp, AcosOp, AsinhOp, AcoshOp>(steps(6, 0))
+      // 1 +- x x and the division.
+      .Case<AtanOp, AtanhOp>(steps(4, 0))
       .Case<RsqrtOp>(steps(3, 0))
       .Case<MulOp, MatmulOp>(steps(1, 1))
       .Case<DivOp>(steps(3, 1))
@@ -489,10 +493,12 @@ TEST_F(GradCheck, UnaryOps) {
     double low, high; // 0, 0: away from zero
   };
   const Case cases[] = {
-      {"neg", -1, 1},      {"abs", 0, 0},      {"relu", 0, 0},
-      {"exp", -1, 1},      {"log", 0.5, 2},    {"sqrt", 0.5, 2},
-      {"rsqrt", 0.5, 2},   {"erf", -1.5, 1.5}, {"tanh", -1.5, 1.5},
-      {"sigmoid", -2, 2},  {"sin", -2, 2},     {"cos", -2, 2},
+      {"neg", -1, 1},      {"abs", 0, 0},       {"relu", 0, 0},
+      {"exp", -1, 1},      {"log", 0.5, 2},     {"sqrt", 0.5, 2},
+      {"rsqrt", 0.5, 2},   {"erf", -1.5, 1.5},  {"tanh", -1.5, 1.5},
+      {"sigmoid", -2, 2},  {"sin", -2, 2},      {"cos", -2, 2},
+      {"asin", -0.8, 0.8}, {"acos", -0.8, 0.8}, {"atan", -2, 2},
+      {"asinh", -2, 2},    {"acosh", 1.2, 3},   {"atanh", -0.8, 0.8},
       {"floor", -2.7, 2.7}};
   for (const Case &c : cases) {
     SCOPED_TRACE(c.op);

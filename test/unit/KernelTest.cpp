@@ -182,8 +182,9 @@ public:
   void halfPrecision() {
     for (StringRef e : {"f16", "bf16"}) {
       for (StringRef op :
-           {"neg", "abs", "relu", "exp", "log", "sqrt", "rsqrt", "erf", "tanh",
-            "sigmoid", "sin", "cos", "floor", "gelu"}) {
+           {"neg",  "abs",   "relu",    "exp",   "log",   "sqrt", "rsqrt",
+            "erf",  "tanh",  "sigmoid", "sin",   "cos",   "asin", "acos",
+            "atan", "asinh", "acosh",   "atanh", "floor", "gelu"}) {
         auto s = shape(uniform(1, 3));
         std::string t = type(s, e);
         Gen gen = op == "log" || op == "sqrt" || op == "rsqrt" ? Gen::positive
@@ -292,8 +293,9 @@ public:
 
   void elementwise() {
     for (StringRef op :
-         {"neg", "abs", "relu", "exp", "log", "sqrt", "rsqrt", "erf", "tanh",
-          "sigmoid", "sin", "cos", "floor", "gelu", "gelu_tanh"}) {
+         {"neg",  "abs",   "relu",    "exp",   "log",   "sqrt", "rsqrt",
+          "erf",  "tanh",  "sigmoid", "sin",   "cos",   "asin", "acos",
+          "atan", "asinh", "acosh",   "atanh", "floor", "gelu", "gelu_tanh"}) {
       std::string e = floatType();
       auto s = shape(uniform(0, 3));
       std::string t = type(s, e);
