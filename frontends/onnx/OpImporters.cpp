@@ -12,6 +12,7 @@
 #include "frontends/onnx/ImporterInternal.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -2817,6 +2818,294 @@ static FailureOr<Results> importConvTranspose(NodeImporter &n) {
   return wrap(n.create<AddOp>(y, *bias));
 }
 
+//===----------------------------------------------------------------------===//
+// Einsum
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// An Einsum operand as it is being reduced: its value and the label of each
+/// dimension (letters, and for the dimensions "..." stands for labels from
+/// kEllipsisLabel on, right-aligned across the operands).
+struct Labelled {
+  Value value;
+  SmallVector<int> labels;
+};
+constexpr int kEllipsisLabel = 1000;
+} // namespace
+
+/// The labels of an Einsum term; "..." becomes `ellipsis` labels ending at
+/// kEllipsisLabel + `total` (right-aligned).  Fails on other characters.
+static FailureOr<SmallVector<int>>
+einsumLabels(NodeImporter &n, StringRef term, int64_t ellipsis, int64_t total) {
+  SmallVector<int> labels;
+  bool seenEllipsis = false;
+  for (size_t i = 0; i < term.size(); ++i) {
+    if (term.substr(i).starts_with("...")) {
+      if (seenEllipsis)
+        return n.emitError() << "'...' twice in the term '" << term << "'";
+      seenEllipsis = true;
+      for (int64_t k = 0; k < ellipsis; ++k)
+        labels.push_back(kEllipsisLabel + int(total - ellipsis + k));
+      i += 2;
+    } else if (llvm::isAlpha(term[i])) {
+      labels.push_back(term[i]);
+    } else {
+      return n.emitError() << "unexpected character '" << term[i]
+                           << "' in the term '" << term << "'";
+    }
+  }
+  return labels;
+}
+
+/// Sums `x` over the labels for which `drop` is true.
+static FailureOr<Labelled> einsumSumOut(NodeImporter &n, Labelled x,
+                                        llvm::function_ref<bool(int)> drop) {
+  SmallVector<int64_t> axes;
+  Labelled result{x.value, {}};
+  for (auto [axis, label] : llvm::enumerate(x.labels))
+    if (drop(label))
+      axes.push_back(axis);
+    else
+      result.labels.push_back(label);
+  if (axes.empty())
+    return x;
+  SHARC_TRY(sum, n.create<ReduceOp>(x.value, ReduceKind::sum,
+                                    ArrayRef<int64_t>(axes), false));
+  result.value = *sum;
+  return result;
+}
+
+/// `x` with its dimensions in the order of `labels` (a permutation of its
+/// own).
+static FailureOr<Value> einsumPermute(NodeImporter &n, const Labelled &x,
+                                      ArrayRef<int> labels) {
+  SmallVector<int64_t> permutation;
+  for (int label : labels)
+    permutation.push_back(llvm::find(x.labels, label) - x.labels.begin());
+  if (llvm::equal(permutation, llvm::seq<int64_t>(0, permutation.size())))
+    return x.value;
+  return n.create<TransposeOp>(x.value, permutation);
+}
+
+/// Einsum: each operand's repeated labels become diagonals (a gather of
+/// every (n + 1)-th element), labels no other operand and not the output
+/// has are summed out, the operands are contracted left to right (a
+/// batched matmul over the labels both have: the shared ones the output or a
+/// later operand keeps are its batch, the others its contraction), and the
+/// result is summed and transposed to the output's labels ("->" given, or the
+/// labels that appear once, sorted, after the "..." dimensions).  "..."
+/// dimensions broadcast as numpy's.  The gradient is the ops'.
+static FailureOr<Results> importEinsum(NodeImporter &n) {
+  std::string equation;
+  for (char c : n.getString("equation", ""))
+    if (!llvm::isSpace(c))
+      equation.push_back(c);
+  StringRef lhs = equation, rhs;
+  bool explicitOutput = false;
+  if (size_t arrow = lhs.find("->"); arrow != StringRef::npos) {
+    rhs = lhs.substr(arrow + 2);
+    lhs = lhs.substr(0, arrow);
+    explicitOutput = true;
+  }
+  SmallVector<StringRef> terms;
+  lhs.split(terms, ',');
+  if (terms.size() != n.numInputs())
+    return n.emitError() << "the equation '" << equation << "' has "
+                         << terms.size() << " operand terms for "
+                         << n.numInputs() << " inputs";
+  for (unsigned i = 0; i < n.numInputs(); ++i)
+    if (failed(requireFloat(n, n.input(i))))
+      return failure();
+  // The rank "..." stands for in each operand, and the largest.
+  SmallVector<int64_t> ellipsis;
+  int64_t total = 0;
+  for (auto [i, term] : llvm::enumerate(terms)) {
+    int64_t letters =
+        llvm::count_if(term, [](char c) { return llvm::isAlpha(c); });
+    int64_t rank = rankOf(n.input(i));
+    bool has = term.contains("...");
+    if (has ? rank < letters : rank != letters)
+      return n.emitError() << "the term '" << term << "' does not fit input #"
+                           << i << " of rank " << rank;
+    ellipsis.push_back(has ? rank - letters : 0);
+    total = std::max(total, ellipsis.back());
+  }
+  SmallVector<Labelled> operands;
+  llvm::DenseMap<int, int64_t> sizes;
+  llvm::DenseMap<int, int> counts;
+  for (auto [i, term] : llvm::enumerate(terms)) {
+    FailureOr<SmallVector<int>> labels =
+        einsumLabels(n, term, ellipsis[i], total);
+    if (failed(labels))
+      return failure();
+    for (auto [axis, label] : llvm::enumerate(*labels)) {
+      int64_t size = shapeOf(n.input(i))[axis];
+      auto [it, inserted] = sizes.try_emplace(label, size);
+      if (!inserted && it->second != size) {
+        // "..." dimensions broadcast; letters must agree.
+        if (label < kEllipsisLabel || (it->second != 1 && size != 1))
+          return n.emitError()
+                 << "the label '"
+                 << (label < kEllipsisLabel ? std::string(1, char(label))
+                                            : std::string("..."))
+                 << "' has sizes " << it->second << " and " << size;
+        it->second = std::max(it->second, size);
+      }
+      ++counts[label];
+    }
+    operands.push_back({n.input(i), std::move(*labels)});
+  }
+  SmallVector<int> output;
+  if (explicitOutput) {
+    FailureOr<SmallVector<int>> labels = einsumLabels(n, rhs, total, total);
+    if (failed(labels))
+      return failure();
+    output = std::move(*labels);
+    for (int label : output)
+      if (!sizes.count(label) || llvm::count(output, label) != 1)
+        return n.emitError() << "the output term '" << rhs
+                             << "' names a label no input has, or one twice";
+  } else {
+    for (int64_t k = 0; k < total; ++k)
+      output.push_back(kEllipsisLabel + int(k));
+    SmallVector<int> once;
+    for (auto &[label, count] : counts)
+      if (label < kEllipsisLabel && count == 1)
+        once.push_back(label);
+    llvm::sort(once);
+    output.append(once);
+  }
+
+  // Diagonals of repeated labels.
+  for (Labelled &x : operands) {
+    for (size_t a = 0; a < x.labels.size(); ++a) {
+      auto b = std::find(x.labels.begin() + a + 1, x.labels.end(), x.labels[a]);
+      if (b == x.labels.end())
+        continue;
+      int label = x.labels[a];
+      int64_t size = sizes[label];
+      SmallVector<int> order;
+      for (int other : x.labels)
+        if (other != label)
+          order.push_back(other);
+      size_t kept = order.size();
+      order.append({label, label});
+      // Transpose the pair last, flatten it, and gather its diagonal.
+      SmallVector<int64_t> permutation;
+      for (size_t axis = 0; axis < x.labels.size(); ++axis)
+        if (x.labels[axis] != label)
+          permutation.push_back(axis);
+      permutation.append({int64_t(a), int64_t(b - x.labels.begin())});
+      if (llvm::count(x.labels, label) > 2)
+        return n.emitError() << "a label three times in one term is not "
+                                "supported";
+      SHARC_TRY(moved, n.create<TransposeOp>(x.value, permutation));
+      SmallVector<int64_t> flat(shapeOf(*moved).take_front(kept));
+      flat.push_back(size * size);
+      SHARC_TRY(flattened, n.reshape(*moved, flat));
+      Tensor indices(DType::i64, {size});
+      for (int64_t k = 0; k < size; ++k)
+        indices.setDouble(k, double(k * (size + 1)));
+      SHARC_TRY(diagonal, n.create<GatherOp>(*flattened, n.constant(indices),
+                                             int64_t(kept)));
+      order.pop_back();
+      x = {*diagonal, order};
+      a = -1; // Look again from the start.
+    }
+  }
+  // Labels needed after operand `i`: by a later operand or the output.
+  auto neededAfter = [&](size_t i, int label) {
+    if (llvm::is_contained(output, label))
+      return true;
+    for (size_t j = i + 1; j < operands.size(); ++j)
+      if (llvm::is_contained(operands[j].labels, label))
+        return true;
+    return false;
+  };
+  FailureOr<Labelled> current = einsumSumOut(
+      n, operands[0], [&](int label) { return !neededAfter(0, label); });
+  if (failed(current))
+    return failure();
+  for (size_t i = 1; i < operands.size(); ++i) {
+    FailureOr<Labelled> right = einsumSumOut(n, operands[i], [&](int label) {
+      return !neededAfter(i, label) &&
+             !llvm::is_contained(current->labels, label);
+    });
+    if (failed(right))
+      return failure();
+    SmallVector<int> batch, left, contracted, rightOnly;
+    for (int label : current->labels) {
+      bool shared = llvm::is_contained(right->labels, label);
+      if (!shared)
+        left.push_back(label);
+      else if (neededAfter(i, label))
+        batch.push_back(label);
+      else
+        contracted.push_back(label);
+    }
+    for (int label : right->labels)
+      if (!llvm::is_contained(current->labels, label))
+        rightOnly.push_back(label);
+    auto product = [&](ArrayRef<int> labels, const Labelled &x) {
+      int64_t size = 1;
+      for (int label : labels)
+        size *=
+            shapeOf(x.value)[llvm::find(x.labels, label) - x.labels.begin()];
+      return size;
+    };
+    auto batchShape = [&](const Labelled &x) {
+      SmallVector<int64_t> shape;
+      for (int label : batch)
+        shape.push_back(
+            shapeOf(x.value)[llvm::find(x.labels, label) - x.labels.begin()]);
+      return shape;
+    };
+    SmallVector<int> leftOrder(batch), rightOrder(batch);
+    leftOrder.append(left.begin(), left.end());
+    leftOrder.append(contracted.begin(), contracted.end());
+    rightOrder.append(contracted.begin(), contracted.end());
+    rightOrder.append(rightOnly.begin(), rightOnly.end());
+    SHARC_TRY(leftMoved, einsumPermute(n, *current, leftOrder));
+    SHARC_TRY(rightMoved, einsumPermute(n, *right, rightOrder));
+    SmallVector<int64_t> leftShape = batchShape(*current),
+                         rightShape = batchShape(*right);
+    leftShape.append({product(left, *current), product(contracted, *current)});
+    rightShape.append(
+        {product(contracted, *right), product(rightOnly, *right)});
+    SHARC_TRY(leftMatrix, n.reshape(*leftMoved, leftShape));
+    SHARC_TRY(rightMatrix, n.reshape(*rightMoved, rightShape));
+    SHARC_TRY(matrix,
+              n.create<MatmulOp>(*leftMatrix, *rightMatrix, false, false));
+    SmallVector<int64_t> shape;
+    SmallVector<int> labels(batch);
+    for (int label : batch)
+      shape.push_back(sizes[label]);
+    for (int label : left) {
+      shape.push_back(sizes[label]);
+      labels.push_back(label);
+    }
+    for (int label : rightOnly) {
+      shape.push_back(sizes[label]);
+      labels.push_back(label);
+    }
+    // Broadcast batch dimensions take their full size in the matmul.
+    for (auto [k, label] : llvm::enumerate(batch))
+      shape[k] = shapeOf(*matrix)[k];
+    SHARC_TRY(unflattened, n.reshape(*matrix, shape));
+    current = Labelled{*unflattened, labels};
+  }
+  FailureOr<Labelled> last = einsumSumOut(n, *current, [&](int label) {
+    return !llvm::is_contained(output, label);
+  });
+  if (failed(last))
+    return failure();
+  // Output "..." dimensions an operand did not have (or had as 1) broadcast.
+  for (int label : output)
+    if (!llvm::is_contained(last->labels, label))
+      return n.emitError() << "the output label has no input dimension";
+  return wrap(einsumPermute(n, *last, output));
+}
+
 /// The pooling window of MaxPool / AveragePool (`kernel_shape` required).
 static FailureOr<Window> poolWindow(NodeImporter &n) {
   if (failed(requireImage(n, n.input(0))))
@@ -3174,6 +3463,8 @@ static llvm::StringMap<OpRule> buildRules() {
        {13, 2, 3, 1, lossAttrs, importNegativeLogLikelihood}},
       {"Dropout", {13, 1, 3, 2, {{"seed", Attr::INT}}, importDropout}},
       // Convolution and pooling.
+      {"Einsum",
+       {12, 1, kVariadic, 1, {{"equation", Attr::STRING}}, importEinsum}},
       {"ConvTranspose",
        {11,
         2,

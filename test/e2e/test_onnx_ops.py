@@ -169,6 +169,34 @@ CASES = {
         shape=(1, 2, 3, 3), second=(2, 3, 3, 2),
         torch=lambda p, q: F.conv_transpose2d(
             p, q, stride=2, padding=(1, 0), output_padding=1, groups=2)),
+    # Einsum: the patterns exporters emit (batched and attention products,
+    # broadcast "...", implicit outputs, outer products) and diagonals.
+    "EinsumBatchMatmul": dict(
+        op="Einsum", inputs=2, attrs=dict(equation="bij,bjk->bik"),
+        shape=(2, 3, 4), second=(2, 4, 5),
+        torch=lambda p, q: torch.einsum("bij,bjk->bik", p, q)),
+    "EinsumAttention": dict(
+        op="Einsum", inputs=2, attrs=dict(equation="bhqd,bhkd->bhqk"),
+        shape=(1, 2, 3, 4), second=(1, 2, 5, 4),
+        torch=lambda p, q: torch.einsum("bhqd,bhkd->bhqk", p, q)),
+    "EinsumBroadcastEllipsis": dict(
+        op="Einsum", inputs=2, attrs=dict(equation="...ij,jk->...ik"),
+        shape=(2, 3, 4), second=(4, 5),
+        torch=lambda p, q: torch.einsum("...ij,jk->...ik", p, q)),
+    "EinsumImplicit": dict(
+        op="Einsum", inputs=2, attrs=dict(equation="ij,jk"),
+        shape=(3, 4), second=(4, 2),
+        torch=lambda p, q: torch.einsum("ij,jk", p, q)),
+    "EinsumOuterSum": dict(
+        op="Einsum", inputs=2, attrs=dict(equation="ia,j->ij"),
+        shape=(3, 4), second=(5,),
+        torch=lambda p, q: torch.einsum("ia,j->ij", p, q)),
+    "EinsumDiagonal": dict(
+        op="Einsum", inputs=1, attrs=dict(equation="bii->bi"),
+        shape=(2, 3, 3), torch=lambda p: torch.einsum("bii->bi", p)),
+    "EinsumTrace": dict(
+        op="Einsum", inputs=1, attrs=dict(equation="bii->b"), shape=(2, 4, 4),
+        torch=lambda p: torch.einsum("bii->b", p)),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],
