@@ -3106,6 +3106,44 @@ static FailureOr<Results> importEinsum(NodeImporter &n) {
   return wrap(einsumPermute(n, *last, output));
 }
 
+/// LRN: x / (bias + alpha / size * s)^beta, where s sums the squares of
+/// `size` neighbouring channels (floor((size - 1) / 2) before, the rest
+/// after, zeros beyond the ends): an average pool over the channel axis of
+/// the squares, which counts the padding, times size.
+static FailureOr<Results> importLRN(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  int64_t rank = rankOf(x);
+  if (rank < 3)
+    return n.emitError() << "needs an (N, C, spatial...) input, got "
+                         << x.getType();
+  int64_t size = n.getInt("size", 0);
+  if (size < 1 || size > kMaxWindowValue)
+    return n.emitError() << "size must be positive, got " << size;
+  double alpha = n.getFloat("alpha", double(1e-4f));
+  double beta = n.getFloat("beta", double(0.75f));
+  double bias = n.getFloat("bias", 1.0);
+  ArrayRef<int64_t> shape = shapeOf(x);
+  int64_t rest = 1;
+  for (int64_t d : shape.drop_front(2))
+    rest *= d;
+  Type type = elementTypeOf(x);
+  SHARC_TRY(square, n.create<MulOp>(x, x));
+  SHARC_TRY(columns, n.reshape(*square, {shape[0], 1, shape[1], rest}));
+  int64_t before = (size - 1) / 2, after = size - 1 - before;
+  SHARC_TRY(mean, n.create<AvgPool2DOp>(*columns, ArrayRef<int64_t>{size, 1},
+                                        ArrayRef<int64_t>{1, 1},
+                                        ArrayRef<int64_t>{before, 0, after, 0},
+                                        false, true));
+  SHARC_TRY(back, n.reshape(*mean, shape));
+  // bias + alpha / size * (size * mean) = bias + alpha * mean.
+  SHARC_TRY(scaled, n.create<MulOp>(*back, n.scalar(type, alpha)));
+  SHARC_TRY(shifted, n.create<AddOp>(*scaled, n.scalar(type, bias)));
+  SHARC_TRY(power, n.create<PowOp>(*shifted, n.scalar(type, beta)));
+  return wrap(n.create<DivOp>(x, *power));
+}
+
 /// The pooling window of MaxPool / AveragePool (`kernel_shape` required).
 static FailureOr<Window> poolWindow(NodeImporter &n) {
   if (failed(requireImage(n, n.input(0))))
@@ -3463,6 +3501,16 @@ static llvm::StringMap<OpRule> buildRules() {
        {13, 2, 3, 1, lossAttrs, importNegativeLogLikelihood}},
       {"Dropout", {13, 1, 3, 2, {{"seed", Attr::INT}}, importDropout}},
       // Convolution and pooling.
+      {"LRN",
+       {13,
+        1,
+        1,
+        1,
+        {{"alpha", Attr::FLOAT},
+         {"beta", Attr::FLOAT},
+         {"bias", Attr::FLOAT},
+         {"size", Attr::INT}},
+        importLRN}},
       {"Einsum",
        {12, 1, kVariadic, 1, {{"equation", Attr::STRING}}, importEinsum}},
       {"ConvTranspose",

@@ -197,6 +197,11 @@ CASES = {
     "EinsumTrace": dict(
         op="Einsum", inputs=1, attrs=dict(equation="bii->b"), shape=(2, 4, 4),
         torch=lambda p: torch.einsum("bii->b", p)),
+    "LRN": dict(
+        op="LRN", inputs=1, attrs=dict(size=3, alpha=0.3, beta=0.6, bias=1.5),
+        shape=(2, 4, 3),
+        torch=lambda p: F.local_response_norm(p, 3, alpha=0.3, beta=0.6,
+                                              k=1.5)),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],
