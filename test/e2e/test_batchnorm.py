@@ -14,13 +14,13 @@ variance; PyTorch's BatchNorm with the unbiased one, so that one is
 recomputed from the batches).  A model exported in inference mode gets a
 warning, and its statistics stay as they are."""
 
-import shutil
-import subprocess
 import warnings
 
 import numpy as np
 import pytest
 import torch
+
+from binaries import losses_of, run_binary
 
 ROWS, STEPS = 8, 5
 RECIPE = ["--optimizer", "adamw", "--lr", "0.01", "--weight-decay", "0.01",
@@ -129,12 +129,6 @@ def pytorch_run(x, y, parts, start, rank0_only=False):
         losses.append(total)
     return losses, mean, var, net.bn.running_var.double().numpy()
 
-
-def losses_of(stdout):
-    return [float(line.split()[3]) for line in stdout.splitlines()
-            if line.startswith("step ")]
-
-
 def data(directory):
     return ["--input", f"x={directory / 'x.npy'}",
             "--input", f"y={directory / 'y.npy'}"]
@@ -167,16 +161,6 @@ def test_trains_as_pytorch_on_the_evaluator(sharc, workdir, tmp_path, split):
     # PyTorch's own running variance (unbiased batch variances) differs:
     # the comparison above can tell them apart.
     assert not np.allclose(got_var, own, rtol=1e-3)
-
-
-def run_binary(out, ranks, *args):
-    run = subprocess.run(
-        [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-         "-np", str(ranks), str(out / "train"), *map(str, args)],
-        capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    return run.stdout
-
 
 @pytest.mark.parametrize("stage", [0, 3])
 def test_two_ranks_in_the_binary(sharc, workdir, tmp_path, stage):

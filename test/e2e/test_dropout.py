@@ -9,13 +9,13 @@ distribution for the keep rate, numpy for the forward values and for the
 gradient that the forward's mask implies, and one run against another for
 the invariances."""
 
-import shutil
-import subprocess
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+from binaries import losses_of, run_binary, step_lines
 
 ROWS, D, H = 8, 16, 64
 RATIO = 0.3
@@ -76,17 +76,6 @@ def data(directory):
 
 def shapes(rows):
     return ["--input-shape", f"x={rows}x{D}", "--input-shape", f"c={rows}x{H}"]
-
-
-def step_lines(stdout):
-    return [line.split()[:4] for line in stdout.splitlines()
-            if line.startswith("step ")]
-
-
-def losses_of(stdout):
-    return [float(line[3]) for line in step_lines(stdout)]
-
-
 def evaluate_forward(sharc, directory, rows):
     """The model's outputs on the first `rows` rows (the masks of step 0 on
     global batch rows 0..rows-1, the evaluator's default key)."""
@@ -190,16 +179,6 @@ def test_seed_attribute_changes_the_masks(sharc, workdir, evaluator_losses):
     seeded = losses_of(result.stdout)
     assert all(abs(a - b) > 1e-6 * abs(b) for a, b in
                zip(seeded, evaluator_losses["one rank"])), seeded
-
-
-def run_binary(directory, ranks, *args):
-    run = subprocess.run(
-        [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-         "-np", str(ranks), str(directory / "train"), *map(str, args)],
-        capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    return run.stdout
-
 
 @pytest.mark.parametrize("name", ["one rank", "two ranks",
                                   "ZeRO-3, two ranks, two micro-batches"])

@@ -14,13 +14,13 @@ trains it (docs/onnx.md, "Exporting from PyTorch for training").  The
 TorchScript exporter cannot export transformers 5's models at all (aten::diff
 in their mask code)."""
 
-import shutil
-import subprocess
 import warnings
 
 import numpy as np
 import pytest
 import torch
+
+from binaries import losses_of, run_binary
 
 STEPS = 8
 ROWS, SEQ, VOCAB = 4, 16, 128
@@ -123,12 +123,6 @@ def shapes(rows, label_dims):
     return ["--input-shape", f"input_ids={rows}x{SEQ}",
             "--input-shape", f"labels={labels}"]
 
-
-def losses_of(stdout):
-    return [float(line.split()[3]) for line in stdout.splitlines()
-            if line.startswith("step ")]
-
-
 def test_imports_with_pytorchs_loss(sharc, exported):
     name, path, inputs, _, losses = exported
     result = sharc("eval", path, *inputs)
@@ -145,16 +139,6 @@ def test_trains_as_pytorch_on_the_evaluator(sharc, exported):
     np.testing.assert_allclose(losses_of(result.stdout), losses, rtol=RTOL,
                                err_msg=name)
 
-
-def run_binary(out, ranks, inputs, steps):
-    run = subprocess.run(
-        [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-         "-np", str(ranks), str(out / "train"), *inputs, "--steps",
-         str(steps)], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    return run.stdout
-
-
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_trains_as_pytorch_in_the_binary(sharc, exported, ranks):
     name, path, inputs, label_dims, losses = exported
@@ -162,8 +146,9 @@ def test_trains_as_pytorch_in_the_binary(sharc, exported, ranks):
     compiled = sharc("compile", path, *RECIPE, "--world-size", ranks,
                      *shapes(ROWS // ranks, label_dims), "-o", out)
     assert compiled.returncode == 0, compiled.stderr
-    np.testing.assert_allclose(losses_of(run_binary(out, ranks, inputs, STEPS)),
-                               losses, rtol=RTOL, err_msg=name)
+    np.testing.assert_allclose(
+        losses_of(run_binary(out, ranks, *inputs, "--steps", STEPS)),
+        losses, rtol=RTOL, err_msg=name)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -195,8 +180,9 @@ def test_trains_with_dropout(sharc, tmp_path, name):
     compiled = sharc("compile", path, *RECIPE, "--world-size", 2,
                      *shapes(ROWS // 2, label_dims), "-o", out)
     assert compiled.returncode == 0, compiled.stderr
-    np.testing.assert_allclose(losses_of(run_binary(out, 2, inputs, STEPS)),
-                               runs[0], rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(
+        losses_of(run_binary(out, 2, *inputs, "--steps", STEPS)),
+        runs[0], rtol=1e-5, err_msg=name)
     torch.manual_seed(0)
     without = ModelLoss(MODELS[name][0](0.1)).eval()(ids, labels).item()
     assert runs[0][0] != pytest.approx(without, rel=1e-4)

@@ -17,8 +17,6 @@ The dynamo exporter writes a training model's BatchNorm in inference mode:
 sharc warns and trains it as PyTorch trains the model in eval mode (frozen
 statistics)."""
 
-import shutil
-import subprocess
 import warnings
 
 import numpy as np
@@ -26,6 +24,8 @@ import onnx
 import pytest
 import torch
 from onnx import numpy_helper
+
+from binaries import losses_of, run_binary, step_lines
 
 # Four rows per rank at least: layer4 is 1x1 at 32x32, and a BatchNorm over
 # two values normalizes to +-1 whatever they are, leaving the gradients
@@ -126,18 +126,6 @@ def pytorch_losses(model, x, y, ranks=1):
         optimizer.step()
         losses.append(total)
     return losses
-
-
-def losses_of(stdout):
-    return [float(line.split()[3]) for line in stdout.splitlines()
-            if line.startswith("step ")]
-
-
-def step_lines(stdout):
-    return [line.split()[:4] for line in stdout.splitlines()
-            if line.startswith("step ")]
-
-
 def shapes(rows):
     return ["--input-shape", f"x={rows}x3x32x32", "--input-shape", f"y={rows}"]
 
@@ -150,16 +138,6 @@ def data(directory, bits):
 def rows(directory, bits):
     return (torch.from_numpy(np.load(directory / f"x{bits}.npy")),
             torch.from_numpy(np.load(directory / "y.npy")))
-
-
-def run_binary(out, ranks, *args):
-    run = subprocess.run(
-        [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe",
-         "-np", str(ranks), str(out / "train"), *map(str, args)],
-        capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr
-    return run.stdout
-
 
 def test_float64_trains_as_pytorch_on_the_evaluator(sharc, workdir):
     path = workdir / "torchscript-f64.onnx"
@@ -183,7 +161,8 @@ def test_float64_trains_as_pytorch_in_the_binary(sharc, workdir, tmp_path):
     compiled = sharc("compile", path, *RECIPE, "--world-size", ranks,
                      *shapes(ROWS // ranks), "-o", out, timeout=900)
     assert compiled.returncode == 0, compiled.stderr
-    stdout = run_binary(out, ranks, *data(workdir, 64), "--steps", STEPS)
+    stdout = run_binary(out, ranks, *data(workdir, 64), "--steps", STEPS,
+                        timeout=900)
     np.testing.assert_allclose(losses_of(stdout), expected, rtol=1e-6)
 
 
