@@ -87,6 +87,9 @@ std::string sharc::onnx_import::onnxTypeName(int64_t onnxType) {
 /// Older opsets import where an operator's definition is unchanged since.
 static constexpr int64_t kMinOpset = 13;
 static constexpr int64_t kMaxOpset = 28;
+/// ONNX's domain of training operators (Adagrad, Momentum, Adam).
+static constexpr const char *kPreviewTrainingDomain =
+    "ai.onnx.preview.training";
 
 /// The element types sharc accepts, as ONNX names them.
 static constexpr const char *kSupportedTypes =
@@ -448,6 +451,15 @@ NodeImporter::getInts(StringRef name) const {
   return SmallVector<int64_t>(attr->ints().begin(), attr->ints().end());
 }
 
+std::optional<SmallVector<std::string>>
+NodeImporter::getStrings(StringRef name) const {
+  const onnx::AttributeProto *attr = findAttr(name);
+  if (!attr)
+    return std::nullopt;
+  return SmallVector<std::string>(attr->strings().begin(),
+                                  attr->strings().end());
+}
+
 std::optional<SmallVector<double>>
 NodeImporter::getFloats(StringRef name) const {
   const onnx::AttributeProto *attr = findAttr(name);
@@ -610,6 +622,8 @@ private:
   const ImportOptions &options;
   Location fileLoc;
   int64_t opset = 0;
+  /// The version of ai.onnx.preview.training the model imports (0: none).
+  int64_t previewTrainingOpset = 0;
   int64_t foldBudget = kFoldBudget;
   /// ONNX value name -> its value in the function being built.
   llvm::StringMap<Value> values;
@@ -651,6 +665,8 @@ std::string GraphImporter::describeNode(const onnx::NodeProto &node) const {
 LogicalResult GraphImporter::readOpset(const onnx::ModelProto &model) {
   std::optional<int64_t> version;
   for (const onnx::OperatorSetIdProto &entry : model.opset_import()) {
+    if (entry.domain() == kPreviewTrainingDomain)
+      previewTrainingOpset = entry.version();
     if (!entry.domain().empty() && entry.domain() != "ai.onnx")
       continue;
     if (version && *version != entry.version())
@@ -659,6 +675,10 @@ LogicalResult GraphImporter::readOpset(const onnx::ModelProto &model) {
                                 << *version << " and " << entry.version();
     version = entry.version();
   }
+  // A model of ONNX's optimizer operators alone needs no default opset; a
+  // default-domain node in it is an error (runRule).
+  if (!version && previewTrainingOpset)
+    return success();
   if (!version)
     return emitError(fileLoc)
            << "the model imports no version of the default ONNX opset";
@@ -834,18 +854,28 @@ LogicalResult GraphImporter::checkOlderOpset(const std::string &opType,
 FailureOr<Results> GraphImporter::runRule(const onnx::NodeProto &node,
                                           Location loc, OpBuilder &builder) {
   StringRef domain = node.domain();
-  if (!domain.empty() && domain != "ai.onnx")
+  bool preview = domain == kPreviewTrainingDomain;
+  if (!domain.empty() && domain != "ai.onnx" && !preview)
     return emitError(loc) << "operator domain '" << domain
                           << "' is not supported (sharc imports the default "
-                             "ONNX domain only)";
-  const OpRule *rule = findOpRule(node.op_type());
+                             "ONNX domain and "
+                          << kPreviewTrainingDomain << ")";
+  if (preview && previewTrainingOpset != 1)
+    return emitError(loc) << "the model does not import version 1 of "
+                          << kPreviewTrainingDomain;
+  if (!preview && opset == 0)
+    return emitError(loc)
+           << "the model imports no version of the default ONNX opset";
+  const OpRule *rule = preview ? findPreviewTrainingRule(node.op_type())
+                               : findOpRule(node.op_type());
   if (!rule)
     return emitError(loc) << "unsupported ONNX operator '" << node.op_type()
                           << "'";
-  if (rule->sinceOpset > kMinOpset && opset < rule->sinceOpset)
+  if (!preview && rule->sinceOpset > kMinOpset && opset < rule->sinceOpset)
     return emitError(loc) << "'" << node.op_type() << "' needs opset "
                           << rule->sinceOpset << " or newer";
-  if (opset < kMinOpset && failed(checkOlderOpset(node.op_type(), loc)))
+  if (!preview && !rule->deprecated && opset < kMinOpset &&
+      failed(checkOlderOpset(node.op_type(), loc)))
     return failure();
   unsigned numInputs = node.input_size();
   if (numInputs > rule->maxInputs)

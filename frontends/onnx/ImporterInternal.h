@@ -119,10 +119,16 @@ struct OpRule {
   unsigned maxOutputs;
   std::vector<AttrSpec> attributes;
   mlir::FailureOr<Results> (*import)(NodeImporter &node);
+  /// A deprecated operator whose rule implements its last definition, for
+  /// models of any opset that has it.
+  bool deprecated = false;
 };
 
 /// The rule of default-domain operator `opType`, or null.
 const OpRule *findOpRule(llvm::StringRef opType);
+/// The rule of `opType` in domain ai.onnx.preview.training (opset 1), or
+/// null.
+const OpRule *findPreviewTrainingRule(llvm::StringRef opType);
 
 /// One ONNX node being imported: its resolved inputs, validated attributes,
 /// and builders that verify each sharc op they create and fold it into a
@@ -184,6 +190,8 @@ public:
   std::string getString(llvm::StringRef name,
                         llvm::StringRef defaultValue) const;
   std::optional<llvm::SmallVector<int64_t>> getInts(llvm::StringRef name) const;
+  std::optional<llvm::SmallVector<std::string>>
+  getStrings(llvm::StringRef name) const;
   std::optional<llvm::SmallVector<double>>
   getFloats(llvm::StringRef name) const;
   const onnx::TensorProto *getTensor(llvm::StringRef name) const;
@@ -308,6 +316,46 @@ bool consumesSequence(llvm::StringRef opType);
 inline mlir::RankedTensorType tensorTypeOf(mlir::Value value) {
   return llvm::cast<mlir::RankedTensorType>(value.getType());
 }
+
+//===--- Helpers shared by the op rules -----------------------------------===//
+
+inline llvm::ArrayRef<int64_t> shapeOf(mlir::Value value) {
+  return tensorTypeOf(value).getShape();
+}
+inline int64_t rankOf(mlir::Value value) {
+  return tensorTypeOf(value).getRank();
+}
+inline mlir::Type elementTypeOf(mlir::Value value) {
+  return tensorTypeOf(value).getElementType();
+}
+/// One value as a rule's results.
+inline mlir::FailureOr<Results> wrap(mlir::FailureOr<mlir::Value> value) {
+  if (mlir::failed(value))
+    return mlir::failure();
+  return Results{*value};
+}
+
+/// The value of a chain of steps, or the first failure.
+#define SHARC_TRY(var, expr)                                                   \
+  mlir::FailureOr<mlir::Value> var = (expr);                                   \
+  if (mlir::failed(var))                                                       \
+  return mlir::failure()
+
+/// Maps `axis` from [-rank, rank) to [0, rank); an error otherwise.
+mlir::FailureOr<int64_t> normalizeAxis(NodeImporter &n, int64_t axis,
+                                       int64_t rank);
+/// An error unless `value` is a floating-point tensor.
+mlir::LogicalResult requireFloat(NodeImporter &n, mlir::Value value);
+/// Elements [start, start + count * stride) of `x` along `axis` (a negative
+/// stride walks backwards from `start`).
+mlir::FailureOr<mlir::Value> sliceAlong(NodeImporter &n, mlir::Value x,
+                                        int64_t axis, int64_t start,
+                                        int64_t count, int64_t stride = 1);
+
+/// The recurrent operators (OpImportersRecurrent.cpp).
+mlir::FailureOr<Results> importRNN(NodeImporter &n);
+mlir::FailureOr<Results> importGRU(NodeImporter &n);
+mlir::FailureOr<Results> importLSTM(NodeImporter &n);
 
 } // namespace sharc::onnx_import
 

@@ -27,23 +27,9 @@ using namespace sharc::onnx_import;
 /// Largest kernel size, stride, dilation, padding or group count accepted.
 static constexpr int64_t kMaxWindowValue = int64_t(1) << 31;
 
-static ArrayRef<int64_t> shapeOf(Value value) {
-  return tensorTypeOf(value).getShape();
-}
-static int64_t rankOf(Value value) { return tensorTypeOf(value).getRank(); }
-static Type elementTypeOf(Value value) {
-  return tensorTypeOf(value).getElementType();
-}
-
-static FailureOr<Results> wrap(FailureOr<Value> value) {
-  if (failed(value))
-    return failure();
-  return Results{*value};
-}
-
 /// Maps `axis` from [-rank, rank) to [0, rank).
-static FailureOr<int64_t> normalizeAxis(NodeImporter &n, int64_t axis,
-                                        int64_t rank) {
+FailureOr<int64_t>
+sharc::onnx_import::normalizeAxis(NodeImporter &n, int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank)
     return n.emitError() << "axis " << axis << " is out of range for rank "
                          << rank;
@@ -71,13 +57,7 @@ static SmallVector<int64_t> allAxes(int64_t rank) {
   return llvm::to_vector(llvm::seq<int64_t>(0, rank));
 }
 
-/// The value of a chain of steps, or the first failure.
-#define SHARC_TRY(var, expr)                                                   \
-  FailureOr<Value> var = (expr);                                               \
-  if (failed(var))                                                             \
-  return failure()
-
-static LogicalResult requireFloat(NodeImporter &n, Value value) {
+LogicalResult sharc::onnx_import::requireFloat(NodeImporter &n, Value value) {
   if (isa<FloatType>(elementTypeOf(value)))
     return success();
   return n.emitError() << "needs a floating-point tensor, got "
@@ -622,11 +602,9 @@ static FailureOr<Results> importGather(NodeImporter &n) {
   return wrap(n.create<GatherOp>(data, n.input(1), *axis));
 }
 
-/// Elements [start, start + count * stride) of `x` along `axis` (a negative
-/// stride walks backwards from `start`).
-static FailureOr<Value> sliceAlong(NodeImporter &n, Value x, int64_t axis,
-                                   int64_t start, int64_t count,
-                                   int64_t stride = 1) {
+FailureOr<Value> sharc::onnx_import::sliceAlong(NodeImporter &n, Value x,
+                                                int64_t axis, int64_t start,
+                                                int64_t count, int64_t stride) {
   SmallVector<int64_t> shape(shapeOf(x)), starts(rankOf(x), 0),
       strides(rankOf(x), 1);
   shape[axis] = count;
@@ -788,7 +766,7 @@ static FailureOr<FlatAddress> tupleOffsets(NodeImporter &n, Value data,
 /// flattened `data` (the index times the axis's stride plus an `iota` per
 /// other dimension times its stride).
 static FailureOr<FlatAddress> elementOffsets(NodeImporter &n, Value data,
-                                             Value indices) {
+                                             Value indices, int64_t axisAttr) {
   Type indexType = elementTypeOf(indices);
   if (failed(requireIndices(n, indices)))
     return failure();
@@ -797,7 +775,7 @@ static FailureOr<FlatAddress> elementOffsets(NodeImporter &n, Value data,
   if (static_cast<int64_t>(indexDims.size()) != rank || rank == 0)
     return n.emitError() << "indices must have the rank of data (" << rank
                          << "), got " << indices.getType();
-  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", 0), rank);
+  FailureOr<int64_t> axis = normalizeAxis(n, axisAttr, rank);
   if (failed(axis))
     return failure();
   for (int64_t d = 0; d < rank; ++d)
@@ -835,7 +813,7 @@ template <bool elements>
 static FailureOr<Results> importGatherAt(NodeImporter &n) {
   Value data = n.input(0);
   FailureOr<FlatAddress> address =
-      elements ? elementOffsets(n, data, n.input(1))
+      elements ? elementOffsets(n, data, n.input(1), n.getInt("axis", 0))
                : tupleOffsets(n, data, n.input(1), n.getInt("batch_dims", 0));
   if (failed(address))
     return failure();
@@ -857,9 +835,9 @@ static FailureOr<Results> importScatterAt(NodeImporter &n) {
   if (reduction != "none" && reduction != "add")
     return n.emitError() << "unsupported reduction '" << reduction
                          << "' (none and add are supported)";
-  FailureOr<FlatAddress> address = elements
-                                       ? elementOffsets(n, data, n.input(1))
-                                       : tupleOffsets(n, data, n.input(1), 0);
+  FailureOr<FlatAddress> address =
+      elements ? elementOffsets(n, data, n.input(1), n.getInt("axis", 0))
+               : tupleOffsets(n, data, n.input(1), 0);
   if (failed(address))
     return failure();
   SmallVector<int64_t> updateShape(shapeOf(address->offsets));
@@ -3189,7 +3167,670 @@ static FailureOr<Results> importGlobalPool(NodeImporter &n) {
   return wrap(n.create<ReduceOp>(x, kind, ArrayRef<int64_t>(axes), true));
 }
 
-#undef SHARC_TRY
+//===----------------------------------------------------------------------===//
+// Products, top-k, compression, sequence reversal
+//===----------------------------------------------------------------------===//
+
+/// ReduceProd: along each reduced axis, the first half times the second
+/// (an odd last element carried to the next round) until one element is
+/// left: log2 of the length rounds of `mul`, whose gradients make the
+/// product's.  An empty axis gives 1.
+static FailureOr<Results> importReduceProd(NodeImporter &n) {
+  Value x = n.input(0);
+  Type type = elementTypeOf(x);
+  if (type.isInteger(1))
+    return n.emitError() << "needs a numeric tensor, got " << x.getType();
+  FailureOr<std::optional<SmallVector<int64_t>>> axes =
+      reductionAxes(n, /*axesInputSince13=*/false);
+  if (failed(axes))
+    return failure();
+  if (!*axes)
+    return Results{x};
+  Value y = x;
+  for (int64_t axis : **axes) {
+    int64_t length = shapeOf(y)[axis];
+    if (length == 0) {
+      SmallVector<int64_t> shape(shapeOf(y));
+      shape[axis] = 1;
+      SHARC_TRY(ones, n.broadcast(n.scalar(type, 1.0), shape));
+      y = *ones;
+    }
+    for (; length > 1; length = (length + 1) / 2) {
+      int64_t half = length / 2;
+      SHARC_TRY(low, sliceAlong(n, y, axis, 0, half));
+      SHARC_TRY(high, sliceAlong(n, y, axis, half, half));
+      SHARC_TRY(product, n.create<MulOp>(*low, *high));
+      Value next = *product;
+      if (length % 2) {
+        SHARC_TRY(last, sliceAlong(n, y, axis, 2 * half, 1));
+        SHARC_TRY(joined,
+                  n.create<ConcatOp>(ValueRange{*product, *last}, axis));
+        next = *joined;
+      }
+      y = next;
+    }
+  }
+  if (n.getInt("keepdims", 1) != 0)
+    return Results{y};
+  SmallVector<int64_t> shape;
+  for (auto [axis, size] : llvm::enumerate(shapeOf(x)))
+    if (!llvm::is_contained(**axes, int64_t(axis)))
+      shape.push_back(size);
+  return wrap(n.reshape(y, shape));
+}
+
+/// The lowest value of `type`: -inf, or the integer type's minimum.
+static double lowestOf(Type type) {
+  if (isa<FloatType>(type))
+    return -std::numeric_limits<double>::infinity();
+  return -std::ldexp(1.0, int(type.getIntOrFloatBitWidth()) - 1);
+}
+
+/// TopK (K a constant): K rounds, each taking the first position of the
+/// largest (with `largest` 0, through the order reversal, the smallest)
+/// value among the positions not yet taken, so that equal values come in
+/// index order; the value is read as the sum of `x` selected at that
+/// position, so its gradient reaches that element alone.  The results are
+/// sorted whatever `sorted` says (ONNX allows any order without it).
+static FailureOr<Results> importTopK(NodeImporter &n) {
+  Value x = n.input(0);
+  Type type = elementTypeOf(x);
+  if (type.isInteger(1))
+    return n.emitError() << "needs a numeric tensor, got " << x.getType();
+  FailureOr<SmallVector<int64_t>> kValue = n.requireInts(1, "K");
+  if (failed(kValue))
+    return failure();
+  if (kValue->size() != 1)
+    return n.emitError() << "K must hold one value, got " << kValue->size();
+  FailureOr<int64_t> axis = normalizeAxis(n, n.getInt("axis", -1), rankOf(x));
+  if (failed(axis))
+    return failure();
+  int64_t k = kValue->front(), length = shapeOf(x)[*axis];
+  if (k < 0 || k > length)
+    return n.emitError() << "K is " << k << ", but axis " << *axis << " has "
+                         << length << " elements";
+  Type i64 = IntegerType::get(n.context(), 64);
+  SmallVector<int64_t> resultShape(shapeOf(x));
+  resultShape[*axis] = k;
+  if (k == 0) {
+    SHARC_TRY(values, n.broadcast(n.scalar(type, 0.0), resultShape));
+    SHARC_TRY(indices, n.broadcast(n.scalar(i64, 0.0), resultShape));
+    return Results{*values, *indices};
+  }
+  Value y = x;
+  if (n.getInt("largest", 1) == 0) {
+    SHARC_TRY(reversed, reverseOrder(n, x));
+    y = *reversed;
+  }
+  auto indexType = RankedTensorType::get(shapeOf(x), i64);
+  SHARC_TRY(position, n.createTyped<IotaOp>(indexType, *axis));
+  SmallVector<int64_t, 1> axisList{*axis};
+  ArrayRef<int64_t> axes(axisList);
+  Value allowed;
+  SmallVector<Value> values, indices;
+  for (int64_t round = 0; round < k; ++round) {
+    Value masked = y;
+    if (allowed) {
+      SHARC_TRY(kept,
+                n.create<SelectOp>(allowed, y, n.scalar(type, lowestOf(type))));
+      masked = *kept;
+    }
+    SHARC_TRY(best, n.create<ReduceOp>(masked, ReduceKind::max, axes, true));
+    SHARC_TRY(hit, n.create<CompareOp>(masked, *best, ComparePredicate::eq));
+    Value hits = *hit;
+    if (isa<FloatType>(type)) {
+      SHARC_TRY(nan, n.create<CompareOp>(masked, masked, ComparePredicate::ne));
+      SHARC_TRY(either, n.create<OrOp>(hits, *nan));
+      hits = *either;
+    }
+    if (allowed) {
+      SHARC_TRY(both, n.create<AndOp>(hits, allowed));
+      hits = *both;
+    }
+    SHARC_TRY(candidate, n.create<SelectOp>(hits, *position,
+                                            n.scalar(i64, double(length))));
+    SHARC_TRY(flipped, reverseOrder(n, *candidate));
+    SHARC_TRY(last, n.create<ReduceOp>(*flipped, ReduceKind::max, axes, true));
+    SHARC_TRY(first, reverseOrder(n, *last));
+    SHARC_TRY(chosen,
+              n.create<CompareOp>(*position, *first, ComparePredicate::eq));
+    SHARC_TRY(picked, n.create<SelectOp>(*chosen, x, n.scalar(type, 0.0)));
+    SHARC_TRY(value, n.create<ReduceOp>(*picked, ReduceKind::sum, axes, true));
+    values.push_back(*value);
+    indices.push_back(*first);
+    SHARC_TRY(untaken, n.create<NotOp>(*chosen));
+    if (allowed) {
+      SHARC_TRY(both, n.create<AndOp>(allowed, *untaken));
+      allowed = *both;
+    } else {
+      allowed = *untaken;
+    }
+  }
+  Results results;
+  for (ArrayRef<Value> parts :
+       {ArrayRef<Value>(values), ArrayRef<Value>(indices)}) {
+    if (parts.size() == 1) {
+      results.push_back(parts.front());
+      continue;
+    }
+    SHARC_TRY(joined, n.create<ConcatOp>(ValueRange(parts), *axis));
+    results.push_back(*joined);
+  }
+  return results;
+}
+
+/// Compress (the condition a constant): a `gather` of the positions where
+/// the condition holds, along `axis`, or of the flattened input without one.
+static FailureOr<Results> importCompress(NodeImporter &n) {
+  Value x = n.input(0);
+  FailureOr<Tensor> condition = n.requireConstant(1, "condition");
+  if (failed(condition))
+    return failure();
+  if (condition->rank() != 1)
+    return n.emitError() << "condition must be 1-D, got rank "
+                         << condition->rank();
+  int64_t axis = 0;
+  if (n.hasAttr("axis")) {
+    FailureOr<int64_t> given = normalizeAxis(n, n.getInt("axis", 0), rankOf(x));
+    if (failed(given))
+      return failure();
+    axis = *given;
+  } else {
+    int64_t count = tensorTypeOf(x).getNumElements();
+    SHARC_TRY(flat, n.reshape(x, {count}));
+    x = *flat;
+  }
+  int64_t length = shapeOf(x)[axis];
+  if (condition->numElements() > length)
+    return n.emitError() << "condition has " << condition->numElements()
+                         << " values, but the axis has " << length
+                         << " elements";
+  std::vector<int64_t> kept;
+  for (int64_t i = 0; i < condition->numElements(); ++i)
+    if (condition->getDouble(i) != 0)
+      kept.push_back(i);
+  Tensor positions(DType::i64, {int64_t(kept.size())});
+  for (auto [i, position] : llvm::enumerate(kept))
+    positions.setDouble(i, double(position));
+  return wrap(n.create<GatherOp>(x, n.constant(positions), axis));
+}
+
+/// ReverseSequence: along the time axis, position t of batch entry b reads
+/// sequence_lens[b] - 1 - t while t < sequence_lens[b], and t after (a
+/// GatherElements of computed indices).
+static FailureOr<Results> importReverseSequence(NodeImporter &n) {
+  Value x = n.input(0), lengths = n.input(1);
+  int64_t rank = rankOf(x);
+  if (rank < 2)
+    return n.emitError() << "needs an input of rank 2 or more, got "
+                         << x.getType();
+  int64_t batchAxis = n.getInt("batch_axis", 1),
+          timeAxis = n.getInt("time_axis", 0);
+  if (!((batchAxis == 0 && timeAxis == 1) || (batchAxis == 1 && timeAxis == 0)))
+    return n.emitError() << "batch_axis and time_axis must be 0 and 1 (in "
+                            "either order), got "
+                         << batchAxis << " and " << timeAxis;
+  if (failed(requireIndices(n, lengths)))
+    return failure();
+  int64_t batch = shapeOf(x)[batchAxis];
+  if (shapeOf(lengths) != ArrayRef<int64_t>{batch})
+    return n.emitError() << "sequence_lens must have shape [" << batch
+                         << "], got " << lengths.getType();
+  Type indexType = elementTypeOf(lengths);
+  auto indicesType = RankedTensorType::get(shapeOf(x), indexType);
+  SHARC_TRY(time, n.createTyped<IotaOp>(indicesType, timeAxis));
+  SmallVector<int64_t> lengthShape(rank, 1);
+  lengthShape[batchAxis] = batch;
+  SHARC_TRY(length, n.reshape(lengths, lengthShape));
+  SHARC_TRY(inside, n.create<CompareOp>(*time, *length, ComparePredicate::lt));
+  SHARC_TRY(end, n.create<SubOp>(*length, n.scalar(indexType, 1.0)));
+  SHARC_TRY(reversed, n.create<SubOp>(*end, *time));
+  SHARC_TRY(index, n.create<SelectOp>(*inside, *reversed, *time));
+  FailureOr<FlatAddress> address = elementOffsets(n, x, *index, timeAxis);
+  if (failed(address))
+    return failure();
+  SHARC_TRY(flat, n.reshape(x, address->flatShape));
+  SHARC_TRY(gathered, n.create<GatherOp>(*flat, address->offsets, int64_t(0)));
+  return Results{*gathered};
+}
+
+//===----------------------------------------------------------------------===//
+// Signal windows and the mel filter bank (constants)
+//===----------------------------------------------------------------------===//
+
+/// The element type of `output_datatype` (float by default).
+static FailureOr<DType> outputDatatype(NodeImporter &n) {
+  int64_t onnxType = n.getInt("output_datatype", onnx::TensorProto::FLOAT);
+  std::optional<DType> dtype = dtypeFromOnnx(onnxType);
+  if (!dtype)
+    return n.emitError() << "unsupported output_datatype "
+                         << onnxTypeName(onnxType);
+  return *dtype;
+}
+
+/// A constant scalar input as a double.
+static FailureOr<double> constantScalar(NodeImporter &n, unsigned index,
+                                        StringRef what) {
+  FailureOr<Tensor> value = n.requireConstant(index, what);
+  if (failed(value))
+    return failure();
+  if (value->numElements() != 1)
+    return n.emitError() << what << " must hold one value, got "
+                         << value->numElements();
+  return value->getDouble(0);
+}
+
+enum class WindowKind { hann, hamming, blackman };
+
+/// HannWindow, HammingWindow and BlackmanWindow of a constant size, as
+/// ONNX's reference defines them (N - 1 in the denominator unless periodic).
+template <WindowKind kind>
+static FailureOr<Results> importWindow(NodeImporter &n) {
+  FailureOr<double> size = constantScalar(n, 0, "size");
+  FailureOr<DType> dtype = outputDatatype(n);
+  if (failed(size) || failed(dtype))
+    return failure();
+  if (!(*size >= 0) || *size > double(kMaxWindowValue) ||
+      *size != std::floor(*size))
+    return n.emitError() << "size must be a non-negative integer, got "
+                         << *size;
+  int64_t count = static_cast<int64_t>(*size);
+  double period = n.getInt("periodic", 1) != 0 ? double(count) : count - 1.0;
+  Tensor window(*dtype, {count});
+  for (int64_t i = 0; i < count; ++i) {
+    double t = period > 0 ? M_PI * double(i) / period : 0.0;
+    double value = 1.0;
+    switch (kind) {
+    case WindowKind::hann:
+      value = std::sin(t) * std::sin(t);
+      break;
+    case WindowKind::hamming:
+      value = 25.0 / 46.0 - (21.0 / 46.0) * std::cos(2 * t);
+      break;
+    case WindowKind::blackman:
+      value = 0.42 - 0.5 * std::cos(2 * t) + 0.08 * std::cos(4 * t);
+      break;
+    }
+    window.setDouble(i, value);
+  }
+  return Results{n.constant(window)};
+}
+
+/// MelWeightMatrix (every input a constant): the triangular filters of
+/// ONNX's reference, [dft_length / 2 + 1, num_mel_bins].
+static FailureOr<Results> importMelWeightMatrix(NodeImporter &n) {
+  FailureOr<double> bins = constantScalar(n, 0, "num_mel_bins"),
+                    dft = constantScalar(n, 1, "dft_length"),
+                    rate = constantScalar(n, 2, "sample_rate"),
+                    lower = constantScalar(n, 3, "lower_edge_hertz"),
+                    upper = constantScalar(n, 4, "upper_edge_hertz");
+  FailureOr<DType> dtype = outputDatatype(n);
+  if (failed(bins) || failed(dft) || failed(rate) || failed(lower) ||
+      failed(upper) || failed(dtype))
+    return failure();
+  if (!(*bins >= 1 && *bins <= 1 << 16) || !(*dft >= 1 && *dft <= 1 << 24) ||
+      !(*rate > 0))
+    return n.emitError() << "num_mel_bins, dft_length and sample_rate must "
+                            "be positive (and num_mel_bins at most 65536, "
+                            "dft_length at most 2^24)";
+  if (!(*lower >= 0 && *lower < *upper && *upper <= *rate / 2))
+    return n.emitError() << "needs 0 <= lower_edge_hertz < upper_edge_hertz "
+                            "<= sample_rate / 2, got "
+                         << *lower << " and " << *upper;
+  int64_t melBins = int64_t(*bins), length = int64_t(*dft);
+  int64_t spectrumBins = length / 2 + 1;
+  auto toMel = [](double hertz) {
+    return 2595.0 * std::log1p(hertz / 700.0) / std::log(10.0);
+  };
+  double lowMel = toMel(*lower), highMel = toMel(*upper);
+  double step = (highMel - lowMel) / double(melBins + 2);
+  std::vector<int64_t> edges(melBins + 2);
+  for (int64_t i = 0; i < melBins + 2; ++i) {
+    double hertz =
+        700.0 * std::expm1((i * step + lowMel) / 2595.0 * std::log(10.0));
+    edges[i] = int64_t(std::floor(double(length + 1) * hertz / *rate));
+    if (edges[i] < 0 || edges[i] >= spectrumBins)
+      return n.emitError() << "filter edge " << edges[i] << " lies outside the "
+                           << spectrumBins << " spectrum bins";
+  }
+  Tensor matrix(*dtype, {spectrumBins, melBins});
+  for (int64_t i = 0; i < melBins; ++i) {
+    int64_t left = edges[i], center = edges[i + 1], right = edges[i + 2];
+    if (center == left)
+      matrix.setDouble(center * melBins + i, 1.0);
+    else
+      for (int64_t j = left; j <= center; ++j)
+        matrix.setDouble(j * melBins + i,
+                         double(j - left) / double(center - left));
+    for (int64_t j = center; j < right; ++j)
+      matrix.setDouble(j * melBins + i,
+                       double(right - j) / double(right - center));
+  }
+  return Results{n.constant(matrix)};
+}
+
+/// DFT (dft_length and, from opset 20, axis constants): along the axis, the
+/// signal (real, [..., 1], or complex, [..., 2]) cut or zero-padded to the
+/// transform length L, times constant cosine and sine matrices:
+/// Re = xr C + s xi S and Im = xi C - s xr S, with s = 1 forward and -1
+/// inverse (then divided by L); `onesided` keeps the first L / 2 + 1
+/// frequencies, and with `inverse` reads them as the half spectrum of a real
+/// signal (numpy's irfft: the other half is their conjugate).  Its
+/// gradient is the matmuls'.
+static FailureOr<Results> importDFT(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  int64_t rank = rankOf(x);
+  ArrayRef<int64_t> shape = shapeOf(x);
+  if (rank < 2 || (shape.back() != 1 && shape.back() != 2))
+    return n.emitError() << "needs a signal of shape [..., 1] (real) or "
+                            "[..., 2] (complex), got "
+                         << x.getType();
+  int64_t axisValue = n.getInt("axis", 1);
+  if (n.opset() >= 20) {
+    axisValue = -2;
+    if (n.hasInput(2)) {
+      FailureOr<SmallVector<int64_t>> given = n.requireInts(2, "axis");
+      if (failed(given))
+        return failure();
+      if (given->size() != 1)
+        return n.emitError() << "axis must hold one value";
+      axisValue = given->front();
+    }
+  }
+  FailureOr<int64_t> axis = normalizeAxis(n, axisValue, rank);
+  if (failed(axis))
+    return failure();
+  if (*axis == rank - 1)
+    return n.emitError() << "axis must not be the last (complex) axis";
+  bool inverse = n.getInt("inverse", 0) != 0;
+  bool onesided = n.getInt("onesided", 0) != 0;
+  bool complexInput = shape.back() == 2;
+  int64_t width = shape[*axis];
+  int64_t length = inverse && onesided ? 2 * (width - 1) : width;
+  if (n.hasInput(1)) {
+    FailureOr<SmallVector<int64_t>> given = n.requireInts(1, "dft_length");
+    if (failed(given))
+      return failure();
+    if (given->size() != 1)
+      return n.emitError() << "dft_length must hold one value";
+    length = given->front();
+  }
+  if (length < 1 || length > (int64_t(1) << 16))
+    return n.emitError() << "dft_length must be in [1, 65536], got " << length;
+  if (!inverse && onesided && complexInput)
+    return n.emitError() << "onesided needs a real signal";
+
+  // The signal as [rows, width] real and imaginary parts, the axis last.
+  SmallVector<int64_t> perm, permuted;
+  for (int64_t d = 0; d < rank - 1; ++d)
+    if (d != *axis)
+      perm.push_back(d);
+  perm.push_back(*axis);
+  perm.push_back(rank - 1);
+  for (int64_t d : perm)
+    permuted.push_back(shape[d]);
+  int64_t rows = 1;
+  for (int64_t d = 0; d < rank - 2; ++d)
+    rows *= permuted[d];
+  bool identity = *axis == rank - 2;
+  Value moved = x;
+  if (!identity) {
+    SHARC_TRY(transposed, n.create<TransposeOp>(x, ArrayRef<int64_t>(perm)));
+    moved = *transposed;
+  }
+  SHARC_TRY(flat, n.reshape(moved, {rows, width, shape.back()}));
+  // The input length the transform reads: L, or L / 2 + 1 frequencies.
+  int64_t taken = inverse && onesided ? length / 2 + 1 : length;
+  auto part = [&](int64_t index) -> FailureOr<Value> {
+    SHARC_TRY(slice, sliceAlong(n, *flat, 2, index, 1));
+    SHARC_TRY(matrix, n.reshape(*slice, {rows, width}));
+    if (taken <= width)
+      return sliceAlong(n, *matrix, 1, 0, taken);
+    SHARC_TRY(zeros, n.broadcast(n.scalar(elementTypeOf(x), 0.0),
+                                 {rows, taken - width}));
+    return n.create<ConcatOp>(ValueRange{*matrix, *zeros}, int64_t(1));
+  };
+  SHARC_TRY(real, part(0));
+  Value imaginary;
+  if (complexInput) {
+    SHARC_TRY(imag, part(1));
+    imaginary = *imag;
+  }
+  // C[j][k] = cos(2 pi j k / L) and S[j][k] = sin(2 pi j k / L) over the
+  // `taken` inputs j and `outputs` results k, scaled for the inverse.
+  int64_t outputs = inverse && onesided ? length
+                    : onesided          ? length / 2 + 1
+                                        : length;
+  DType dtype = *dtypeOf(elementTypeOf(x));
+  Tensor cosines(dtype, {taken, outputs}), sines(dtype, {taken, outputs});
+  for (int64_t j = 0; j < taken; ++j)
+    for (int64_t k = 0; k < outputs; ++k) {
+      // The angle's multiple of 2 pi / L reduced mod L, and its quarter
+      // turns exact (sin(pi) is not 0 in floating point).
+      int64_t turn = (j * k) % length;
+      double angle = 2 * M_PI * double(turn) / double(length);
+      double scale = inverse ? 1.0 / double(length) : 1.0;
+      // The half spectrum counts each frequency but 0 and L / 2 twice.
+      if (inverse && onesided && j != 0 && 2 * j != length)
+        scale *= 2;
+      double cosine = std::cos(angle), sine = std::sin(angle);
+      if ((4 * turn) % length == 0) {
+        int64_t quarter = 4 * turn / length;
+        cosine = quarter == 0 ? 1 : quarter == 2 ? -1 : 0;
+        sine = quarter == 1 ? 1 : quarter == 3 ? -1 : 0;
+      }
+      cosines.setDouble(j * outputs + k, scale * cosine);
+      sines.setDouble(j * outputs + k, (inverse ? -scale : scale) * sine);
+    }
+  Value c = n.constant(cosines), s = n.constant(sines);
+  auto product = [&](Value lhs, Value rhs) {
+    return n.create<MatmulOp>(lhs, rhs, false, false);
+  };
+  SHARC_TRY(realCos, product(*real, c));
+  SHARC_TRY(realSin, product(*real, s));
+  Value outReal = *realCos, outImag;
+  SHARC_TRY(negRealSin, n.create<NegOp>(*realSin));
+  outImag = *negRealSin;
+  if (imaginary) {
+    SHARC_TRY(imagCos, product(imaginary, c));
+    SHARC_TRY(imagSin, product(imaginary, s));
+    SHARC_TRY(re, n.create<AddOp>(outReal, *imagSin));
+    SHARC_TRY(im, n.create<AddOp>(*imagCos, outImag));
+    outReal = *re;
+    outImag = *im;
+  }
+  SmallVector<int64_t> resultPermuted(permuted);
+  resultPermuted[rank - 2] = outputs;
+  SmallVector<Value> parts{outReal};
+  resultPermuted[rank - 1] = inverse && onesided ? 1 : 2;
+  if (!(inverse && onesided))
+    parts.push_back(outImag);
+  SmallVector<Value> columns;
+  for (Value p : parts) {
+    SHARC_TRY(column, n.reshape(p, {rows, outputs, 1}));
+    columns.push_back(*column);
+  }
+  Value joined = columns.front();
+  if (columns.size() == 2) {
+    SHARC_TRY(both, n.create<ConcatOp>(ValueRange(columns), int64_t(2)));
+    joined = *both;
+  }
+  SHARC_TRY(unflat, n.reshape(joined, resultPermuted));
+  if (identity)
+    return Results{*unflat};
+  SmallVector<int64_t> inversePerm(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    inversePerm[perm[d]] = d;
+  return wrap(n.create<TransposeOp>(*unflat, ArrayRef<int64_t>(inversePerm)));
+}
+
+//===----------------------------------------------------------------------===//
+// ONNX's optimizer operators (domain ai.onnx.preview.training)
+//===----------------------------------------------------------------------===//
+
+enum class PreviewOptimizer { adagrad, momentum, adam };
+
+/// Adagrad, Momentum and Adam: inputs R (the learning rate), T (the update
+/// count), then the n tensors X, their gradients G and each state (H;
+/// V; V and H); outputs the new X, then each new state, elementwise as
+/// ONNX's reference computes them.
+template <PreviewOptimizer kind>
+static FailureOr<Results> importPreviewOptimizer(NodeImporter &n) {
+  unsigned groups = kind == PreviewOptimizer::adam ? 4 : 3;
+  unsigned tensors = n.numInputs() - 2;
+  if (tensors == 0 || tensors % groups != 0)
+    return n.emitError() << "takes R, T and " << groups
+                         << " inputs per optimized tensor, got "
+                         << n.numInputs() << " inputs";
+  unsigned count = tensors / groups;
+  if (n.numOutputs() > (groups - 1) * count)
+    return n.emitError() << "has " << n.numOutputs() << " outputs; "
+                         << (groups - 1) * count << " are defined";
+  Value rate = n.input(0), step = n.input(1);
+  if (failed(requireFloat(n, rate)) || rankOf(rate) != 0)
+    return n.emitError() << "R must be a float scalar, got " << rate.getType();
+  if (!isa<IntegerType>(elementTypeOf(step)) || rankOf(step) != 0)
+    return n.emitError() << "T must be an integer scalar, got "
+                         << step.getType();
+  double norm = n.getFloat("norm_coefficient", 0.0);
+  Results outputs((groups - 1) * count);
+  for (unsigned i = 0; i < count; ++i) {
+    Value x = n.input(2 + i), g = n.input(2 + count + i);
+    if (failed(requireFloat(n, x)))
+      return failure();
+    for (unsigned j = 1; j < groups; ++j)
+      if (n.input(2 + j * count + i).getType() != x.getType())
+        return n.emitError()
+               << "input " << 2 + j * count + i << " must have the type of X"
+               << i << " (" << x.getType() << ")";
+    Type type = elementTypeOf(x);
+    auto c = [&](double value) { return n.scalar(type, value); };
+    SHARC_TRY(r, n.cast(rate, type));
+    SHARC_TRY(t, n.cast(step, type));
+    // The gradient of the L2 term norm_coefficient / 2 |x|^2 added.
+    FailureOr<Value> gr = g;
+    if (norm != 0) {
+      SHARC_TRY(decayed, n.create<MulOp>(c(norm), x));
+      gr = n.create<AddOp>(*decayed, g);
+      if (failed(gr))
+        return failure();
+    }
+    SHARC_TRY(started, n.create<CompareOp>(*t, c(0.0), ComparePredicate::gt));
+    if (kind == PreviewOptimizer::adagrad) {
+      Value h = n.input(2 + 2 * count + i);
+      SHARC_TRY(decay, n.create<MulOp>(*t, c(n.getFloat("decay_factor", 0))));
+      SHARC_TRY(denominator, n.create<AddOp>(c(1.0), *decay));
+      SHARC_TRY(lr, n.create<DivOp>(*r, *denominator));
+      SHARC_TRY(square, n.create<MulOp>(*gr, *gr));
+      SHARC_TRY(hNew, n.create<AddOp>(h, *square));
+      SHARC_TRY(root, n.create<SqrtOp>(*hNew));
+      SHARC_TRY(scale, n.create<AddOp>(*root, c(n.getFloat("epsilon", 0.0))));
+      SHARC_TRY(scaled, n.create<MulOp>(*lr, *gr));
+      SHARC_TRY(update, n.create<DivOp>(*scaled, *scale));
+      SHARC_TRY(xNew, n.create<SubOp>(x, *update));
+      outputs[i] = *xNew;
+      outputs[count + i] = *hNew;
+      continue;
+    }
+    double alpha = n.getFloat("alpha", 0.9), beta = n.getFloat("beta", 0.999);
+    Value v = n.input(2 + 2 * count + i);
+    if (kind == PreviewOptimizer::momentum) {
+      std::string mode = n.getString("mode", "standard");
+      if (mode != "standard" && mode != "nesterov")
+        return n.emitError() << "unsupported mode '" << mode
+                             << "' (standard and nesterov are defined)";
+      SHARC_TRY(betaNow, n.create<SelectOp>(*started, c(beta), c(1.0)));
+      SHARC_TRY(kept, n.create<MulOp>(c(alpha), v));
+      SHARC_TRY(added, n.create<MulOp>(*betaNow, *gr));
+      SHARC_TRY(vNew, n.create<AddOp>(*kept, *added));
+      Value direction = *vNew;
+      if (mode == "nesterov") {
+        SHARC_TRY(ahead, n.create<MulOp>(c(alpha), *vNew));
+        SHARC_TRY(sum, n.create<AddOp>(*gr, *ahead));
+        direction = *sum;
+      }
+      SHARC_TRY(update, n.create<MulOp>(*r, direction));
+      SHARC_TRY(xNew, n.create<SubOp>(x, *update));
+      outputs[i] = *xNew;
+      outputs[count + i] = *vNew;
+      continue;
+    }
+    Value h = n.input(2 + 3 * count + i);
+    SHARC_TRY(keptV, n.create<MulOp>(c(alpha), v));
+    SHARC_TRY(addedV, n.create<MulOp>(c(1.0 - alpha), *gr));
+    SHARC_TRY(vNew, n.create<AddOp>(*keptV, *addedV));
+    SHARC_TRY(square, n.create<MulOp>(*gr, *gr));
+    SHARC_TRY(keptH, n.create<MulOp>(c(beta), h));
+    SHARC_TRY(addedH, n.create<MulOp>(c(1.0 - beta), *square));
+    SHARC_TRY(hNew, n.create<AddOp>(*keptH, *addedH));
+    SHARC_TRY(root, n.create<SqrtOp>(*hNew));
+    SHARC_TRY(scale, n.create<AddOp>(*root, c(n.getFloat("epsilon", 0.0))));
+    // r sqrt(1 - beta^t) / (1 - alpha^t) after the first step, r before.
+    SHARC_TRY(betaT, n.create<PowOp>(c(beta), *t));
+    SHARC_TRY(alphaT, n.create<PowOp>(c(alpha), *t));
+    SHARC_TRY(betaRest, n.create<SubOp>(c(1.0), *betaT));
+    SHARC_TRY(alphaRest, n.create<SubOp>(c(1.0), *alphaT));
+    SHARC_TRY(betaRoot, n.create<SqrtOp>(*betaRest));
+    SHARC_TRY(corrected, n.create<MulOp>(*r, *betaRoot));
+    SHARC_TRY(correctedLr, n.create<DivOp>(*corrected, *alphaRest));
+    SHARC_TRY(lr, n.create<SelectOp>(*started, *correctedLr, *r));
+    SHARC_TRY(ratio, n.create<DivOp>(*vNew, *scale));
+    SHARC_TRY(update, n.create<MulOp>(*lr, *ratio));
+    SHARC_TRY(stepped, n.create<SubOp>(x, *update));
+    double post = n.getFloat("norm_coefficient_post", 0);
+    outputs[i] = *stepped;
+    if (post != 0) {
+      SHARC_TRY(shrunk, n.create<MulOp>(c(1.0 - post), *stepped));
+      outputs[i] = *shrunk;
+    }
+    outputs[count + i] = *vNew;
+    outputs[2 * count + i] = *hNew;
+  }
+  outputs.resize(n.numOutputs());
+  return outputs;
+}
+
+/// The rule of `opType` in domain ai.onnx.preview.training, or null.
+const OpRule *sharc::onnx_import::findPreviewTrainingRule(StringRef opType) {
+  using Attr = onnx::AttributeProto;
+  constexpr unsigned kVariadic = OpRule::kVariadic;
+  static const llvm::StringMap<OpRule> rules{
+      {"Adagrad",
+       {1,
+        5,
+        kVariadic,
+        kVariadic,
+        {{"decay_factor", Attr::FLOAT},
+         {"epsilon", Attr::FLOAT},
+         {"norm_coefficient", Attr::FLOAT}},
+        importPreviewOptimizer<PreviewOptimizer::adagrad>}},
+      {"Momentum",
+       {1,
+        5,
+        kVariadic,
+        kVariadic,
+        {{"alpha", Attr::FLOAT},
+         {"beta", Attr::FLOAT},
+         {"mode", Attr::STRING},
+         {"norm_coefficient", Attr::FLOAT}},
+        importPreviewOptimizer<PreviewOptimizer::momentum>}},
+      {"Adam",
+       {1,
+        6,
+        kVariadic,
+        kVariadic,
+        {{"alpha", Attr::FLOAT},
+         {"beta", Attr::FLOAT},
+         {"epsilon", Attr::FLOAT},
+         {"norm_coefficient", Attr::FLOAT},
+         {"norm_coefficient_post", Attr::FLOAT}},
+        importPreviewOptimizer<PreviewOptimizer::adam>}},
+  };
+  auto it = rules.find(opType);
+  return it == rules.end() ? nullptr : &it->second;
+}
 
 //===----------------------------------------------------------------------===//
 // The rule table
@@ -3212,6 +3853,18 @@ static llvm::StringMap<OpRule> buildRules() {
       {"dilations", Attr::INTS},  {"kernel_shape", Attr::INTS},
       {"pads", Attr::INTS},       {"storage_order", Attr::INT},
       {"strides", Attr::INTS}};
+  const std::vector<AttrSpec> rnnAttrs = {
+      {"activation_alpha", Attr::FLOATS}, {"activation_beta", Attr::FLOATS},
+      {"activations", Attr::STRINGS},     {"clip", Attr::FLOAT},
+      {"direction", Attr::STRING},        {"hidden_size", Attr::INT},
+      {"layout", Attr::INT, 14}};
+  const std::vector<AttrSpec> windowAttrs = {{"output_datatype", Attr::INT},
+                                             {"periodic", Attr::INT}};
+  auto withAttrs = [](std::vector<AttrSpec> specs,
+                      std::initializer_list<AttrSpec> more) {
+    specs.insert(specs.end(), more);
+    return specs;
+  };
   return llvm::StringMap<OpRule>{
       // Elementwise.
       {"Add", {13, 2, 2, 1, {}, importBinary<AddOp>}},
@@ -3553,6 +4206,49 @@ static llvm::StringMap<OpRule> buildRules() {
          {"pads", Attr::INTS},
          {"strides", Attr::INTS}},
         importAveragePool}},
+      {"ReduceProd", {13, 1, 2, 1, reduceAttrs, importReduceProd}},
+      {"TopK",
+       {13,
+        2,
+        2,
+        2,
+        {{"axis", Attr::INT}, {"largest", Attr::INT}, {"sorted", Attr::INT}},
+        importTopK}},
+      {"Compress", {13, 2, 2, 1, {{"axis", Attr::INT}}, importCompress}},
+      {"ReverseSequence",
+       {13,
+        2,
+        2,
+        1,
+        {{"batch_axis", Attr::INT}, {"time_axis", Attr::INT}},
+        importReverseSequence}},
+      {"Scatter",
+       {9, 3, 3, 1, {{"axis", Attr::INT}}, importScatterAt<true>, true}},
+      {"HannWindow",
+       {17, 1, 1, 1, windowAttrs, importWindow<WindowKind::hann>}},
+      {"HammingWindow",
+       {17, 1, 1, 1, windowAttrs, importWindow<WindowKind::hamming>}},
+      {"BlackmanWindow",
+       {17, 1, 1, 1, windowAttrs, importWindow<WindowKind::blackman>}},
+      {"DFT",
+       {17,
+        1,
+        3,
+        1,
+        {{"axis", Attr::INT, 17, 19},
+         {"inverse", Attr::INT},
+         {"onesided", Attr::INT}},
+        importDFT}},
+      {"MelWeightMatrix",
+       {17, 5, 5, 1, {{"output_datatype", Attr::INT}}, importMelWeightMatrix}},
+      // Recurrent (OpImportersRecurrent.cpp).
+      {"RNN", {13, 3, 6, 2, rnnAttrs, importRNN}},
+      {"GRU",
+       {13, 3, 6, 2, withAttrs(rnnAttrs, {{"linear_before_reset", Attr::INT}}),
+        importGRU}},
+      {"LSTM",
+       {13, 3, 8, 3, withAttrs(rnnAttrs, {{"input_forget", Attr::INT}}),
+        importLSTM}},
       {"GlobalAveragePool",
        {13, 1, 1, 1, {}, importGlobalPool<ReduceKind::mean>}},
       {"GlobalMaxPool", {13, 1, 1, 1, {}, importGlobalPool<ReduceKind::max>}},

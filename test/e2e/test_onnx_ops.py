@@ -202,6 +202,38 @@ CASES = {
         shape=(2, 4, 3),
         torch=lambda p: F.local_response_norm(p, 3, alpha=0.3, beta=0.6,
                                               k=1.5)),
+    "ReduceProd": reduction("ReduceProd",
+                            lambda p: torch.prod(p, 1, keepdim=True)),
+    "ReduceProdOddAxes": dict(
+        op="ReduceProd", inputs=1, attrs=dict(axes=[0, 2], keepdims=0),
+        shape=(3, 2, 5), torch=lambda p: torch.prod(torch.prod(p, 2), 0)),
+    "TopK": dict(op="TopK", inputs=1, attrs=dict(axis=1),
+                 consts=[np.array([3])], outputs=["I"],
+                 torch=lambda p: torch.topk(p, 3, 1).values),
+    "TopKSmallest": dict(op="TopK", inputs=1, attrs=dict(axis=0, largest=0),
+                         consts=[np.array([2])], outputs=["I"],
+                         torch=lambda p: torch.topk(p, 2, 0,
+                                                    largest=False).values),
+    "Compress": dict(op="Compress", inputs=1, attrs=dict(axis=1),
+                     consts=[np.array([True, False, True, True])],
+                     torch=lambda p: p[:, [0, 2, 3]]),
+    "ReverseSequence": dict(
+        op="ReverseSequence", inputs=1, attrs=dict(time_axis=0, batch_axis=1),
+        shape=(4, 3), consts=[np.array([2, 4, 1])],
+        torch=lambda p: torch.stack([
+            torch.cat([p[:n, b].flip(0), p[n:, b]])
+            for b, n in enumerate([2, 4, 1])], 1)),
+    # DFT (axis 1) of a real and of a complex signal, one-sided, inverse.
+    "DFT": dict(op="DFT", inputs=1, attrs=dict(axis=1), shape=(2, 5, 1),
+                torch=lambda p: torch.view_as_real(
+                    torch.fft.fft(p[..., 0], dim=1))),
+    "DFTOnesided": dict(op="DFT", inputs=1, attrs=dict(axis=1, onesided=1),
+                        shape=(2, 6, 1), torch=lambda p: torch.view_as_real(
+                            torch.fft.rfft(p[..., 0], dim=1))),
+    "DFTInverseComplex": dict(
+        op="DFT", inputs=1, attrs=dict(axis=1, inverse=1), shape=(2, 5, 2),
+        torch=lambda p: torch.view_as_real(
+            torch.fft.ifft(torch.view_as_complex(p), dim=1))),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],
@@ -241,13 +273,15 @@ def build(case, path, p, q):
     if case["inputs"] == 2:
         initializers.append(numpy_helper.from_array(q, "Q"))
         op_inputs.append("Q")
-    # Constant inputs after them.
+    # Constant inputs after them (and `outputs`, more outputs of the op).
     constants = constant_nodes("C", case.get("consts", []), op_inputs)
     out_shape = list(case["torch"](*(torch.from_numpy(v) for v in
                                      ([p, q] if case["inputs"] == 2 else [p])
                                      )).shape)
     nodes = between + constants + [
-             helper.make_node(case["op"], op_inputs, ["Y"], **case["attrs"]),
+             helper.make_node(case["op"], op_inputs,
+                              ["Y"] + case.get("outputs", []),
+                              **case["attrs"]),
              helper.make_node("Mul", ["Y", "X"], ["Z"]),
              helper.make_node("ReduceSum", ["Z"], ["loss"], keepdims=0)]
     graph = helper.make_graph(
