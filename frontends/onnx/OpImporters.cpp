@@ -1032,10 +1032,7 @@ static FailureOr<Results> importTile(NodeImporter &n) {
 
 /// Round: to the nearest integer, halves to even: floor(x), plus 1 above a
 /// half or at a half when floor(x) is odd.
-static FailureOr<Results> importRound(NodeImporter &n) {
-  Value x = n.input(0);
-  if (failed(requireFloat(n, x)))
-    return failure();
+static FailureOr<Value> roundHalfEven(NodeImporter &n, Value x) {
   Type type = elementTypeOf(x);
   SHARC_TRY(floor, n.create<FloorOp>(x));
   SHARC_TRY(fraction, n.create<SubOp>(x, *floor));
@@ -1049,7 +1046,14 @@ static FailureOr<Results> importRound(NodeImporter &n) {
   SHARC_TRY(below, n.create<CompareOp>(*fraction, half, ComparePredicate::lt));
   SHARC_TRY(above, n.create<CompareOp>(*fraction, half, ComparePredicate::gt));
   SHARC_TRY(notAbove, n.create<SelectOp>(*below, *floor, *atHalf));
-  return wrap(n.create<SelectOp>(*above, *up, *notAbove));
+  return n.create<SelectOp>(*above, *up, *notAbove);
+}
+
+static FailureOr<Results> importRound(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  return wrap(roundHalfEven(n, x));
 }
 
 /// Mod: a - b trunc(a / b) (fmod = 1, C's fmod; integer division truncates,
@@ -3667,6 +3671,275 @@ static FailureOr<Results> importDFT(NodeImporter &n) {
 }
 
 //===----------------------------------------------------------------------===//
+// GridSample
+//===----------------------------------------------------------------------===//
+
+/// `v` reflected by the nearer border of [low, high] until it lies inside, as
+/// ONNX's reference does (a point `r` past a border by d = k * range + r
+/// lands r inside the border k leaves it at).
+static FailureOr<Value> reflectInto(NodeImporter &n, Value v, double low,
+                                    double high) {
+  Type type = elementTypeOf(v);
+  auto c = [&](double value) { return n.scalar(type, value); };
+  double range = high - low;
+  if (range <= 0)
+    return n.broadcast(c(low), shapeOf(v));
+  SHARC_TRY(below, n.create<CompareOp>(v, c(low), ComparePredicate::lt));
+  SHARC_TRY(above, n.create<CompareOp>(v, c(high), ComparePredicate::gt));
+  SHARC_TRY(fromLow, n.create<SubOp>(c(low), v));
+  SHARC_TRY(fromHigh, n.create<SubOp>(v, c(high)));
+  SHARC_TRY(distance, n.create<SelectOp>(*below, *fromLow, *fromHigh));
+  SHARC_TRY(ratio, n.create<DivOp>(*distance, c(range)));
+  SHARC_TRY(turns, n.create<FloorOp>(*ratio));
+  SHARC_TRY(whole, n.create<MulOp>(*turns, c(range)));
+  SHARC_TRY(rest, n.create<SubOp>(*distance, *whole));
+  SHARC_TRY(half, n.create<MulOp>(*turns, c(0.5)));
+  SHARC_TRY(halfFloor, n.create<FloorOp>(*half));
+  SHARC_TRY(even, n.create<CompareOp>(*half, *halfFloor, ComparePredicate::eq));
+  SHARC_TRY(upFromLow, n.create<AddOp>(c(low), *rest));
+  SHARC_TRY(downFromHigh, n.create<SubOp>(c(high), *rest));
+  SHARC_TRY(belowResult, n.create<SelectOp>(*even, *upFromLow, *downFromHigh));
+  SHARC_TRY(aboveResult, n.create<SelectOp>(*even, *downFromHigh, *upFromLow));
+  SHARC_TRY(outsideResult,
+            n.create<SelectOp>(*below, *belowResult, *aboveResult));
+  SHARC_TRY(outside, n.create<OrOp>(*below, *above));
+  return n.create<SelectOp>(*outside, *outsideResult, v);
+}
+
+/// `v` clamped into [low, high].
+static FailureOr<Value> clampInto(NodeImporter &n, Value v, double low,
+                                  double high) {
+  Type type = elementTypeOf(v);
+  SHARC_TRY(raised, n.create<MaxOp>(v, n.scalar(type, low)));
+  return n.create<MinOp>(*raised, n.scalar(type, high));
+}
+
+namespace {
+/// One input position a GridSample output reads along a spatial axis: its
+/// index (a float holding an integer, within the axis) and weight (null for
+/// 1).
+struct GridTap {
+  Value index, weight;
+};
+} // namespace
+
+/// GridSample (nearest, linear, cubic; zeros, border, reflection padding;
+/// N-D from opset 20), as ONNX's reference computes it: per spatial axis the
+/// grid coordinate denormalized (align_corners or not), rounded half to
+/// even for nearest, and outside [low, high] clamped (border) or reflected
+/// (reflection); the taps around it with their linear or cubic (A = -0.75)
+/// weights, each tap's index made readable (zeros: weight 0 outside;
+/// border: clamped; reflection: reflected).  Every combination of the axes'
+/// taps is a `gather` of rows of the input viewed as [N * spatial, C],
+/// weighted and summed.  The gradient of X is the gathers'; the grid's
+/// flows through the weights.
+static FailureOr<Results> importGridSample(NodeImporter &n) {
+  Value x = n.input(0), grid = n.input(1);
+  if (failed(requireFloat(n, x)) || failed(requireFloat(n, grid)))
+    return failure();
+  int64_t rank = rankOf(x), spatial = rank - 2;
+  if (rank < 3 || (n.opset() < 20 && rank != 4))
+    return n.emitError() << "needs an (N, C, H, W) input"
+                         << (n.opset() < 20 ? "" : " (or N-D)") << ", got "
+                         << x.getType();
+  ArrayRef<int64_t> xs = shapeOf(x), gs = shapeOf(grid);
+  if (rankOf(grid) != rank || gs[0] != xs[0] || gs.back() != spatial)
+    return n.emitError() << "grid must have shape [" << xs[0]
+                         << ", output dims..., " << spatial << "], got "
+                         << grid.getType();
+  Type type = elementTypeOf(x);
+  SHARC_TRY(coordinates, n.cast(grid, type));
+  std::string mode =
+      n.getString("mode", n.opset() >= 20 ? "linear" : "bilinear");
+  // Opset 20 renamed bilinear and bicubic.
+  bool renamed = n.opset() >= 20;
+  if (mode == (renamed ? "linear" : "bilinear"))
+    mode = "linear";
+  else if (mode == (renamed ? "cubic" : "bicubic"))
+    mode = "cubic";
+  else if (mode != "nearest")
+    return n.emitError() << "unsupported mode '" << mode << "' (opset "
+                         << n.opset() << " has "
+                         << (renamed ? "linear, cubic" : "bilinear, bicubic")
+                         << " and nearest)";
+  std::string padding = n.getString("padding_mode", "zeros");
+  if (!llvm::is_contained({"zeros", "border", "reflection"}, padding))
+    return n.emitError() << "unsupported padding_mode '" << padding << "'";
+  bool align = n.getInt("align_corners", 0) != 0;
+  auto c = [&](double value) { return n.scalar(type, value); };
+
+  SmallVector<int64_t> outShape(gs.begin(), gs.end() - 1);
+  SmallVector<SmallVector<GridTap>> taps(spatial);
+  for (int64_t k = 0; k < spatial; ++k) {
+    int64_t size = xs[2 + k];
+    if (size == 0)
+      return n.emitError() << "spatial axis " << 2 + k << " has no elements";
+    double low = align ? 0.0 : -0.5;
+    double high = align ? size - 1.0 : size - 0.5;
+    // The grid's last axis holds (x, y, z, ...): the spatial axes reversed.
+    SHARC_TRY(component,
+              sliceAlong(n, *coordinates, rank - 1, spatial - 1 - k, 1));
+    SHARC_TRY(g, n.reshape(*component, outShape));
+    SHARC_TRY(shifted, n.create<AddOp>(*g, c(1.0)));
+    FailureOr<Value> position = failure();
+    if (align) {
+      SHARC_TRY(halved, n.create<MulOp>(*shifted, c(0.5)));
+      position = n.create<MulOp>(*halved, c(size - 1.0));
+    } else {
+      SHARC_TRY(scaled, n.create<MulOp>(*shifted, c(double(size))));
+      SHARC_TRY(less, n.create<SubOp>(*scaled, c(1.0)));
+      position = n.create<MulOp>(*less, c(0.5));
+    }
+    if (failed(position))
+      return failure();
+    Value p = *position;
+    if (mode == "nearest") {
+      SHARC_TRY(rounded, roundHalfEven(n, p));
+      p = *rounded;
+    }
+    if (padding == "border") {
+      SHARC_TRY(below, n.create<CompareOp>(p, c(low), ComparePredicate::lt));
+      SHARC_TRY(above, n.create<CompareOp>(p, c(high), ComparePredicate::gt));
+      SHARC_TRY(outside, n.create<OrOp>(*below, *above));
+      SHARC_TRY(clamped, clampInto(n, p, 0.0, size - 1.0));
+      SHARC_TRY(bordered, n.create<SelectOp>(*outside, *clamped, p));
+      p = *bordered;
+    } else if (padding == "reflection") {
+      SHARC_TRY(reflected, reflectInto(n, p, low, high));
+      p = *reflected;
+    }
+    SmallVector<GridTap> axisTaps;
+    if (mode == "nearest") {
+      axisTaps.push_back({p, Value()});
+    } else {
+      SHARC_TRY(base, n.create<FloorOp>(p));
+      SHARC_TRY(t, n.create<SubOp>(p, *base));
+      SmallVector<Value> weights;
+      if (mode == "linear") {
+        SHARC_TRY(rest, n.create<SubOp>(c(1.0), *t));
+        weights = {*rest, *t};
+      } else {
+        // Keys' cubic convolution weights of the taps at -1, 0, 1, 2 (ONNX's
+        // reference: A = -0.75, distances t + 1, t, 1 - t, 2 - t).
+        const double a = -0.75;
+        auto outer = [&](Value d) -> FailureOr<Value> {
+          // ((a d - 5 a) d + 8 a) d - 4 a
+          SHARC_TRY(p1, n.create<MulOp>(d, c(a)));
+          SHARC_TRY(p2, n.create<SubOp>(*p1, c(5 * a)));
+          SHARC_TRY(p3, n.create<MulOp>(*p2, d));
+          SHARC_TRY(p4, n.create<AddOp>(*p3, c(8 * a)));
+          SHARC_TRY(p5, n.create<MulOp>(*p4, d));
+          return n.create<SubOp>(*p5, c(4 * a));
+        };
+        auto inner = [&](Value d) -> FailureOr<Value> {
+          // ((a + 2) d - (a + 3)) d d + 1
+          SHARC_TRY(p1, n.create<MulOp>(d, c(a + 2)));
+          SHARC_TRY(p2, n.create<SubOp>(*p1, c(a + 3)));
+          SHARC_TRY(p3, n.create<MulOp>(*p2, d));
+          SHARC_TRY(p4, n.create<MulOp>(*p3, d));
+          return n.create<AddOp>(*p4, c(1.0));
+        };
+        SHARC_TRY(plusOne, n.create<AddOp>(*t, c(1.0)));
+        SHARC_TRY(oneMinus, n.create<SubOp>(c(1.0), *t));
+        SHARC_TRY(twoMinus, n.create<SubOp>(c(2.0), *t));
+        SHARC_TRY(w0, outer(*plusOne));
+        SHARC_TRY(w1, inner(*t));
+        SHARC_TRY(w2, inner(*oneMinus));
+        SHARC_TRY(w3, outer(*twoMinus));
+        weights = {*w0, *w1, *w2, *w3};
+      }
+      double first = mode == "linear" ? 0.0 : -1.0;
+      for (auto [j, weight] : llvm::enumerate(weights)) {
+        SHARC_TRY(index, n.create<AddOp>(*base, c(first + double(j))));
+        axisTaps.push_back({*index, weight});
+      }
+    }
+    // Make each tap's index readable.
+    for (GridTap &tap : axisTaps) {
+      if (padding == "zeros") {
+        SHARC_TRY(atLeast,
+                  n.create<CompareOp>(tap.index, c(0.0), ComparePredicate::ge));
+        SHARC_TRY(atMost, n.create<CompareOp>(tap.index, c(size - 1.0),
+                                              ComparePredicate::le));
+        SHARC_TRY(inside, n.create<AndOp>(*atLeast, *atMost));
+        Value one = tap.weight ? tap.weight : c(1.0);
+        SHARC_TRY(weight, n.create<SelectOp>(*inside, one, c(0.0)));
+        tap.weight = *weight;
+      } else if (padding == "reflection") {
+        SHARC_TRY(reflected, reflectInto(n, tap.index, low, high));
+        SHARC_TRY(positive, n.create<MaxOp>(*reflected, c(0.0)));
+        SHARC_TRY(truncated, n.create<FloorOp>(*positive));
+        tap.index = *truncated;
+      }
+      SHARC_TRY(clamped, clampInto(n, tap.index, 0.0, size - 1.0));
+      tap.index = *clamped;
+    }
+    taps[k] = std::move(axisTaps);
+  }
+
+  // X as rows [N * spatial, C]; each combination of taps a gather of rows.
+  int64_t channels = xs[1], spatialSize = 1;
+  SmallVector<int64_t> toRows{0}, strides(spatial);
+  for (int64_t k = spatial - 1; k >= 0; --k) {
+    strides[k] = spatialSize;
+    spatialSize *= xs[2 + k];
+  }
+  for (int64_t d = 2; d < rank; ++d)
+    toRows.push_back(d);
+  toRows.push_back(1);
+  SHARC_TRY(channelsLast, n.create<TransposeOp>(x, ArrayRef<int64_t>(toRows)));
+  SHARC_TRY(rows, n.reshape(*channelsLast, {xs[0] * spatialSize, channels}));
+  Type i64 = IntegerType::get(n.context(), 64);
+  auto offsetType = RankedTensorType::get(outShape, i64);
+  SHARC_TRY(batch, n.createTyped<IotaOp>(offsetType, int64_t(0)));
+  SHARC_TRY(batchOffset,
+            n.create<MulOp>(*batch, n.scalar(i64, double(spatialSize))));
+  SmallVector<int64_t> weightShape(outShape);
+  weightShape.push_back(1);
+  Value sum;
+  SmallVector<size_t> choice(spatial, 0);
+  while (true) {
+    Value offset = *batchOffset, weight;
+    for (int64_t k = 0; k < spatial; ++k) {
+      const GridTap &tap = taps[k][choice[k]];
+      SHARC_TRY(index, n.cast(tap.index, i64));
+      SHARC_TRY(scaled,
+                n.create<MulOp>(*index, n.scalar(i64, double(strides[k]))));
+      SHARC_TRY(added, n.create<AddOp>(offset, *scaled));
+      offset = *added;
+      if (tap.weight && weight) {
+        SHARC_TRY(product, n.create<MulOp>(weight, tap.weight));
+        weight = *product;
+      } else if (tap.weight) {
+        weight = tap.weight;
+      }
+    }
+    SHARC_TRY(picked, n.create<GatherOp>(*rows, offset, int64_t(0)));
+    Value term = *picked;
+    if (weight) {
+      SHARC_TRY(column, n.reshape(weight, weightShape));
+      SHARC_TRY(weighted, n.create<MulOp>(term, *column));
+      term = *weighted;
+    }
+    if (sum) {
+      SHARC_TRY(total, n.create<AddOp>(sum, term));
+      sum = *total;
+    } else {
+      sum = term;
+    }
+    int64_t k = spatial - 1;
+    while (k >= 0 && ++choice[k] == taps[k].size())
+      choice[k--] = 0;
+    if (k < 0)
+      break;
+  }
+  SmallVector<int64_t> toChannelsFirst{0, rank - 1};
+  for (int64_t d = 1; d < rank - 1; ++d)
+    toChannelsFirst.push_back(d);
+  return wrap(n.create<TransposeOp>(sum, ArrayRef<int64_t>(toChannelsFirst)));
+}
+
+//===----------------------------------------------------------------------===//
 // ONNX's optimizer operators (domain ai.onnx.preview.training)
 //===----------------------------------------------------------------------===//
 
@@ -4230,6 +4503,15 @@ static llvm::StringMap<OpRule> buildRules() {
        {17, 1, 1, 1, windowAttrs, importWindow<WindowKind::hamming>}},
       {"BlackmanWindow",
        {17, 1, 1, 1, windowAttrs, importWindow<WindowKind::blackman>}},
+      {"GridSample",
+       {16,
+        2,
+        2,
+        1,
+        {{"align_corners", Attr::INT},
+         {"mode", Attr::STRING},
+         {"padding_mode", Attr::STRING}},
+        importGridSample}},
       {"DFT",
        {17,
         1,

@@ -234,6 +234,25 @@ CASES = {
         op="DFT", inputs=1, attrs=dict(axis=1, inverse=1), shape=(2, 5, 2),
         torch=lambda p: torch.view_as_real(
             torch.fft.ifft(torch.view_as_complex(p), dim=1))),
+    # GridSample (X and the grid both parameters; grid points beyond
+    # [-1, 1] exercise the padding) against F.grid_sample.
+    "GridSampleBilinear": dict(
+        op="GridSample", inputs=2, attrs={}, shape=(1, 2, 3, 4),
+        second=(1, 2, 3, 2),
+        torch=lambda p, q: F.grid_sample(p, q, align_corners=False)),
+    "GridSampleBorderAligned": dict(
+        op="GridSample", inputs=2,
+        attrs=dict(padding_mode="border", align_corners=1),
+        shape=(2, 1, 4, 3), second=(2, 3, 2, 2),
+        torch=lambda p, q: F.grid_sample(p, q, padding_mode="border",
+                                         align_corners=True)),
+    "GridSampleBicubicReflection": dict(
+        op="GridSample", inputs=2,
+        attrs=dict(mode="bicubic", padding_mode="reflection"),
+        shape=(1, 2, 4, 5), second=(1, 3, 2, 2),
+        torch=lambda p, q: F.grid_sample(p, q, mode="bicubic",
+                                         padding_mode="reflection",
+                                         align_corners=False)),
     "PadEdge": dict(
         op="Pad", inputs=1, attrs=dict(mode="edge"),
         consts=[np.array([1, 0, 2, 0])],
