@@ -281,9 +281,12 @@ FailureOr<std::string> ProgramEmitter::pointerTo(Value value) {
       for (int64_t k = 0; k < n; ++k) {
         APFloat v = attr.isSplat() ? attr.getSplatValue<APFloat>()
                                    : attr.getValues<APFloat>()[k];
-        std::string literal = doubleLiteral(v.convertToDouble());
-        // A 16-bit value is exact in double; its storage type rounds it
-        // (to itself).
+        // An f32 value as a float literal (a double one would be a
+        // narrowing conversion when infinite or NaN).  A 16-bit value is
+        // exact in double; its storage type rounds it (to itself).
+        std::string literal = element.isF32()
+                                  ? floatLiteral(v.convertToDouble())
+                                  : doubleLiteral(v.convertToDouble());
         if (element.isF16() || element.isBF16())
           literal = storageType(element) + "(" + literal + ")";
         data += (k ? ", " : "") + literal;

@@ -1,7 +1,8 @@
 """Real models as people export them (issue 16): Hugging Face transformers'
 GPT-2 (GPT2LMHeadModel) and BERT (BertForSequenceClassification), small
 configurations, randomly initialised (nothing is downloaded), exported by
-torch.onnx's dynamo exporter with dynamic batch and sequence axes.  Each
+torch.onnx's dynamo exporter and by its TorchScript exporter (in training
+mode, opset 17), with dynamic batch and sequence axes.  Each
 imports with PyTorch's loss and trains on the evaluator and on the compiled
 CPU binary (one and two ranks) with the losses PyTorch's own AdamW gives the
 same model on the same rows, step by step (dropout off).
@@ -10,9 +11,7 @@ The exporter runs with optimize=False: its ONNX optimizer (the default)
 folds constants into initializers and merges initializers of equal values,
 so that a freshly initialised model's LayerNorm weights become one tensor and
 its zero biases vanish -- a model that can no longer be trained as PyTorch
-trains it (docs/onnx.md, "Exporting from PyTorch for training").  The
-TorchScript exporter cannot export transformers 5's models at all (aten::diff
-in their mask code)."""
+trains it (docs/onnx.md, "Exporting from PyTorch for training")."""
 
 import warnings
 
@@ -22,7 +21,7 @@ import torch
 
 from binaries import losses_of, run_binary
 
-STEPS = 8
+STEPS = 10
 ROWS, SEQ, VOCAB = 4, 16, 128
 # fp32 both sides, summed in different orders: measured below 2e-6 relative
 # over these steps.
@@ -64,10 +63,13 @@ MODELS = {
 }
 
 
-def export_model(name, directory, dropout=0.0):
+EXPORTERS = ("dynamo", "torchscript")
+
+
+def export_model(name, directory, dropout=0.0, exporter="dynamo"):
     """Exports model `name` (in training mode: its Dropout nodes train) with
-    the loss; writes ROWS rows of ids and labels.  Returns (path, ids,
-    labels)."""
+    the loss by `exporter`; writes ROWS rows of ids and labels.  Returns
+    (path, ids, labels)."""
     build, make_labels = MODELS[name]
     ids = torch.randint(0, VOCAB, (ROWS, SEQ),
                         generator=torch.Generator().manual_seed(1))
@@ -78,24 +80,37 @@ def export_model(name, directory, dropout=0.0):
     label_axes = {0: batch, 1: seq} if labels.dim() == 2 else {0: batch}
     path = directory / f"{name}.onnx"
     torch.manual_seed(0)
+    names = dict(input_names=["input_ids", "labels"], output_names=["loss"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(ModelLoss(build(dropout)).train(), (ids, labels),
-                          str(path), dynamo=True, optimize=False,
-                          input_names=["input_ids", "labels"],
-                          output_names=["loss"],
-                          dynamic_shapes=({0: batch, 1: seq}, label_axes))
+        model = ModelLoss(build(dropout)).train()
+        if exporter == "dynamo":
+            torch.onnx.export(model, (ids, labels), str(path), dynamo=True,
+                              optimize=False, **names,
+                              dynamic_shapes=({0: batch, 1: seq}, label_axes))
+        else:
+            axes = {"input_ids": {0: "batch", 1: "seq"},
+                    "labels": {0: "batch", 1: "seq"} if labels.dim() == 2
+                    else {0: "batch"}}
+            torch.onnx.export(model, (ids, labels), str(path), dynamo=False,
+                              opset_version=17,
+                              training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, **names,
+                              dynamic_axes=axes)
     return path, ids, labels
 
 
-@pytest.fixture(scope="module", params=MODELS)
+@pytest.fixture(scope="module",
+                params=[(name, exporter) for name in MODELS
+                        for exporter in EXPORTERS],
+                ids=lambda param: "-".join(param))
 def exported(request, tmp_path_factory):
     """(name, model path, its --input flags and label shape, PyTorch's
     losses)."""
-    name = request.param
+    name, exporter = request.param
     build, _ = MODELS[name]
-    directory = tmp_path_factory.mktemp(f"hf-{name}")
-    path, ids, labels = export_model(name, directory)
+    directory = tmp_path_factory.mktemp(f"hf-{name}-{exporter}")
+    path, ids, labels = export_model(name, directory, exporter=exporter)
     # PyTorch's trajectory: AdamW on the whole batch every step.
     torch.manual_seed(0)
     model = ModelLoss(build())

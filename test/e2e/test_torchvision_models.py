@@ -8,10 +8,17 @@ agree to rounding over 10 steps (measured 3e-8), on the evaluator and on the
 compiled CPU binary at two ranks (each rank normalizing with its own half,
 as BatchNorm under DistributedDataParallel; rank 0's running statistics
 kept).
-In float32 the first step agrees (loss and gradients); after it, AdamW's
-near-sign updates of the millions of weights whose gradients are near zero
-turn float32's summation-order differences into diverging trajectories, so
-there the binaries are compared with the evaluator (bit for bit) instead.
+In float32 the first step agrees (loss and gradients), and over 10 steps
+sharc's float32 losses (evaluator and binary, one rank) stay within 1e-4 of
+the trajectory PyTorch computes in float64 from the same float32 values
+(measured 3e-5; sharc's reductions accumulate in double).  PyTorch's own
+float32 trajectory does not: AdamW's near-sign updates of the weights whose
+gradients are near zero amplify summation-order differences, so that PyTorch
+float32 at one thread and at two differ by 7.7e-4 at step 3, and at two
+ranks (4 or 8 rows per BatchNorm) float32 trajectories, PyTorch's or
+sharc's, leave float64's by 1e-3 to 2e-2.  There the float64 test is the
+check of the mathematics, and the two-rank float32 binary is compared with
+nothing finer than that.
 
 The dynamo exporter writes a training model's BatchNorm in inference mode:
 sharc warns and trains it as PyTorch trains the model in eval mode (frozen
@@ -166,11 +173,12 @@ def test_float64_trains_as_pytorch_in_the_binary(sharc, workdir, tmp_path):
     np.testing.assert_allclose(losses_of(stdout), expected, rtol=1e-6)
 
 
-def test_float32_first_step_and_binary(sharc, workdir, tmp_path):
+def test_float32_trains_as_pytorch(sharc, workdir, tmp_path):
     """float32: the first step's loss and gradients are PyTorch's (the
     gradients within 1e-3 of each tensor's largest, float32 convolutions
-    summed in other orders through 20 BatchNorms); the binary prints the
-    evaluator's step lines digit for digit."""
+    summed in other orders through 20 BatchNorms); 10 steps stay within
+    1e-4 of PyTorch's trajectory in float64 from the same values; the
+    binary prints the evaluator's step lines digit for digit."""
     path = workdir / "torchscript-f32.onnx"
     model = from_file(path, torch.float32, True)
     x, y = rows(workdir, 32)
@@ -187,14 +195,18 @@ def test_float32_first_step_and_binary(sharc, workdir, tmp_path):
         got = np.load(grads / f"{name}.npy")
         assert np.abs(got - expected).max() <= 1e-3 * np.abs(expected).max(), \
             name
-    evaluator = sharc("eval", path, "--train", "--steps", 3, *RECIPE,
+    evaluator = sharc("eval", path, "--train", "--steps", STEPS, *RECIPE,
                       *shapes(ROWS), *data(workdir, 32), timeout=900)
     assert evaluator.returncode == 0, evaluator.stderr
+    x64, _ = rows(workdir, 64)
+    expected = pytorch_losses(from_file(path, torch.float64, True), x64, y)
+    np.testing.assert_allclose(losses_of(evaluator.stdout), expected,
+                               rtol=1e-4)
     out = tmp_path / "out"
     compiled = sharc("compile", path, *RECIPE, *shapes(ROWS), "-o", out,
                      timeout=900)
     assert compiled.returncode == 0, compiled.stderr
-    stdout = run_binary(out, 1, *data(workdir, 32), "--steps", 3)
+    stdout = run_binary(out, 1, *data(workdir, 32), "--steps", STEPS)
     assert step_lines(stdout) == step_lines(evaluator.stdout)
 
 
