@@ -1244,6 +1244,72 @@ static FailureOr<Results> importInstanceNorm(NodeImporter &n) {
   return wrap(n.create<AddOp>(*scaled, *bias));
 }
 
+/// GroupNormalization: the channels in `num_groups` groups, each (sample,
+/// group) normalized over its channels' values, then scale and bias per
+/// channel (opset 21) or per group (opset 18, the definition 21 replaced).
+/// 16-bit inputs are normalized in float (stash_type 1) and the result
+/// converted back before the scale and bias, as the operator's function
+/// body does.
+static FailureOr<Results> importGroupNorm(NodeImporter &n) {
+  Value x = n.input(0);
+  if (failed(requireFloat(n, x)))
+    return failure();
+  int64_t rank = rankOf(x);
+  if (rank < 3)
+    return n.emitError() << "needs an (N, C, spatial...) input, got "
+                         << x.getType();
+  if (!n.hasAttr("num_groups"))
+    return n.emitError() << "needs the num_groups attribute";
+  ArrayRef<int64_t> shape = shapeOf(x);
+  int64_t groups = n.getInt("num_groups", 0), channels = shape[1];
+  if (groups <= 0 || channels % groups != 0)
+    return n.emitError() << "num_groups " << groups << " must divide the "
+                         << channels << " channels";
+  if (n.getInt("stash_type", 1) != 1)
+    return n.emitError() << "stash_type " << n.getInt("stash_type", 1)
+                         << " is not supported (1, float, is)";
+  bool perGroup = n.opset() < 21;
+  int64_t count = perGroup ? groups : channels;
+  for (unsigned index : {1u, 2u})
+    if (shapeOf(n.input(index)) != ArrayRef<int64_t>{count})
+      return n.emitError() << (index == 1 ? "scale" : "bias")
+                           << " must have shape [" << count << "] (per "
+                           << (perGroup ? "group" : "channel") << " at opset "
+                           << n.opset() << "), got "
+                           << n.input(index).getType();
+  Type type = elementTypeOf(x);
+  bool narrow = type.getIntOrFloatBitWidth() == 16;
+  Value wide = x;
+  if (narrow) {
+    SHARC_TRY(widened, n.cast(x, Float32Type::get(n.context())));
+    wide = *widened;
+  }
+  int64_t rest = tensorTypeOf(x).getNumElements() / (shape[0] * groups);
+  SHARC_TRY(grouped, n.reshape(wide, {shape[0], groups, rest}));
+  SHARC_TRY(normalized,
+            normalizeOver(n, *grouped, {2},
+                          n.getFloat("epsilon", static_cast<double>(1e-5f))));
+  Value y = *normalized;
+  if (narrow) {
+    SHARC_TRY(narrowed, n.cast(y, type));
+    y = *narrowed;
+  }
+  SmallVector<int64_t> paramShape;
+  if (perGroup) {
+    paramShape = {1, groups, 1};
+  } else {
+    SHARC_TRY(ungrouped, n.reshape(y, shape));
+    y = *ungrouped;
+    paramShape.assign(rank, 1);
+    paramShape[1] = channels;
+  }
+  SHARC_TRY(scale, n.reshape(n.input(1), paramShape));
+  SHARC_TRY(bias, n.reshape(n.input(2), paramShape));
+  SHARC_TRY(scaled, n.create<MulOp>(y, *scale));
+  SHARC_TRY(shifted, n.create<AddOp>(*scaled, *bias));
+  return wrap(n.reshape(*shifted, shape));
+}
+
 /// BatchNormalization over (N, C, spatial...): y = (x - mean) / sqrt(var +
 /// epsilon) * scale + B per channel.  In training mode mean and var are the
 /// batch's (population variance, over every axis but 1) and the running
@@ -4503,6 +4569,15 @@ static llvm::StringMap<OpRule> buildRules() {
        {17, 1, 1, 1, windowAttrs, importWindow<WindowKind::hamming>}},
       {"BlackmanWindow",
        {17, 1, 1, 1, windowAttrs, importWindow<WindowKind::blackman>}},
+      {"GroupNormalization",
+       {18,
+        3,
+        3,
+        1,
+        {{"epsilon", Attr::FLOAT},
+         {"num_groups", Attr::INT},
+         {"stash_type", Attr::INT, 21}},
+        importGroupNorm}},
       {"GridSample",
        {16,
         2,
