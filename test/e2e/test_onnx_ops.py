@@ -10,7 +10,8 @@ function written with torch ops (relative error below 1e-5 in float32).
 The parameter values stay away from kinks and ties (|p| in [0.2, 1.5] and
 distinct), where the gradient is not defined.  Forward values that ONNX's
 node tests do not reach (NaNs, ties, halves, signs) are compared with
-numpy's."""
+numpy's.  A few of the models are also compiled, and the CPU binary must
+print the evaluator's step lines."""
 
 import numpy as np
 import onnx
@@ -430,3 +431,31 @@ def test_values_match_numpy(sharc, tmp_path, name):
     assert result.returncode == 0, result.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "Y.npy"),
                                   expected)
+
+
+# The composed operators added for real models, compiled: the CPU binary's
+# step lines must be the evaluator's (SGD, two steps, one rank).
+COMPILED = ["ReduceProdOddAxes", "TopK", "Compress", "ReverseSequence",
+            "DFTOnesided", "GridSampleBicubicReflection", "GroupNormalization",
+            "CumSum", "EinsumBatchMatmul", "ResizeLinear"]
+
+
+@pytest.mark.parametrize("name", COMPILED)
+def test_binary_matches_evaluator(sharc, tmp_path, name):
+    from binaries import run_binary, step_lines
+    case = CASES[name]
+    p = parameter_values(case.get("shape", SHAPE), 1)
+    q = parameter_values(case.get("second", SHAPE), 2)
+    path = tmp_path / f"{name}.onnx"
+    out_shape = build(case, path, p, q)
+    x = np.random.default_rng(3).uniform(0.5, 1.5, out_shape)
+    np.save(tmp_path / "x.npy", x.astype(np.float32))
+    data = ["--input", f"X={tmp_path / 'x.npy'}"]
+    recipe = ["--optimizer", "sgd", "--lr", "0.1"]
+    evaluator = sharc("eval", path, "--train", "--steps", 2, *recipe, *data)
+    assert evaluator.returncode == 0, evaluator.stderr
+    out = tmp_path / "out"
+    compiled = sharc("compile", path, *recipe, "-o", out)
+    assert compiled.returncode == 0, compiled.stderr
+    assert step_lines(run_binary(out, 1, *data, "--steps", 2)) == \
+        step_lines(evaluator.stdout)
