@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/AtomicFile.h"
+#include "runtime/Blas.h"
 #include "runtime/Checkpoint.h"
 #include "runtime/DataLoader.h"
 #include "runtime/Device.h"
@@ -1432,6 +1433,8 @@ int run(int argc, char **argv) {
                          : 0.0;
     std::printf("summary: steps %" PRId64 ", mean step ms %.3f, %s %.1f\n",
                 options.steps, meanMs, unit, tokensPerSecond);
+    std::printf("summary: host threads per rank %d, BLAS %s\n", hostThreads(),
+                blasDescription().c_str());
     if (info.overflowBuffer >= 0)
       std::printf("summary: skipped steps %" PRId64 " (gradients not finite)\n",
                   skippedSteps);
@@ -1538,6 +1541,8 @@ int run(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // Before MPI and any thread: it may run this process again.
+  sharc::rt::ensureBlasKernels(argv);
   int threadLevel = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &threadLevel);
   int status = run(argc, argv);

@@ -12,14 +12,19 @@ parameters), it
      `mpirun --bind-to none -np 1 OUT/train` (the rank may use every core, as
      PyTorch does) for WARMUP + STEPS steps under /usr/bin/time -v,
      with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = T;
-  3. runs the same fp32 AdamW step in PyTorch eager on the CPU (forward loss,
+  3. runs the same fp32 AdamW step in PyTorch on the CPU (forward loss,
      backward, torch.optim.AdamW.step, zero_grad) in a separate Python
      subprocess with torch.set_num_threads(T), on the same data rows in the
-     same order, for WARMUP + STEPS steps;
+     same order, for WARMUP + STEPS steps, once per variant of
+     --torch-variants (default all three): `eager` (AdamW's default
+     multi-tensor update), `fused` (AdamW(fused=True), its fused kernel) and
+     `compile` (the module under torch.compile, inductor's generated C++,
+     with the fused AdamW; its compilation happens in the warm-up steps);
 
 (with --precision bf16: `sharc compile --precision bf16`, bf16 compute with fp32 master
 weights, against the same step under torch.autocast('cpu', torch.bfloat16), PyTorch's bf16 recipe with fp32
 parameters); repeats 2 and 3 ROUNDS times alternately (the machine's speed drifts), and
+prints the BLAS library the binary links and its kernels (OpenBLAS's core), and
 prints each round's medians, then the mean, median and minimum step time over
 the STEPS steps after warm-up of all rounds (on a loaded machine the median is the number to trust), the peak
 resident set size of each process, sharc's planned bytes (arena + parameters
@@ -157,6 +162,12 @@ def parse_args(argv=None):
                         help="run sharc and PyTorch alternately this many times "
                              "(default 3): a shared machine's speed drifts, so "
                              "each ratio compares runs made back to back")
+    parser.add_argument("--torch-variants", default="eager,fused,compile",
+                        metavar="LIST",
+                        help="PyTorch variants to run (eager, fused, compile; "
+                             "default all three): eager AdamW, "
+                             "AdamW(fused=True), and torch.compile of the "
+                             "module with the fused AdamW")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="CPU threads for both (default: all cores)")
     parser.add_argument("--build-dir", default="build",
@@ -351,11 +362,14 @@ def torch_worker(spec_path):
     rss_import_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     case, _ = build_case(args)
     module = case.module
+    variant = spec["variant"]
     data = [torch.from_numpy(np.load(spec["inputs"][name])) for name in case.inputs]
     rows = data[0].shape[0]
     optimizer = torch.optim.AdamW(module.parameters(), lr=args.lr,
                                   betas=(0.9, 0.999), eps=1e-8,
-                                  weight_decay=args.weight_decay)
+                                  weight_decay=args.weight_decay,
+                                  fused=variant in ("fused", "compile"))
+    step_module = torch.compile(module) if variant == "compile" else module
     total = args.warmup + args.steps
     times, losses = [], []
     for step in range(total):
@@ -365,9 +379,9 @@ def torch_worker(spec_path):
         start = time.perf_counter()
         if args.precision == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = module(*batch)
+                loss = step_module(*batch)
         else:
-            loss = module(*batch)
+            loss = step_module(*batch)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -386,6 +400,8 @@ def torch_worker(spec_path):
         "param_bytes": param_bytes, "grad_bytes": param_bytes,
         "state_bytes": state_bytes, "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
     }
     pathlib.Path(spec["result"]).write_text(json.dumps(result))
 
@@ -591,17 +607,19 @@ def run_sharc(args, out, compile_s, input_files, world_size=1, sample_rss=False)
     }
 
 
-def run_torch(args, work, input_files):
+def run_torch(args, work, input_files, variant="eager"):
+    result_path = work / f"torch-{variant}-result.json"
     spec = {"args": vars(args) | {"torch_worker": None},
+            "variant": variant,
             "inputs": {k: str(v) for k, v in input_files.items()},
-            "result": str(work / "torch-result.json")}
-    spec_path = work / "torch-spec.json"
+            "result": str(result_path)}
+    spec_path = work / f"torch-{variant}-spec.json"
     spec_path.write_text(json.dumps(spec))
     env = thread_env(args.threads)
     run_checked([sys.executable, str(pathlib.Path(__file__).resolve()),
                  "--torch-worker", str(spec_path)], env=env,
-                what="the PyTorch run")
-    return json.loads((work / "torch-result.json").read_text())
+                what=f"the PyTorch run ({variant})")
+    return json.loads(result_path.read_text())
 
 
 def mean(values):
@@ -1042,25 +1060,30 @@ def main():
         return
 
     out, compile_s = compile_sharc(args, work, onnx_path)
+    variants = [v for v in args.torch_variants.split(",") if v]
+    unknown = set(variants) - {"eager", "fused", "compile"}
+    if unknown or not variants:
+        sys.exit(f"benchmark-cpu: --torch-variants: unknown "
+                 f"{', '.join(sorted(unknown)) or 'empty list'}")
     w = args.warmup
-    s_ms, t_ms, round_lines = [], [], []
+    s_ms, round_ratios = [], {v: [] for v in variants}
+    t_ms = {v: [] for v in variants}
+    pt = {}
     for r in range(args.rounds):
         sharc = run_sharc(args, out, compile_s, input_files)
-        pt = run_torch(args, work, input_files)
-        s_round, t_round = sharc["step_ms"][w:], pt["step_ms"][w:]
+        s_round = sharc["step_ms"][w:]
         s_ms += s_round
-        t_ms += t_round
-        round_lines.append((median(s_round), median(t_round)))
-        print(f"round {r + 1}: median step ms sharc {median(s_round):.2f} "
-              f"torch {median(t_round):.2f} (torch/sharc "
-              f"{median(t_round) / median(s_round):.2f})", flush=True)
+        line = f"round {r + 1}: median step ms sharc {median(s_round):.2f}"
+        for variant in variants:
+            pt[variant] = run_torch(args, work, input_files, variant)
+            t_round = pt[variant]["step_ms"][w:]
+            t_ms[variant] += t_round
+            round_ratios[variant].append(median(t_round) / median(s_round))
+            line += (f", torch {variant} {median(t_round):.2f} "
+                     f"({round_ratios[variant][-1]:.2f}x)")
+        print(line, flush=True)
     print()
-    s_mean, t_mean = mean(s_ms), mean(t_ms)
-    s_rss, t_rss = sharc["max_rss_kb"] * 1024, pt["max_rss_kb"] * 1024
-    s_planned = (sharc["arena_planned"] + sharc["param_bytes"]
-                 + sharc["state_bytes"] + sharc["input_bytes"])
-    t_tensors = pt["param_bytes"] + pt["grad_bytes"] + pt["state_bytes"]
-
+    first = pt[variants[0]]
     sizes = (f"dim {args.dim}, layers {args.layers}, heads {args.heads}, "
              f"seq {args.seq}, vocab {args.vocab}, " if args.model != "mlp"
              else f"hidden {args.dim}, ")
@@ -1068,42 +1091,55 @@ def main():
     print(f"model {args.model}: {sizes}batch {args.batch}; {n_params} parameters; "
           f"fp32 AdamW lr {args.lr} weight decay {args.weight_decay}")
     print(f"threads {args.threads}; {args.steps} timed steps after {w} warm-up; "
-          f"torch {pt['torch']} ({pt['threads']} threads); work dir {work}")
+          f"torch {first['torch']} ({first['threads']} threads, MKL "
+          f"{'yes' if first.get('mkl') else 'no'}, oneDNN "
+          f"{'yes' if first.get('mkldnn') else 'no'}); work dir {work}")
+    for line in build_info(args, out / "train"):
+        print(line)
     print(f"sharc compile {sharc['compile_s']:.1f} s; {sharc['kernels']} kernels, "
           f"{sharc['gemm_calls']} GEMM calls per step")
     print()
-    rows_out = [
-        ("step ms (mean)", f"{s_mean:.2f}", f"{t_mean:.2f}", t_mean / s_mean),
-        ("step ms (median)", f"{median(s_ms):.2f}", f"{median(t_ms):.2f}",
-         median(t_ms) / median(s_ms)),
-        ("step ms (min)", f"{min(s_ms):.2f}", f"{min(t_ms):.2f}",
-         min(t_ms) / min(s_ms)),
-        ("peak RSS MiB", f"{mib(s_rss):.1f}", f"{mib(t_rss):.1f}", t_rss / s_rss),
-        ("tensor MiB", f"{mib(s_planned):.1f}", f"{mib(t_tensors):.1f}",
-         t_tensors / s_planned),
-    ]
-    print(f"{'':18} {'sharc':>10} {'torch':>10} {'torch/sharc':>12}")
-    for label, a, b, ratio in rows_out:
-        print(f"{label:18} {a:>10} {b:>10} {ratio:>12.2f}")
-    ratios = [t / s for s, t in round_lines]
-    print(f"torch/sharc of the rounds' medians: "
-          + ", ".join(f"{x:.2f}" for x in ratios)
-          + f" (median {median(ratios):.2f}); step times pooled over "
-          f"{args.rounds} round(s)")
+    s_planned = (sharc["arena_planned"] + sharc["param_bytes"]
+                 + sharc["state_bytes"] + sharc["input_bytes"])
+    header = f"{'':18} {'sharc':>10}" + "".join(
+        f" {'torch ' + v:>14} {'/sharc':>7}" for v in variants)
+    print(header)
+
+    def row(label, mine, theirs, digits=2):
+        text = f"{label:18} {mine:>10.{digits}f}"
+        for v in variants:
+            text += f" {theirs[v]:>14.{digits}f} {theirs[v] / mine:>7.2f}"
+        print(text)
+
+    row("step ms (mean)", mean(s_ms), {v: mean(t_ms[v]) for v in variants})
+    row("step ms (median)", median(s_ms),
+        {v: median(t_ms[v]) for v in variants})
+    row("step ms (min)", min(s_ms), {v: min(t_ms[v]) for v in variants})
+    row("peak RSS MiB", mib(sharc["max_rss_kb"] * 1024),
+        {v: mib(pt[v]["max_rss_kb"] * 1024) for v in variants}, 1)
+    row("tensor MiB", mib(s_planned),
+        {v: mib(pt[v]["param_bytes"] + pt[v]["grad_bytes"]
+                + pt[v]["state_bytes"]) for v in variants}, 1)
+    for v in variants:
+        print(f"torch {v}/sharc of the rounds' medians: "
+              + ", ".join(f"{x:.2f}" for x in round_ratios[v])
+              + f" (median {median(round_ratios[v]):.2f})")
+    print(f"step times pooled over {args.rounds} round(s)")
     print()
     print(f"sharc tensor bytes: arena {sharc['arena_planned']} planned "
           f"({sharc['arena_measured']} measured, holds activations and gradients) "
           f"+ parameters {sharc['param_bytes']} + optimizer state "
           f"{sharc['state_bytes']} + inputs {sharc['input_bytes']}; "
           f"peak RSS by {sharc['rss_source']}")
-    print(f"torch tensor bytes: parameters {pt['param_bytes']} + gradients "
-          f"{pt['grad_bytes']} + optimizer state {pt['state_bytes']} "
+    print(f"torch tensor bytes: parameters {first['param_bytes']} + gradients "
+          f"{first['grad_bytes']} + optimizer state {first['state_bytes']} "
           f"(activations not counted); RSS after `import torch` "
-          f"{mib(pt['rss_after_import_kb'] * 1024):.1f} MiB")
+          f"{mib(first['rss_after_import_kb'] * 1024):.1f} MiB")
     last = args.warmup + args.steps
-    print(f"loss at step 1: sharc {sharc['losses'][0]:.6f} torch {pt['losses'][0]:.6f}; "
-          f"at step {last}: sharc {sharc['losses'][-1]:.6f} "
-          f"torch {pt['losses'][-1]:.6f}")
+    print(f"loss at step 1: sharc {sharc['losses'][0]:.6f} "
+          + " ".join(f"torch {v} {pt[v]['losses'][0]:.6f}" for v in variants)
+          + f"; at step {last}: sharc {sharc['losses'][-1]:.6f} "
+          + " ".join(f"torch {v} {pt[v]['losses'][-1]:.6f}" for v in variants))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@
 #include "ir/Evaluator.h"
 #include "ir/SharcOps.h"
 #include "runtime/AtomicFile.h"
+#include "runtime/Blas.h"
 #include "runtime/Npy.h"
 #include "runtime/StateDir.h"
 #include "tools/sharc/Compile.h"
@@ -525,6 +526,9 @@ static int runConfig() {
 }
 
 int main(int argc, char **argv) {
+  // First: it may run this process again (the evaluator must multiply with
+  // the kernels the training binaries use).
+  sharc::rt::ensureBlasKernels(argv);
   llvm::InitLLVM init(argc, argv);
   registerTrainingFlags(evalCommand, compileCommand, sharcCategory);
   registerCompileFlags(compileCommand, sharcCategory);
