@@ -45,10 +45,14 @@ inline std::string doubleLiteral(double value) {
   return text;
 }
 
-/// An f32 value (given as a double) as a C++ expression of type float.
+/// An f32 value (given as a double) as a C++ expression of type float (a
+/// constant expression, short: a constant tensor's array holds one per
+/// element).
 inline std::string floatLiteral(double value) {
-  if (std::isnan(value) || std::isinf(value))
-    return "static_cast<float>(" + doubleLiteral(value) + ")";
+  if (std::isnan(value))
+    return "NAN";
+  if (std::isinf(value))
+    return value > 0 ? "HUGE_VALF" : "(-HUGE_VALF)";
   char buffer[40];
   std::snprintf(buffer, sizeof(buffer), "%.9g", value);
   std::string text = buffer;
