@@ -332,11 +332,13 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
   return argv;
 }
 
-/// The initial value of persistent buffer `buffer`: a parameter from the
-/// model, its `init` (zero unless stated) for optimizer and scaler state and
-/// the step counter.
-FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
-                               const LoadedModel &model) {
+/// The initial file of persistent buffer `buffer`: a parameter's value from
+/// the model, or for optimizer and scaler state and the step counter every
+/// element its `init` (zero unless stated), built from one converted element
+/// (a state tensor is as large as its parameter: no full-size Tensor, whose
+/// floats are doubles, is made for it).
+FailureOr<rt::NpyArray> initialValue(const ReportBuffer &buffer,
+                                     const LoadedModel &model) {
   static const std::map<std::string, DType> types = {{"f32", DType::f32},
                                                      {"f64", DType::f64},
                                                      {"i64", DType::i64},
@@ -348,10 +350,16 @@ FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
     return failure();
   }
   if (buffer.role == "state") {
-    Tensor state(type->second, buffer.fileShape);
-    for (int64_t i = 0, e = state.numElements(); i < e; ++i)
-      state.setDouble(i, buffer.initialValue);
-    return state;
+    Tensor element(type->second, {1});
+    element.setDouble(0, buffer.initialValue);
+    rt::NpyArray array = element.toNpy();
+    std::vector<char> bytes = std::move(array.data);
+    array.shape.assign(buffer.fileShape.begin(), buffer.fileShape.end());
+    array.data.assign(size_t(array.numElements()) * bytes.size(), 0);
+    if (llvm::any_of(bytes, [](char byte) { return byte != 0; }))
+      for (size_t at = 0; at < array.data.size(); at += bytes.size())
+        std::memcpy(array.data.data() + at, bytes.data(), bytes.size());
+    return array;
   }
   auto known = model.parameters.find(buffer.name);
   if (known == model.parameters.end()) {
@@ -359,7 +367,7 @@ FailureOr<Tensor> initialValue(const ReportBuffer &buffer,
          "' has no initial value in the model (initializers only)");
     return failure();
   }
-  return known->second;
+  return known->second.toNpy();
 }
 
 /// `shape` as a JSON array of dimensions.
@@ -691,11 +699,11 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     if ((buffer.role == "param" || buffer.role == "state") &&
         buffer.derivedFrom.empty()) {
       std::string file = "weights/" + buffer.file;
-      FailureOr<Tensor> value = initialValue(buffer, model);
+      FailureOr<rt::NpyArray> value = initialValue(buffer, model);
       if (failed(value))
         return 1;
       std::string error;
-      if (!rt::writeNpy(staging + "/" + file, value->toNpy(), error))
+      if (!rt::writeNpy(staging + "/" + file, *value, error))
         return fail(error);
       entry["file"] = file;
     }
