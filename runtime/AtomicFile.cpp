@@ -167,6 +167,22 @@ bool AtomicFile::write(const void *data, size_t size, std::string &error) {
   return true;
 }
 
+bool AtomicFile::appendZeros(size_t size, std::string &error) {
+  if (fd < 0) {
+    error = targetPath + ": not open for writing";
+    return false;
+  }
+  off_t end = ::lseek(fd, 0, SEEK_CUR);
+  off_t extended = end + (off_t)size;
+  if (end < 0 || extended < end || ::ftruncate(fd, extended) != 0 ||
+      ::lseek(fd, extended, SEEK_SET) != extended) {
+    error = errnoMessage(targetPath);
+    return false;
+  }
+  written += size;
+  return true;
+}
+
 bool AtomicFile::finish(std::string &error) {
   if (fd < 0) {
     if (temporaryPath.empty()) {

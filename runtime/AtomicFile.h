@@ -48,6 +48,10 @@ public:
   /// Appends `size` bytes (short writes and EINTR are retried).
   bool write(const void *data, size_t size, std::string &error);
 
+  /// Appends `size` zero bytes without writing them: the file is extended
+  /// (ftruncate), a hole where the file system keeps sparse files.
+  bool appendZeros(size_t size, std::string &error);
+
   /// Syncs and closes the temporary file: its contents are complete.
   bool finish(std::string &error);
 

@@ -264,8 +264,7 @@ bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
-      return failWith(std::string("cannot read file: ") +
-                      std::strerror(errno));
+      return failWith(std::string("cannot read file: ") + std::strerror(errno));
     if (n == 0)
       break; // The file shrank while being read: parse what is there.
     done += static_cast<size_t>(n);
@@ -318,6 +317,19 @@ bool writeNpy(const std::string &path, const NpyArray &array,
   AtomicFile file;
   return file.create(path, error) && writeNpy(file, array, error) &&
          file.commit(error);
+}
+
+bool writeNpyZeros(const std::string &path, NpyType type,
+                   const std::vector<int64_t> &shape, std::string &error) {
+  NpyArray empty;
+  empty.type = type;
+  empty.shape = shape;
+  std::string header = npyHeader(empty);
+  size_t bytes = size_t(empty.numElements()) * npyTypeBytes(type);
+  AtomicFile file;
+  return file.create(path, error) &&
+         file.write(header.data(), header.size(), error) &&
+         file.appendZeros(bytes, error) && file.commit(error);
 }
 
 std::vector<std::string> npyFileNames(const std::vector<std::string> &names) {

@@ -1,4 +1,5 @@
-//===- Npy.h - .npy file reading and writing ----------------------*- C++ -*-===//
+//===- Npy.h - .npy file reading and writing ----------------------*- C++
+//-*-===//
 //
 // NumPy's .npy format (versions 1.0-3.0), little-endian, C order.  Used by the
 // compiler tools and by the runtime the generated programs link, so it depends
@@ -53,6 +54,12 @@ bool writeNpy(const std::string &path, const NpyArray &array,
 
 /// Writes `array` into `file`, an AtomicFile being written.
 bool writeNpy(AtomicFile &file, const NpyArray &array, std::string &error);
+
+/// Writes an array of `type` and `shape` whose elements are all zero bytes
+/// to `path`, atomically as writeNpy, without writing the zeros
+/// (AtomicFile::appendZeros): the AdamW moments of a large model.
+bool writeNpyZeros(const std::string &path, NpyType type,
+                   const std::vector<int64_t> &shape, std::string &error);
 
 /// Adds `path` to `files` and writes `array` into it; the file replaces
 /// `path` when `files` is committed.

@@ -15,9 +15,11 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -355,6 +357,33 @@ TEST_F(AtomicFileTest, WriteNpyKeepsThePreviousFileOnFailure) {
   EXPECT_EQ(error, path("w.npy") + ": No space left on device");
   EXPECT_EQ(readText(path("w.npy")), previous);
   EXPECT_EQ(names(), std::vector<std::string>{"w.npy"});
+}
+
+TEST_F(AtomicFileTest, WriteNpyZerosIsAnArrayOfZerosNotWritten) {
+  std::string error;
+  // 4 MiB of f32 zeros: the file holds them, the disk (where sparse files
+  // exist, as on the test's tmp folder) far fewer blocks.
+  std::vector<int64_t> shape = {1024, 1024};
+  ASSERT_TRUE(writeNpyZeros(path("z.npy"), NpyType::f32, shape, error))
+      << error;
+  NpyArray parsed;
+  ASSERT_TRUE(readNpy(path("z.npy"), parsed, error)) << error;
+  EXPECT_EQ(parsed.type, NpyType::f32);
+  EXPECT_EQ(parsed.shape, shape);
+  ASSERT_EQ(parsed.data.size(), size_t(4) << 20);
+  EXPECT_TRUE(std::all_of(parsed.data.begin(), parsed.data.end(),
+                          [](char byte) { return byte == 0; }));
+  struct stat status;
+  ASSERT_EQ(::stat(path("z.npy").c_str(), &status), 0);
+  EXPECT_GT(status.st_size, off_t(4) << 20);
+  std::printf("writeNpyZeros: %lld bytes, %lld allocated\n",
+              (long long)status.st_size, (long long)status.st_blocks * 512);
+  // Nothing else is left behind, and the previous file is replaced whole.
+  EXPECT_EQ(names(), std::vector<std::string>{"z.npy"});
+  ASSERT_TRUE(writeNpyZeros(path("z.npy"), NpyType::i64, {3}, error)) << error;
+  ASSERT_TRUE(readNpy(path("z.npy"), parsed, error)) << error;
+  EXPECT_EQ(parsed.type, NpyType::i64);
+  EXPECT_EQ(parsed.data, std::vector<char>(24, 0));
 }
 
 /// parseNpy of a version 1.0 file with header dict `dict` and `dataBytes`

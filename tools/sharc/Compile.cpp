@@ -699,12 +699,30 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     if ((buffer.role == "param" || buffer.role == "state") &&
         buffer.derivedFrom.empty()) {
       std::string file = "weights/" + buffer.file;
-      FailureOr<rt::NpyArray> value = initialValue(buffer, model);
-      if (failed(value))
-        return 1;
       std::string error;
-      if (!rt::writeNpy(staging + "/" + file, *value, error))
-        return fail(error);
+      bool written = false;
+      if (buffer.role == "state") {
+        // State as large as its parameter (AdamW's moments) is usually zero:
+        // then the file's zeros are not written (writeNpyZeros).
+        ReportBuffer one = buffer;
+        one.fileShape = {1};
+        FailureOr<rt::NpyArray> element = initialValue(one, model);
+        if (failed(element))
+          return 1;
+        if (llvm::all_of(element->data, [](char byte) { return byte == 0; })) {
+          if (!rt::writeNpyZeros(staging + "/" + file, element->type,
+                                 buffer.fileShape, error))
+            return fail(error);
+          written = true;
+        }
+      }
+      if (!written) {
+        FailureOr<rt::NpyArray> value = initialValue(buffer, model);
+        if (failed(value))
+          return 1;
+        if (!rt::writeNpy(staging + "/" + file, *value, error))
+          return fail(error);
+      }
       entry["file"] = file;
     }
     if (buffer.role != "constant")
