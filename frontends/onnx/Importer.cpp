@@ -87,9 +87,6 @@ std::string sharc::onnx_import::onnxTypeName(int64_t onnxType) {
 /// Older opsets import where an operator's definition is unchanged since.
 static constexpr int64_t kMinOpset = 13;
 static constexpr int64_t kMaxOpset = 28;
-/// ONNX's domain of training operators (Adagrad, Momentum, Adam).
-static constexpr const char *kPreviewTrainingDomain =
-    "ai.onnx.preview.training";
 
 /// The element types sharc accepts, as ONNX names them.
 static constexpr const char *kSupportedTypes =

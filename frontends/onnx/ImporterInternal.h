@@ -126,8 +126,11 @@ struct OpRule {
 
 /// The rule of default-domain operator `opType`, or null.
 const OpRule *findOpRule(llvm::StringRef opType);
-/// The rule of `opType` in domain ai.onnx.preview.training (opset 1), or
-/// null.
+/// ONNX's domain of training operators (Adagrad, Momentum, Adam).
+inline constexpr const char *kPreviewTrainingDomain =
+    "ai.onnx.preview.training";
+
+/// The rule of `opType` in domain kPreviewTrainingDomain (opset 1), or null.
 const OpRule *findPreviewTrainingRule(llvm::StringRef opType);
 
 /// One ONNX node being imported: its resolved inputs, validated attributes,

@@ -2360,6 +2360,20 @@ reductionAxes(NodeImporter &n, bool axesInputSince13) {
   return std::optional<SmallVector<int64_t>>(std::move(*normalized));
 }
 
+/// The lowest value of `type`: -inf, or the integer type's minimum.
+static double lowestOf(Type type) {
+  if (isa<FloatType>(type))
+    return -std::numeric_limits<double>::infinity();
+  return -std::ldexp(1.0, int(type.getIntOrFloatBitWidth()) - 1);
+}
+
+/// The highest value of `type`: +inf, or the integer type's maximum.
+static double highestOf(Type type) {
+  if (isa<FloatType>(type))
+    return std::numeric_limits<double>::infinity();
+  return std::ldexp(1.0, int(type.getIntOrFloatBitWidth()) - 1) - 1;
+}
+
 /// A max (or, `largest` false, min) over an empty set of values is the
 /// identity of the reduction (ONNX 18): -inf (+inf), or the integer type's
 /// lowest (highest) value.  The result of reducing `x` over `axes` when one
@@ -2377,14 +2391,7 @@ static FailureOr<Value> emptyExtreme(NodeImporter &n, Value x,
     else if (keep)
       result.push_back(1);
   Type type = elementTypeOf(x);
-  double identity = std::numeric_limits<double>::infinity();
-  if (!isa<FloatType>(type)) {
-    unsigned bits = type.getIntOrFloatBitWidth();
-    identity = std::ldexp(1.0, int(bits) - 1);
-    identity = largest ? -identity : identity - 1;
-  } else if (largest) {
-    identity = -identity;
-  }
+  double identity = largest ? lowestOf(type) : highestOf(type);
   return n.broadcast(n.scalar(type, identity), result);
 }
 
@@ -3287,13 +3294,6 @@ static FailureOr<Results> importReduceProd(NodeImporter &n) {
     if (!llvm::is_contained(**axes, int64_t(axis)))
       shape.push_back(size);
   return wrap(n.reshape(y, shape));
-}
-
-/// The lowest value of `type`: -inf, or the integer type's minimum.
-static double lowestOf(Type type) {
-  if (isa<FloatType>(type))
-    return -std::numeric_limits<double>::infinity();
-  return -std::ldexp(1.0, int(type.getIntOrFloatBitWidth()) - 1);
 }
 
 /// TopK (K a constant): K rounds, each taking the first position of the

@@ -73,37 +73,22 @@ namespace {
 /// it drops).  Graph inputs used there are embedded as constants.
 const std::map<std::string, std::vector<int>> &shapeOperands() {
   static const std::map<std::string, std::vector<int>> table = {
-      {"Reshape", {1}},
-      {"Expand", {1}},
-      {"Slice", {1, 2, 3, 4}},
-      {"Unsqueeze", {1}},
-      {"Squeeze", {1}},
-      {"Split", {1}},
-      {"ReduceSum", {1}},
-      {"ReduceMean", {1}},
-      {"ReduceMax", {1}},
-      {"ConstantOfShape", {0}},
-      {"Range", {0, 1, 2}},
-      {"Trilu", {1}},
-      {"Dropout", {1, 2}},
-      {"ReduceMin", {1}},
-      {"ReduceSumSquare", {1}},
-      {"ReduceL1", {1}},
-      {"ReduceL2", {1}},
-      {"ReduceLogSum", {1}},
-      {"ReduceLogSumExp", {1}},
-      {"CumSum", {1}},
-      {"Pad", {1, 3}},
-      {"Tile", {1}},
-      {"OneHot", {1}},
-      {"Resize", {1, 2, 3}},
-      {"ReduceProd", {1}},
-      {"TopK", {1}},
+      {"Reshape", {1}},         {"Expand", {1}},
+      {"Slice", {1, 2, 3, 4}},  {"Unsqueeze", {1}},
+      {"Squeeze", {1}},         {"Split", {1}},
+      {"ReduceSum", {1}},       {"ReduceMean", {1}},
+      {"ReduceMax", {1}},       {"ConstantOfShape", {0}},
+      {"Range", {0, 1, 2}},     {"Trilu", {1}},
+      {"Dropout", {1, 2}},      {"ReduceMin", {1}},
+      {"ReduceSumSquare", {1}}, {"ReduceL1", {1}},
+      {"ReduceL2", {1}},        {"ReduceLogSum", {1}},
+      {"ReduceLogSumExp", {1}}, {"CumSum", {1}},
+      {"Pad", {1, 3}},          {"Tile", {1}},
+      {"OneHot", {1}},          {"Resize", {1, 2, 3}},
+      {"ReduceProd", {1}},      {"TopK", {1}},
       {"Compress", {1}},        {"DFT", {1, 2}},
-      {"HannWindow", {0}},
-      {"HammingWindow", {0}},
-      {"BlackmanWindow", {0}},
-      {"MelWeightMatrix", {0, 1, 2, 3, 4}},
+      {"HannWindow", {0}},      {"HammingWindow", {0}},
+      {"BlackmanWindow", {0}},  {"MelWeightMatrix", {0, 1, 2, 3, 4}},
   };
   return table;
 }
@@ -933,7 +918,8 @@ int main(int argc, char **argv) {
     std::vector<std::string> unsupported;
     for (const std::string &op : ops) {
       llvm::StringRef name = op;
-      bool preview = name.consume_front("ai.onnx.preview.training.");
+      bool preview = name.consume_front(onnx_import::kPreviewTrainingDomain) &&
+                     name.consume_front(".");
       if (preview ? !onnx_import::findPreviewTrainingRule(name)
                   : !onnx_import::findOpRule(op))
         unsupported.push_back(op);

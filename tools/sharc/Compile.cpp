@@ -332,13 +332,10 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
   return argv;
 }
 
-/// The initial file of persistent buffer `buffer`: a parameter's value from
-/// the model, or for optimizer and scaler state and the step counter every
-/// element its `init` (zero unless stated), built from one converted element
-/// (a state tensor is as large as its parameter: no full-size Tensor, whose
-/// floats are doubles, is made for it).
-FailureOr<rt::NpyArray> initialValue(const ReportBuffer &buffer,
-                                     const LoadedModel &model) {
+/// The .npy array of one element of state buffer `buffer` (optimizer and
+/// scaler state, the step counter): its `init`, zero unless stated, stored
+/// as its type stores it.
+FailureOr<rt::NpyArray> stateElement(const ReportBuffer &buffer) {
   static const std::map<std::string, DType> types = {{"f32", DType::f32},
                                                      {"f64", DType::f64},
                                                      {"i64", DType::i64},
@@ -349,25 +346,53 @@ FailureOr<rt::NpyArray> initialValue(const ReportBuffer &buffer,
     fail("'" + buffer.name + "' has unsupported type " + buffer.type);
     return failure();
   }
-  if (buffer.role == "state") {
-    Tensor element(type->second, {1});
-    element.setDouble(0, buffer.initialValue);
-    rt::NpyArray array = element.toNpy();
-    std::vector<char> bytes = std::move(array.data);
-    array.shape.assign(buffer.fileShape.begin(), buffer.fileShape.end());
-    array.data.assign(size_t(array.numElements()) * bytes.size(), 0);
-    if (llvm::any_of(bytes, [](char byte) { return byte != 0; }))
-      for (size_t at = 0; at < array.data.size(); at += bytes.size())
-        std::memcpy(array.data.data() + at, bytes.data(), bytes.size());
-    return array;
-  }
-  auto known = model.parameters.find(buffer.name);
-  if (known == model.parameters.end()) {
-    fail("parameter '" + buffer.name +
-         "' has no initial value in the model (initializers only)");
+  Tensor element(type->second, {1});
+  element.setDouble(0, buffer.initialValue);
+  return element.toNpy();
+}
+
+/// Writes the initial file `path` of persistent buffer `buffer`: a
+/// parameter's value from the model; for state, every element its `init`,
+/// repeated from one converted element (a state tensor is as large as its
+/// parameter: no full-size Tensor, whose floats are doubles, is made for
+/// it), and zero state (AdamW's moments) as a file of zeros that are not
+/// written (writeNpyZeros).
+LogicalResult writeInitialValue(const ReportBuffer &buffer,
+                                const LoadedModel &model,
+                                const std::string &path) {
+  std::string error;
+  if (buffer.role != "state") {
+    auto known = model.parameters.find(buffer.name);
+    if (known == model.parameters.end()) {
+      fail("parameter '" + buffer.name +
+           "' has no initial value in the model (initializers only)");
+      return failure();
+    }
+    if (rt::writeNpy(path, known->second.toNpy(), error))
+      return success();
+    fail(error);
     return failure();
   }
-  return known->second.toNpy();
+  FailureOr<rt::NpyArray> element = stateElement(buffer);
+  if (failed(element))
+    return failure();
+  if (llvm::all_of(element->data, [](char byte) { return byte == 0; })) {
+    if (rt::writeNpyZeros(path, element->type, buffer.fileShape, error))
+      return success();
+    fail(error);
+    return failure();
+  }
+  rt::NpyArray array;
+  array.type = element->type;
+  array.shape.assign(buffer.fileShape.begin(), buffer.fileShape.end());
+  array.data.resize(size_t(array.numElements()) * element->data.size());
+  for (size_t at = 0; at < array.data.size(); at += element->data.size())
+    std::memcpy(array.data.data() + at, element->data.data(),
+                element->data.size());
+  if (rt::writeNpy(path, array, error))
+    return success();
+  fail(error);
+  return failure();
 }
 
 /// `shape` as a JSON array of dimensions.
@@ -699,30 +724,8 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     if ((buffer.role == "param" || buffer.role == "state") &&
         buffer.derivedFrom.empty()) {
       std::string file = "weights/" + buffer.file;
-      std::string error;
-      bool written = false;
-      if (buffer.role == "state") {
-        // State as large as its parameter (AdamW's moments) is usually zero:
-        // then the file's zeros are not written (writeNpyZeros).
-        ReportBuffer one = buffer;
-        one.fileShape = {1};
-        FailureOr<rt::NpyArray> element = initialValue(one, model);
-        if (failed(element))
-          return 1;
-        if (llvm::all_of(element->data, [](char byte) { return byte == 0; })) {
-          if (!rt::writeNpyZeros(staging + "/" + file, element->type,
-                                 buffer.fileShape, error))
-            return fail(error);
-          written = true;
-        }
-      }
-      if (!written) {
-        FailureOr<rt::NpyArray> value = initialValue(buffer, model);
-        if (failed(value))
-          return 1;
-        if (!rt::writeNpy(staging + "/" + file, *value, error))
-          return fail(error);
-      }
+      if (failed(writeInitialValue(buffer, model, staging + "/" + file)))
+        return 1;
       entry["file"] = file;
     }
     if (buffer.role != "constant")
