@@ -13,6 +13,7 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/APInt.h"
+#include "llvm/ADT/bit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -350,35 +351,13 @@ std::optional<Tensor> Tensor::fromAttr(ElementsAttr attr) {
 
 DenseElementsAttr Tensor::toAttr(MLIRContext *context) const {
   RankedTensorType shaped = mlirTensorType(context);
-  switch (type) {
-  case DType::f64:
-    return DenseElementsAttr::get(shaped, ArrayRef<double>(floatData));
-  case DType::f32: {
-    std::vector<float> values(floatData.begin(), floatData.end());
-    return DenseElementsAttr::get(shaped, ArrayRef<float>(values));
-  }
-  case DType::f16:
-  case DType::bf16: {
-    std::vector<uint16_t> bits(floatData.size());
-    for (size_t i = 0; i < bits.size(); ++i)
-      bits[i] = type == DType::f16 ? doubleToHalfBits(floatData[i])
-                                   : doubleToBfloatBits(floatData[i]);
-    return DenseElementsAttr::getFromRawBuffer(
-        shaped, ArrayRef<char>(reinterpret_cast<const char *>(bits.data()),
-                               bits.size() * sizeof(uint16_t)));
-  }
-  case DType::i64:
-    return DenseElementsAttr::get(shaped, ArrayRef<int64_t>(intData));
-  case DType::i32: {
-    std::vector<int32_t> values(intData.begin(), intData.end());
-    return DenseElementsAttr::get(shaped, ArrayRef<int32_t>(values));
-  }
-  case DType::i1: {
+  if (type == DType::i1) {
     SmallVector<bool> values(intData.begin(), intData.end());
     return DenseElementsAttr::get(shaped, ArrayRef<bool>(values));
   }
-  }
-  return DenseElementsAttr();
+  PackedTensor packed = PackedTensor::pack(*this);
+  return DenseElementsAttr::getFromRawBuffer(
+      shaped, ArrayRef<char>(packed.bytes().data(), packed.bytes().size()));
 }
 
 Tensor Tensor::fromNpy(const rt::NpyArray &array) {
@@ -411,53 +390,34 @@ Tensor Tensor::fromNpy(const rt::NpyArray &array) {
   return result;
 }
 
-rt::NpyArray Tensor::toNpy() const {
-  rt::NpyArray array;
-  array.shape.assign(dims.begin(), dims.end());
-  int64_t n = numElements();
-  auto store = [&](auto value) {
-    array.data.resize(n * sizeof(value));
-    return reinterpret_cast<decltype(value) *>(array.data.data());
-  };
+/// How a .npy file stores elements of `type` (NumPy has no bfloat16: f32
+/// holds each of its values exactly).
+static rt::NpyType npyTypeOf(DType type) {
   switch (type) {
   case DType::f64:
-    array.type = rt::NpyType::f64;
-    std::memcpy(store(double()), floatData.data(), n * sizeof(double));
-    break;
+    return rt::NpyType::f64;
   case DType::f32:
-  case DType::bf16: {
-    array.type = rt::NpyType::f32;
-    float *out = store(float());
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = static_cast<float>(floatData[i]);
-    break;
-  }
-  case DType::f16: {
-    array.type = rt::NpyType::f16;
-    uint16_t *out = store(uint16_t());
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = doubleToHalfBits(floatData[i]);
-    break;
-  }
+  case DType::bf16:
+    return rt::NpyType::f32;
+  case DType::f16:
+    return rt::NpyType::f16;
   case DType::i64:
-    array.type = rt::NpyType::i64;
-    std::memcpy(store(int64_t()), intData.data(), n * sizeof(int64_t));
-    break;
-  case DType::i32: {
-    array.type = rt::NpyType::i32;
-    int32_t *out = store(int32_t());
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = static_cast<int32_t>(intData[i]);
-    break;
+    return rt::NpyType::i64;
+  case DType::i32:
+    return rt::NpyType::i32;
+  case DType::i1:
+    return rt::NpyType::b1;
   }
-  case DType::i1: {
-    array.type = rt::NpyType::b1;
-    char *out = store(char());
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = intData[i] != 0;
-    break;
-  }
-  }
+  return rt::NpyType::f32;
+}
+
+rt::NpyArray Tensor::toNpy() const {
+  PackedTensor packed =
+      PackedTensor::pack(type == DType::bf16 ? convertTo(DType::f32) : *this);
+  rt::NpyArray array;
+  array.type = npyTypeOf(type);
+  array.shape.assign(dims.begin(), dims.end());
+  array.data.assign(packed.bytes().begin(), packed.bytes().end());
   return array;
 }
 
@@ -507,4 +467,69 @@ bool Tensor::operator==(const Tensor &other) const {
       return false;
   }
   return true;
+}
+
+//===----------------------------------------------------------------------===//
+// PackedTensor
+//===----------------------------------------------------------------------===//
+
+static_assert(llvm::endianness::native == llvm::endianness::little,
+              "PackedTensor and the .npy files hold little-endian bytes");
+
+PackedTensor::PackedTensor(DType type, ArrayRef<int64_t> shape,
+                           std::string bytes)
+    : type(type), dims(shape.begin(), shape.end()), data(std::move(bytes)) {
+  assert(data.size() == size_t(sharc::numElements(dims)) * dtypeBytes(type) &&
+         "a packed tensor holds every element");
+}
+
+PackedTensor PackedTensor::pack(const Tensor &tensor) {
+  int64_t n = tensor.numElements();
+  std::string bytes(size_t(n) * dtypeBytes(tensor.dtype()), '\0');
+  auto out = [&](auto value) {
+    return reinterpret_cast<decltype(value) *>(bytes.data());
+  };
+  switch (tensor.dtype()) {
+  case DType::f64:
+    std::memcpy(bytes.data(), tensor.floats().data(), bytes.size());
+    break;
+  case DType::f32:
+    std::copy_n(tensor.floats().begin(), n, out(float()));
+    break;
+  case DType::f16:
+  case DType::bf16: {
+    uint16_t *bits = out(uint16_t());
+    for (int64_t i = 0; i < n; ++i)
+      bits[i] = tensor.dtype() == DType::f16
+                    ? doubleToHalfBits(tensor.floats()[i])
+                    : doubleToBfloatBits(tensor.floats()[i]);
+    break;
+  }
+  case DType::i64:
+    std::memcpy(bytes.data(), tensor.ints().data(), bytes.size());
+    break;
+  case DType::i32:
+    std::copy_n(tensor.ints().begin(), n, out(int32_t()));
+    break;
+  case DType::i1:
+    for (int64_t i = 0; i < n; ++i)
+      bytes[i] = tensor.ints()[i] != 0;
+    break;
+  }
+  return PackedTensor(tensor.dtype(), tensor.shape(), std::move(bytes));
+}
+
+Tensor PackedTensor::unpack() const {
+  Tensor result(type, dims);
+  fillFromRaw(result, ArrayRef<char>(data.data(), data.size()),
+              /*splat=*/false);
+  return result;
+}
+
+bool PackedTensor::writeNpy(const std::string &path, std::string &error) const {
+  if (type == DType::bf16)
+    return pack(unpack().convertTo(DType::f32)).writeNpy(path, error);
+  return rt::writeNpy(path, npyTypeOf(type),
+                      std::vector<int64_t>(dims.begin(), dims.end()),
+                      data.data(), data.size(), error);
 }

@@ -111,6 +111,43 @@ private:
   std::vector<int64_t> intData;
 };
 
+/// A tensor held as its element type stores it: row-major host-order bytes,
+/// f16 and bf16 as their 16 bits, i1 one byte per element (the layout of
+/// ONNX's raw_data on the little-endian hosts sharc runs on).  The compiler
+/// carries a model's parameters this way from the ONNX file to the weight
+/// files: a Tensor holds every f32 as a double, twice the bytes, and a
+/// GPT-2-sized model's parameters are 650 MB of f32.
+class PackedTensor {
+public:
+  PackedTensor() = default;
+  /// `bytes` (taken over, not copied) must hold every element.
+  PackedTensor(DType type, llvm::ArrayRef<int64_t> shape, std::string bytes);
+  PackedTensor(const PackedTensor &) = default;
+  PackedTensor &operator=(const PackedTensor &) = default;
+  /// noexcept, so that containers move their elements' bytes when they
+  /// grow (SmallVector's own move is not noexcept).
+  PackedTensor(PackedTensor &&) noexcept = default;
+  PackedTensor &operator=(PackedTensor &&) noexcept = default;
+  /// The bytes of `tensor`'s elements.
+  static PackedTensor pack(const Tensor &tensor);
+
+  DType dtype() const { return type; }
+  llvm::ArrayRef<int64_t> shape() const { return dims; }
+  llvm::StringRef bytes() const { return data; }
+
+  /// The elements decoded into a Tensor (the evaluator's form).
+  Tensor unpack() const;
+  /// Writes the elements to `path` as a .npy file (atomically, rt::writeNpy),
+  /// stored as Tensor::toNpy stores them (bf16 widened to f32, exactly).  On
+  /// failure `error` reads "PATH: reason".
+  bool writeNpy(const std::string &path, std::string &error) const;
+
+private:
+  DType type = DType::f32;
+  llvm::SmallVector<int64_t, 4> dims;
+  std::string data;
+};
+
 } // namespace sharc
 
 #endif // SHARC_IR_TENSOR_H

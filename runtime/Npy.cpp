@@ -275,14 +275,12 @@ bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
 }
 
 /// The preamble and header of a version 1.0 file holding `array`.
-static std::string npyHeader(const NpyArray &array) {
-  std::string header = "{'descr': '" + std::string(descrOf(array.type)) +
+static std::string npyHeader(NpyType type, const std::vector<int64_t> &shape) {
+  std::string header = "{'descr': '" + std::string(descrOf(type)) +
                        "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < array.shape.size(); ++i)
-    header +=
-        std::to_string(array.shape[i]) +
-        (array.shape.size() == 1 ? ","
-                                 : (i + 1 < array.shape.size() ? ", " : ""));
+  for (size_t i = 0; i < shape.size(); ++i)
+    header += std::to_string(shape[i]) +
+              (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
   header += "), }";
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -301,9 +299,19 @@ static std::string npyHeader(const NpyArray &array) {
 }
 
 bool writeNpy(AtomicFile &file, const NpyArray &array, std::string &error) {
-  std::string header = npyHeader(array);
+  std::string header = npyHeader(array.type, array.shape);
   return file.write(header.data(), header.size(), error) &&
          file.write(array.data.data(), array.data.size(), error);
+}
+
+bool writeNpy(const std::string &path, NpyType type,
+              const std::vector<int64_t> &shape, const char *data, size_t size,
+              std::string &error) {
+  std::string header = npyHeader(type, shape);
+  AtomicFile file;
+  return file.create(path, error) &&
+         file.write(header.data(), header.size(), error) &&
+         file.write(data, size, error) && file.commit(error);
 }
 
 bool writeNpy(AtomicFileSet &files, const std::string &path,
@@ -314,9 +322,8 @@ bool writeNpy(AtomicFileSet &files, const std::string &path,
 
 bool writeNpy(const std::string &path, const NpyArray &array,
               std::string &error) {
-  AtomicFile file;
-  return file.create(path, error) && writeNpy(file, array, error) &&
-         file.commit(error);
+  return writeNpy(path, array.type, array.shape, array.data.data(),
+                  array.data.size(), error);
 }
 
 bool writeNpyZeros(const std::string &path, NpyType type,
@@ -324,7 +331,7 @@ bool writeNpyZeros(const std::string &path, NpyType type,
   NpyArray empty;
   empty.type = type;
   empty.shape = shape;
-  std::string header = npyHeader(empty);
+  std::string header = npyHeader(type, shape);
   size_t bytes = size_t(empty.numElements()) * npyTypeBytes(type);
   AtomicFile file;
   return file.create(path, error) &&

@@ -52,6 +52,12 @@ bool parseNpy(const std::string &name, const char *bytes, size_t size,
 bool writeNpy(const std::string &path, const NpyArray &array,
               std::string &error);
 
+/// Writes an array of `type` and `shape` whose elements are the `size` bytes
+/// at `data` (little-endian, C order) to `path`, atomically as writeNpy: a
+/// caller that holds the bytes already (a model's parameters) copies nothing.
+bool writeNpy(const std::string &path, NpyType type,
+              const std::vector<int64_t> &shape, const char *data, size_t size,
+              std::string &error);
 /// Writes `array` into `file`, an AtomicFile being written.
 bool writeNpy(AtomicFile &file, const NpyArray &array, std::string &error);
 

@@ -24,11 +24,12 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
-#include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/xxhash.h"
+
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include <algorithm>
 #include <climits>
@@ -101,48 +102,6 @@ static double halfBitsToDouble(const llvm::fltSemantics &semantics,
   return llvm::APFloat(semantics, llvm::APInt(16, bits)).convertToDouble();
 }
 
-/// Decodes little-endian raw bytes into the elements of `tensor`.
-static void decodeRaw(StringRef bytes, Tensor &tensor) {
-  using namespace llvm::support;
-  const char *p = bytes.data();
-  int64_t count = tensor.numElements();
-  for (int64_t i = 0; i < count; ++i) {
-    switch (tensor.dtype()) {
-    case DType::f64: {
-      uint64_t bits = endian::read64le(p + 8 * i);
-      double value;
-      std::memcpy(&value, &bits, sizeof(value));
-      tensor.floats()[i] = value;
-      break;
-    }
-    case DType::f32: {
-      uint32_t bits = endian::read32le(p + 4 * i);
-      float value;
-      std::memcpy(&value, &bits, sizeof(value));
-      tensor.floats()[i] = value;
-      break;
-    }
-    case DType::f16:
-      tensor.floats()[i] = halfBitsToDouble(llvm::APFloat::IEEEhalf(),
-                                            endian::read16le(p + 2 * i));
-      break;
-    case DType::bf16:
-      tensor.floats()[i] = halfBitsToDouble(llvm::APFloat::BFloat(),
-                                            endian::read16le(p + 2 * i));
-      break;
-    case DType::i64:
-      tensor.ints()[i] = static_cast<int64_t>(endian::read64le(p + 8 * i));
-      break;
-    case DType::i32:
-      tensor.ints()[i] = static_cast<int32_t>(endian::read32le(p + 4 * i));
-      break;
-    case DType::i1:
-      tensor.ints()[i] = p[i] != 0;
-      break;
-    }
-  }
-}
-
 /// Number of values `proto` holds in the typed field used for `type`.
 static int64_t typedFieldSize(const onnx::TensorProto &proto, DType type) {
   switch (type) {
@@ -213,6 +172,22 @@ TensorReader::header(const onnx::TensorProto &proto, Location loc,
 
 FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
                                      Location loc, const Twine &what) const {
+  FailureOr<PackedTensor> packed = pack(proto, loc, what, nullptr);
+  if (failed(packed))
+    return failure();
+  return packed->unpack();
+}
+
+FailureOr<PackedTensor> TensorReader::take(onnx::TensorProto &proto,
+                                           Location loc,
+                                           const Twine &what) const {
+  return pack(proto, loc, what,
+              proto.has_raw_data() ? proto.mutable_raw_data() : nullptr);
+}
+
+FailureOr<PackedTensor> TensorReader::pack(const onnx::TensorProto &proto,
+                                           Location loc, const Twine &what,
+                                           std::string *rawData) const {
   auto typeAndShape = header(proto, loc, what);
   if (failed(typeAndShape))
     return failure();
@@ -225,18 +200,16 @@ FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
         readExternal(proto, expectedBytes, loc, what);
     if (failed(bytes))
       return failure();
-    Tensor tensor(dtype, shape);
-    decodeRaw(*bytes, tensor);
-    return tensor;
+    return PackedTensor(dtype, shape, std::move(*bytes));
   }
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != expectedBytes)
       return emitError(loc) << what << " has " << proto.raw_data().size()
                             << " bytes of raw data, but its shape "
                             << formatShape(shape) << " needs " << expectedBytes;
-    Tensor tensor(dtype, shape);
-    decodeRaw(proto.raw_data(), tensor);
-    return tensor;
+    if (rawData)
+      return PackedTensor(dtype, shape, std::move(*rawData));
+    return PackedTensor(dtype, shape, proto.raw_data());
   }
   int64_t given = typedFieldSize(proto, dtype);
   if (given != count)
@@ -245,7 +218,7 @@ FailureOr<Tensor> TensorReader::read(const onnx::TensorProto &proto,
                           << " needs " << count;
   Tensor tensor(dtype, shape);
   decodeTyped(proto, tensor);
-  return tensor;
+  return PackedTensor::pack(tensor);
 }
 
 FailureOr<std::string>
@@ -589,7 +562,9 @@ public:
       : context(context), reader(baseDir), options(options),
         fileLoc(FileLineColLoc::get(&context, sourceName, 0, 0)) {}
 
-  FailureOr<ImportedModel> import(const onnx::ModelProto &model);
+  /// Imports `model`, taking its initializers' raw data (moved into
+  /// ImportedModel::parameters, not copied).
+  FailureOr<ImportedModel> import(onnx::ModelProto &model);
 
 private:
   LogicalResult readOpset(const onnx::ModelProto &model);
@@ -1027,7 +1002,7 @@ static std::string sanitizeName(StringRef name, llvm::StringSet<> &used) {
   return candidate;
 }
 
-FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
+FailureOr<ImportedModel> GraphImporter::import(onnx::ModelProto &model) {
   if (!model.has_graph())
     return emitError(fileLoc) << "not a valid ONNX model: it has no graph";
   if (failed(readOpset(model)))
@@ -1042,12 +1017,14 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
   struct Initializer {
     DType dtype;
     SmallVector<int64_t> shape;
-    std::optional<Tensor> value;
+    std::optional<PackedTensor> value;
     bool isFloat() const { return sharc::isFloat(dtype); }
   };
   llvm::StringSet<> initializerNames;
   std::vector<Initializer> initializers;
-  for (const onnx::TensorProto &init : graph.initializer()) {
+  initializers.reserve(graph.initializer_size());
+  for (onnx::TensorProto &init :
+       *model.mutable_graph()->mutable_initializer()) {
     if (init.name().empty())
       return emitError(fileLoc)
              << "the graph has an initializer without a name";
@@ -1060,10 +1037,10 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
       return failure();
     Initializer entry{typeAndShape->first, typeAndShape->second, {}};
     if (!options.shapesOnly || !entry.isFloat()) {
-      FailureOr<Tensor> tensor = reader.read(init, fileLoc, what);
-      if (failed(tensor))
+      FailureOr<PackedTensor> value = reader.take(init, fileLoc, what);
+      if (failed(value))
         return failure();
-      entry.value = std::move(*tensor);
+      entry.value = std::move(*value);
     }
     initializers.push_back(std::move(entry));
   }
@@ -1195,6 +1172,7 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     values[input->name()] = entry->getArgument(index);
   }
   ImportedModel imported;
+  imported.parameters.reserve(parameterInits.size() + tiedCopies.size());
   llvm::StringSet<> usedNames;
   for (auto [position, init] : llvm::enumerate(parameterInits)) {
     unsigned argIndex = inputs.size() + position;
@@ -1222,13 +1200,14 @@ FailureOr<ImportedModel> GraphImporter::import(const onnx::ModelProto &model) {
     func.setArgAttr(argIndex, SharcDialect::getParamAttrName(),
                     ParamAttr::get(&context, name, copy.name));
     untiedNodes.insert(copy.node);
-    if (const std::optional<Tensor> &value = initializers[copy.init].value)
+    if (const std::optional<PackedTensor> &value =
+            initializers[copy.init].value)
       imported.parameters.emplace_back(name, *value);
   }
   for (auto [index, init] : llvm::enumerate(initializers)) {
     if (init.isFloat())
       continue;
-    DenseElementsAttr attr = init.value->toAttr(&context);
+    DenseElementsAttr attr = init.value->unpack().toAttr(&context);
     const std::string &name = graph.initializer(index).name();
     values[name] =
         ConstantOp::create(builder, namedLoc(name), attr.getType(), attr);
@@ -1322,11 +1301,9 @@ std::string sharc::onnx_import::modelHashOf(const onnx::ModelProto &model,
                          /*Width=*/16);
 }
 
-static FailureOr<ImportedModel> importModel(const onnx::ModelProto &model,
-                                            StringRef sourceName,
-                                            StringRef baseDir,
-                                            MLIRContext &context,
-                                            const ImportOptions &options) {
+static FailureOr<ImportedModel>
+importModel(onnx::ModelProto &model, StringRef sourceName, StringRef baseDir,
+            MLIRContext &context, const ImportOptions &options) {
   context.loadDialect<func::FuncDialect, SharcDialect>();
   FailureOr<ImportedModel> imported =
       GraphImporter(context, sourceName, baseDir, options).import(model);
@@ -1361,23 +1338,33 @@ LogicalResult sharc::onnx_import::readModelProto(StringRef path,
     return emitError(loc) << "'" << path << "' has " << status.getSize()
                           << " bytes, more than the 2 GiB a protobuf can "
                              "hold (keep the weights in external data files)";
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return emitError(loc) << "cannot read '" << path
-                          << "': " << buffer.getError().message();
-  StringRef bytes = (*buffer)->getBuffer();
   StringRef extension = llvm::sys::path::extension(path);
   if (extension == ".onnxtxt" || extension == ".onnxtext") {
+    auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                              /*RequiresNullTerminator=*/false);
+    if (!buffer)
+      return emitError(loc)
+             << "cannot read '" << path << "': " << buffer.getError().message();
     std::string error;
-    if (!onnx_import::parseOnnxText(bytes.str(), model, error))
+    if (!onnx_import::parseOnnxText((*buffer)->getBuffer().str(), model, error))
       return emitError(loc) << "not a valid ONNX text model: " << error;
     return success();
   }
-  if (bytes.size() > static_cast<size_t>(INT_MAX) ||
-      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+  // Parsed from the file in blocks: the protobuf's copy of the weights is
+  // the only one in memory (an image of the file next to it would double
+  // the compiler's peak for a large model).
+  int fd;
+  if (std::error_code ec = llvm::sys::fs::openFileForRead(path, fd))
+    return emitError(loc) << "cannot read '" << path << "': " << ec.message();
+  google::protobuf::io::FileInputStream stream(fd, /*block_size=*/1 << 20);
+  stream.SetCloseOnDelete(true);
+  if (!model.ParseFromZeroCopyStream(&stream)) {
+    if (stream.GetErrno())
+      return emitError(loc) << "cannot read '" << path
+                            << "': " << std::strerror(stream.GetErrno());
     return emitError(loc)
            << "not a valid ONNX model (the protobuf does not parse)";
+  }
   return success();
 }
 

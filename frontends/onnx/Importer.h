@@ -58,7 +58,8 @@ struct ImportOptions {
 /// argument in argument order (name = the #sharc.param's sanitized name).
 struct ImportedModel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
-  std::vector<std::pair<std::string, Tensor>> parameters;
+  /// As the model stores them (no f32 widened to double).
+  std::vector<std::pair<std::string, PackedTensor>> parameters;
   /// 16 hex digits: a hash of what the model computes, from its graph
   /// without the initializers' values or the input dimensions (checkpoints
   /// record it; a resume compares it).

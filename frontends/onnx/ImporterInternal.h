@@ -66,6 +66,12 @@ public:
   mlir::FailureOr<Tensor> read(const onnx::TensorProto &proto,
                                mlir::Location loc,
                                const llvm::Twine &what) const;
+  /// The elements of `proto`, checked as read() checks them, as they are
+  /// stored; its raw data is moved out of `proto`, not copied (its
+  /// raw_data is left empty).
+  mlir::FailureOr<PackedTensor> take(onnx::TensorProto &proto,
+                                     mlir::Location loc,
+                                     const llvm::Twine &what) const;
 
   /// The element type and shape of `proto`, checked as read() checks them,
   /// without reading its values (ImportOptions::shapesOnly).
@@ -80,6 +86,12 @@ public:
                                             const llvm::Twine &what) const;
 
 private:
+  /// read() and take(): with `rawData`, the bytes are taken from it.
+  mlir::FailureOr<PackedTensor> pack(const onnx::TensorProto &proto,
+                                     mlir::Location loc,
+                                     const llvm::Twine &what,
+                                     std::string *rawData) const;
+
   std::string baseDir;
 };
 

@@ -662,8 +662,8 @@ std::string runDataSet(const onnx::ModelProto &original,
   std::vector<Tensor> args;
   for (auto &[name, tensor] : runtimeInputs)
     args.push_back(tensor);
-  for (auto &[name, tensor] : (*imported).parameters)
-    args.push_back(tensor);
+  for (auto &[name, value] : (*imported).parameters)
+    args.push_back(value.unpack());
   if (func.getNumArguments() != args.size())
     return "the function takes " + std::to_string(func.getNumArguments()) +
            " arguments; " + std::to_string(runtimeInputs.size()) +

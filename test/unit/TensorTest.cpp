@@ -15,8 +15,10 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/APFloat.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 
 using namespace mlir;
@@ -321,8 +323,8 @@ TEST(Tensor, NpyRoundTrip) {
     Tensor t = randomTensor(type, {2, 3}, 7, -5, 5);
     rt::NpyArray array = t.toNpy();
     EXPECT_EQ(array.shape, (std::vector<int64_t>{2, 3}));
-    std::string path =
-        ::testing::TempDir() + "/sharc-npy-" + std::string(dtypeName(type)) + ".npy";
+    std::string path = ::testing::TempDir() + "/sharc-npy-" +
+                       std::string(dtypeName(type)) + ".npy";
     std::string error;
     ASSERT_TRUE(rt::writeNpy(path, array, error)) << error;
     rt::NpyArray read;
@@ -336,6 +338,70 @@ TEST(Tensor, NpyRoundTrip) {
       EXPECT_EQ(back, t) << std::string(dtypeName(type));
     }
   }
+}
+
+/// The bytes a C++ compiler stores element `i` of `t` as, in its dtype
+/// (the independent reference for PackedTensor's encoding).
+static std::string elementBytes(const Tensor &t, int64_t i) {
+  auto bytesOf = [](auto value) {
+    return std::string(reinterpret_cast<const char *>(&value), sizeof(value));
+  };
+  switch (t.dtype()) {
+  case DType::f64:
+    return bytesOf(t.floats()[i]);
+  case DType::f32:
+    return bytesOf(static_cast<float>(t.floats()[i]));
+  case DType::f16:
+    return bytesOf(static_cast<_Float16>(t.floats()[i]));
+  case DType::bf16: {
+    uint32_t bits = std::bit_cast<uint32_t>(static_cast<float>(t.floats()[i]));
+    return bytesOf(static_cast<uint16_t>(bits >> 16));
+  }
+  case DType::i64:
+    return bytesOf(t.ints()[i]);
+  case DType::i32:
+    return bytesOf(static_cast<int32_t>(t.ints()[i]));
+  case DType::i1:
+    return bytesOf(static_cast<char>(t.ints()[i] != 0));
+  }
+  return "";
+}
+
+TEST(PackedTensor, PackUnpackAndNpy) {
+  for (DType type : {DType::f64, DType::f32, DType::f16, DType::bf16,
+                     DType::i64, DType::i32, DType::i1}) {
+    std::string name(dtypeName(type));
+    Tensor t = randomTensor(type, {3, 5}, 11, -5, 5);
+    if (t.isFloat()) {
+      t.floats()[0] = -0.0;
+      t.floats()[1] = std::numeric_limits<double>::infinity();
+    }
+    PackedTensor packed = PackedTensor::pack(t);
+    EXPECT_EQ(packed.dtype(), type) << name;
+    EXPECT_EQ(packed.shape(), t.shape()) << name;
+    std::string expected;
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      expected += elementBytes(t, i);
+    EXPECT_EQ(packed.bytes().str(), expected) << name;
+    EXPECT_EQ(packed.unpack(), t) << name;
+
+    // Written as Tensor::toNpy writes it (bf16 widened to f32).
+    std::string path = ::testing::TempDir() + "/sharc-packed-" + name + ".npy";
+    std::string error;
+    ASSERT_TRUE(packed.writeNpy(path, error)) << error;
+    rt::NpyArray read;
+    ASSERT_TRUE(rt::readNpy(path, read, error)) << error;
+    std::remove(path.c_str());
+    rt::NpyArray direct = t.toNpy();
+    EXPECT_EQ(read.type, direct.type) << name;
+    EXPECT_EQ(read.shape, direct.shape) << name;
+    EXPECT_EQ(read.data, direct.data) << name;
+  }
+  // Bytes are taken over, not copied.
+  std::string bytes(4096, '\0');
+  const char *storage = bytes.data();
+  PackedTensor taken(DType::f32, {1024}, std::move(bytes));
+  EXPECT_EQ(taken.bytes().data(), storage);
 }
 
 TEST(Tensor, DescribeAndEquality) {

@@ -33,11 +33,13 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
+#include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <set>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -334,53 +336,46 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
 
 /// The .npy array of one element of state buffer `buffer` (optimizer and
 /// scaler state, the step counter): its `init`, zero unless stated, stored
-/// as its type stores it.
-FailureOr<rt::NpyArray> stateElement(const ReportBuffer &buffer) {
+/// as its type stores it; nullopt for a type state cannot have.
+std::optional<rt::NpyArray> stateElement(const ReportBuffer &buffer) {
   static const std::map<std::string, DType> types = {{"f32", DType::f32},
                                                      {"f64", DType::f64},
                                                      {"i64", DType::i64},
                                                      {"i32", DType::i32},
                                                      {"i1", DType::i1}};
   auto type = types.find(buffer.type);
-  if (type == types.end()) {
-    fail("'" + buffer.name + "' has unsupported type " + buffer.type);
-    return failure();
-  }
+  if (type == types.end())
+    return std::nullopt;
   Tensor element(type->second, {1});
   element.setDouble(0, buffer.initialValue);
   return element.toNpy();
 }
 
 /// Writes the initial file `path` of persistent buffer `buffer`: a
-/// parameter's value from the model; for state, every element its `init`,
-/// repeated from one converted element (a state tensor is as large as its
-/// parameter: no full-size Tensor, whose floats are doubles, is made for
-/// it), and zero state (AdamW's moments) as a file of zeros that are not
-/// written (writeNpyZeros).
-LogicalResult writeInitialValue(const ReportBuffer &buffer,
-                                const LoadedModel &model,
-                                const std::string &path) {
+/// parameter's value from the model, as the model stores it; for state,
+/// every element its `init`, repeated from one converted element (a state
+/// tensor is as large as its parameter: no full-size Tensor, whose floats are
+/// doubles, is made for it), and zero state (AdamW's moments) as a file of
+/// zeros that are not written (writeNpyZeros).  Returns the error, or ""
+/// (safe to call from several threads for different buffers).
+std::string writeInitialValue(const ReportBuffer &buffer,
+                              const LoadedModel &model,
+                              const std::string &path) {
   std::string error;
   if (buffer.role != "state") {
     auto known = model.parameters.find(buffer.name);
-    if (known == model.parameters.end()) {
-      fail("parameter '" + buffer.name +
-           "' has no initial value in the model (initializers only)");
-      return failure();
-    }
-    if (rt::writeNpy(path, known->second.toNpy(), error))
-      return success();
-    fail(error);
-    return failure();
+    if (known == model.parameters.end())
+      return "parameter '" + buffer.name +
+             "' has no initial value in the model (initializers only)";
+    known->second.writeNpy(path, error);
+    return error;
   }
-  FailureOr<rt::NpyArray> element = stateElement(buffer);
-  if (failed(element))
-    return failure();
+  std::optional<rt::NpyArray> element = stateElement(buffer);
+  if (!element)
+    return "'" + buffer.name + "' has unsupported type " + buffer.type;
   if (llvm::all_of(element->data, [](char byte) { return byte == 0; })) {
-    if (rt::writeNpyZeros(path, element->type, buffer.fileShape, error))
-      return success();
-    fail(error);
-    return failure();
+    rt::writeNpyZeros(path, element->type, buffer.fileShape, error);
+    return error;
   }
   rt::NpyArray array;
   array.type = element->type;
@@ -389,10 +384,38 @@ LogicalResult writeInitialValue(const ReportBuffer &buffer,
   for (size_t at = 0; at < array.data.size(); at += element->data.size())
     std::memcpy(array.data.data() + at, element->data.data(),
                 element->data.size());
-  if (rt::writeNpy(path, array, error))
-    return success();
-  fail(error);
-  return failure();
+  rt::writeNpy(path, array, error);
+  return error;
+}
+
+/// Writes the initial files of `buffers` (buffer, path) on every core: the
+/// copy into the file system's cache is most of a large model's compile time
+/// after its import.  Fails with the first error in `buffers`' order.
+LogicalResult
+writeInitialValues(ArrayRef<std::pair<const ReportBuffer *, std::string>> files,
+                   const LoadedModel &model) {
+  // Largest first, so that the last file to start is a small one.
+  std::vector<size_t> order(files.size());
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(order, [&](size_t a, size_t b) {
+    return files[a].first->bytes > files[b].first->bytes;
+  });
+  std::vector<std::string> errors(files.size());
+  {
+    llvm::DefaultThreadPool pool(llvm::hardware_concurrency());
+    for (size_t index : order)
+      pool.async([&, index] {
+        errors[index] =
+            writeInitialValue(*files[index].first, model, files[index].second);
+      });
+    pool.wait();
+  }
+  for (const std::string &error : errors)
+    if (!error.empty()) {
+      fail(error);
+      return failure();
+    }
+  return success();
 }
 
 /// `shape` as a JSON array of dimensions.
@@ -706,6 +729,7 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
 
   // Initial weights and the manifest.
   llvm::json::Array buffers;
+  std::vector<std::pair<const ReportBuffer *, std::string>> initialFiles;
   for (const ReportBuffer &buffer : report.buffers) {
     llvm::json::Object entry{{"name", buffer.name},
                              {"role", buffer.role},
@@ -724,13 +748,14 @@ int sharc::runCompile(MLIRContext &context, LoadedModel &model,
     if ((buffer.role == "param" || buffer.role == "state") &&
         buffer.derivedFrom.empty()) {
       std::string file = "weights/" + buffer.file;
-      if (failed(writeInitialValue(buffer, model, staging + "/" + file)))
-        return 1;
+      initialFiles.emplace_back(&buffer, staging + "/" + file);
       entry["file"] = file;
     }
     if (buffer.role != "constant")
       buffers.push_back(std::move(entry));
   }
+  if (failed(writeInitialValues(initialFiles, model)))
+    return 1;
   llvm::json::Array collectives;
   static const char *const kinds[] = {"all_reduce", "reduce_scatter",
                                       "all_gather", "broadcast"};

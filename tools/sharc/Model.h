@@ -41,7 +41,7 @@ struct ImportHints {
 struct LoadedModel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   mlir::func::FuncOp entry;
-  std::map<std::string, Tensor> parameters;
+  std::map<std::string, PackedTensor> parameters;
   /// What checkpoints record of the model (16 hex digits): the importer's
   /// hash of an ONNX graph (ImportedModel::modelHash), or of a .mlir file's
   /// text.

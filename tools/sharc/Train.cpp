@@ -491,7 +491,7 @@ int sharc::runTraining(MLIRContext &context, LoadedModel &model,
     }
     auto known = model.parameters.find(name);
     if (param && known != model.parameters.end()) {
-      args[i] = known->second;
+      args[i] = known->second.unpack();
       continue;
     }
     missing.push_back(name);

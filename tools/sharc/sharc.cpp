@@ -291,7 +291,7 @@ static int runEval(MLIRContext &context) {
     }
     auto known = model->parameters.find(name);
     if (known != model->parameters.end()) {
-      args.push_back(known->second);
+      args.push_back(known->second.unpack());
       continue;
     }
     // Dropout's masks default to those of step 0 on batch rows 0, 1, ...
