@@ -228,6 +228,22 @@ LogicalResult ProgramEmitter::emitFusionBody(
       scalars[inner.getResult(0)] = *literal;
       continue;
     }
+    if (auto iota = dyn_cast<IotaOp>(inner)) {
+      // The element's index along the dimension, from its position in the
+      // iota's shape (into which the iteration broadcasts).
+      auto type = tensorType(iota.getResult());
+      int64_t dim = iota.getDimension();
+      std::string coord =
+          "(" + broadcastIndex(type.getShape(), iteration) + ")";
+      if (int64_t stride = numElements(type.getShape().drop_front(dim + 1));
+          stride != 1)
+        coord = "(" + coord + " / " + str(stride) + ")";
+      if (dim != 0)
+        coord += " % " + str(type.getDimSize(dim));
+      define(iota.getResult(),
+             scalarType(type.getElementType()) + "(" + coord + ")");
+      continue;
+    }
     SmallVector<std::string> args;
     for (Value operand : inner.getOperands())
       args.push_back(scalars.lookup(operand));

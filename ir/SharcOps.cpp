@@ -706,6 +706,10 @@ bool sharc::isSplatConstant(Operation *op) {
   return dense && dense.isSplat();
 }
 
+bool sharc::isFusionLeaf(Operation *op) {
+  return isSplatConstant(op) || isa<IotaOp>(op);
+}
+
 YieldOp FusionOp::getYield() {
   return cast<YieldOp>(getBody().front().getTerminator());
 }
@@ -757,7 +761,7 @@ LogicalResult FusionOp::verifyRegions() {
       if (!isSplatConstant(&op))
         return op.emitOpError()
                << "in a 'sharc.fusion' body must be a splat constant";
-    } else if (!isFusibleElementwiseOp(&op)) {
+    } else if (!isFusionLeaf(&op) && !isFusibleElementwiseOp(&op)) {
       return op.emitOpError() << "is not an elementwise op and cannot be in "
                                  "a 'sharc.fusion' body";
     }

@@ -116,6 +116,11 @@ bool isFusibleElementwiseOp(mlir::Operation *op);
 /// True when `op` is a `sharc.constant` whose value is a splat.
 bool isSplatConstant(mlir::Operation *op);
 
+/// True for the ops without operands that a `sharc.fusion` body may hold and
+/// sharc-fuse clones into every fusion that reads them, each computing its
+/// elements where it needs them: splat constants and `sharc.iota`.
+bool isFusionLeaf(mlir::Operation *op);
+
 /// Returns the `sharc.param` attribute of function argument `index`, or null.
 ParamAttr getParamAttr(mlir::Operation *func, unsigned index);
 

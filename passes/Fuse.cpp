@@ -228,13 +228,14 @@ void Fuser::buildFusion(Node &node, OpBuilder &builder,
                                             node.members.end());
   auto isMember = [&](Operation *op) { return op && members.contains(op); };
 
-  // Operands: values from outside other than splat constants, in order of
+  // Operands: values from outside other than fusion leaves (splat
+  // constants, iotas), in order of
   // first use.
   llvm::SetVector<Value> inputs;
   for (Operation *member : node.members)
     for (Value operand : member->getOperands()) {
       Operation *def = operand.getDefiningOp();
-      if (!isMember(def) && !(def && isSplatConstant(def)))
+      if (!isMember(def) && !(def && isFusionLeaf(def)))
         inputs.insert(operand);
     }
   // Results: values used outside the group, and unused values.
@@ -269,7 +270,7 @@ void Fuser::buildFusion(Node &node, OpBuilder &builder,
       Operation *def = operand.getDefiningOp();
       if (mapping.contains(operand) || isMember(def))
         continue;
-      assert(def && isSplatConstant(def) && "unmapped operand of a fusion");
+      assert(def && isFusionLeaf(def) && "unmapped operand of a fusion");
       mapping.map(operand, builder.clone(*def)->getResult(0));
       cloned.insert(def);
     }
@@ -314,7 +315,7 @@ LogicalResult Fuser::run() {
     for (Operation *member : node.members)
       member->moveBefore(&block, end);
   }
-  // Splat constants that every reader now clones.
+  // Splat constants and iotas that every reader now clones.
   for (Operation *constant : cloned)
     if (constant->use_empty())
       constant->erase();
@@ -352,7 +353,7 @@ static bool rematerializeOnce(Block &block) {
           continue;
         }
         Operation *inner = operand.getDefiningOp();
-        if (inner && isSplatConstant(inner)) {
+        if (inner && isFusionLeaf(inner)) {
           sources.push_back(Value());
           continue;
         }
@@ -444,7 +445,7 @@ static void markRowPrologues(Block &block) {
       continue;
     int64_t ops = 0;
     for (Operation &inner : fusion.getBody().front().without_terminator())
-      ops += !isa<ConstantOp>(inner);
+      ops += !isFusionLeaf(&inner);
     if (ops <= kMaxPrologueOps)
       fusion->setAttr("sharc.fuse_into", UnitAttr::get(op.getContext()));
   }

@@ -236,6 +236,25 @@ def PlanMemory : Pass<"sharc-plan-memory", "mlir::ModuleOp"> {
   ];
 }
 
+def IndexMasks : Pass<"sharc-index-masks", "mlir::ModuleOp"> {
+  let summary = "Computes constant triangular masks from element indices "
+                "where they are read";
+  let description = [{
+    A non-splat constant of rank >= 2 (i1 or float) whose elements over its
+    last two dimensions (row r, column c) are `c - r >= k ? x : y` for one
+    diagonal k and two values x, y, the same for every index of the leading
+    dimensions (attention's causal mask), is replaced at each use by that
+    predicate: `sharc.compare` of `sub(iota(c), iota(r))` with k (`ge`),
+    then `sharc.select` of x and y for a float mask.  The predicate is built
+    at the iteration shape of an elementwise reader, so that sharc-fuse puts
+    it in the reader's fusion (the iotas cloned in like splat constants) and
+    the kernel computes it from each element's position; any other reader
+    gets it at the constant's shape.  The constant goes when no use is left.
+    Runs before sharc-fuse, in the compile pipeline only.
+  }];
+  let dependentDialects = ["sharc::SharcDialect"];
+}
+
 def Fuse : Pass<"sharc-fuse", "mlir::ModuleOp"> {
   let summary = "Groups chains of elementwise ops into sharc.fusion ops";
   let description = [{
@@ -243,7 +262,7 @@ def Fuse : Pass<"sharc-fuse", "mlir::ModuleOp"> {
     `sharc.fusion` body may hold) are grouped, in reverse program order: an
     op joins the group of one of its users when its result has the group's
     iteration shape and joining creates no cycle between groups.  Splat
-    constants are cloned into each fusion that reads them; every other value
+    constants and iotas are cloned into each fusion that reads them; every other value
     from outside becomes an operand, and every group value used outside
     becomes a result.  Each group becomes one `sharc.fusion`
     (docs/passes.md).

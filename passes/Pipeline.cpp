@@ -71,8 +71,10 @@ void sharc::buildCompilePipeline(OpPassManager &pm, bool fuse, bool overlap,
   GatherParametersOptions placement;
   placement.maxReuseDistance = gathers.maxReuseDistance;
   pm.addPass(createGatherParameters(placement));
-  if (fuse)
+  if (fuse) {
+    pm.addPass(createIndexMasks());
     pm.addPass(createFusePass(/*singletons=*/true));
+  }
   ScheduleCollectivesOptions schedule;
   schedule.overlap = overlap;
   schedule.prefetchBucketSize = gathers.prefetchBucketSize;

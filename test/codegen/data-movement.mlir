@@ -1,13 +1,14 @@
 // RUN: sharc-opt %s --sharc-train-pipeline="optimizer=sgd lr=0.1" --sharc-compile-pipeline | sharc-translate --emit-program | FileCheck %s
 
 // Data movement: slice (negative and non-unit strides), transpose (not read
-// by a GEMM, so a copy), concat, trilu, broadcast and iota are index-mapping
+// by a GEMM, so a copy), concat, trilu and broadcast are index-mapping
 // kernels with a thread per output element (concat: one launch per input,
 // each writing its rows at its offset along the axis); in the backward pass
 // concat becomes slices, transpose the inverse transpose, slice an
 // insert_slice (the destination zeros copied in, then the source scattered
 // to its offsets), trilu the same trilu kernel, and the reshape of q's
-// gradient is a view (no kernel, no copy).
+// gradient is a view (no kernel, no copy).  The iota is no kernel of its
+// own: the fusion that reads it computes each element's index (i % 4).
 //
 // Buffers of @train_step: 0 p [2x3x4], 1 q [3x1], 2 step, 3 x.
 
@@ -61,11 +62,10 @@ func.func @main(%p: tensor<2x3x4xf32> {sharc.param = #sharc.param<"p", "p">},
 // CHECK: struct [[BCAST:K[0-9]+]] {
 // CHECK:          const int64_t offset = (i / 4 % 3);
 // CHECK-NEXT:     p1[i] = p0[offset];
-// iota along dimension 2, an i64 tensor.
-// CHECK: struct [[IOTA:K[0-9]+]] {
-// CHECK-NEXT:   int64_t *p0;
-// CHECK-NEXT:   SHARC_HD void operator()(int64_t i) const {
-// CHECK-NEXT:     p0[i] = static_cast<int64_t>((i / 1) % 4);
+// u * b * float(iota) * x: the iota along dimension 2 computed in place.
+// CHECK: struct [[PRODUCT:K[0-9]+]] {
+// CHECK:          const int64_t [[IDX:v[0-9]+]] = int64_t((i) % 4);
+// CHECK-NEXT:     const float {{v[0-9]+}} = float(static_cast<double>([[IDX]]));
 // The backward kernels (in the order of their first launch).  Concat: the
 // two halves of its gradient.
 // CHECK:          const int64_t offset = 0 + c0 * 8 + c1 * 2 + c2 * 1;
@@ -83,9 +83,8 @@ func.func @main(%p: tensor<2x3x4xf32> {sharc.param = #sharc.param<"p", "p">},
 // CHECK-NEXT: sharc::kern::launch(ctx, 8, 1, [[CAT1]]{reinterpret_cast<float *>((ctx->arena + [[S]])), reinterpret_cast<float *>((ctx->arena + [[C]]))});
 // CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, [[TRILU]]{reinterpret_cast<float *>(ctx->buffers[0]), reinterpret_cast<float *>((ctx->arena + [[U:[0-9]+]]))});
 // CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, [[BCAST]]{reinterpret_cast<float *>(ctx->buffers[1]), reinterpret_cast<float *>((ctx->arena + [[B:[0-9]+]]))});
-// CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, [[IOTA]]{reinterpret_cast<int64_t *>((ctx->arena + [[I:[0-9]+]]))});
-// u * b * float(iota) * x, loading the three index maps' results.
-// CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, K{{[0-9]+}}{reinterpret_cast<int64_t *>((ctx->arena + [[I]])), reinterpret_cast<float *>((ctx->arena + [[U]])), reinterpret_cast<float *>((ctx->arena + [[B]])), reinterpret_cast<float *>(ctx->buffers[3]),
+// u * b * float(iota) * x, loading the two index maps' results.
+// CHECK-NEXT: sharc::kern::launch(ctx, 24, 1, [[PRODUCT]]{reinterpret_cast<float *>((ctx->arena + [[U]])), reinterpret_cast<float *>((ctx->arena + [[B]])), reinterpret_cast<float *>(ctx->buffers[3]),
 // The gradient of q: the sum over the broadcast dims 0 and 2; its reshape
 // to [3x1] is read in place by q's update.
 // CHECK: sharc::kern::launch(ctx, 3, 8, K{{[0-9]+}}{reinterpret_cast<float *>((ctx->arena + {{[0-9]+}})), reinterpret_cast<float *>((ctx->arena + [[U]])), reinterpret_cast<float *>((ctx->arena + [[DQ:[0-9]+]]))});
