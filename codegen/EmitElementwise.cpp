@@ -234,12 +234,9 @@ LogicalResult ProgramEmitter::emitFusionBody(
       auto type = tensorType(iota.getResult());
       int64_t dim = iota.getDimension();
       std::string coord =
-          "(" + broadcastIndex(type.getShape(), iteration) + ")";
-      if (int64_t stride = numElements(type.getShape().drop_front(dim + 1));
-          stride != 1)
-        coord = "(" + coord + " / " + str(stride) + ")";
-      if (dim != 0)
-        coord += " % " + str(type.getDimSize(dim));
+          divMod("(" + broadcastIndex(type.getShape(), iteration) + ")",
+                 numElements(type.getShape().drop_front(dim + 1)),
+                 dim != 0 ? type.getDimSize(dim) : 1, numElements(iteration));
       define(iota.getResult(),
              scalarType(type.getElementType()) + "(" + coord + ")");
       continue;

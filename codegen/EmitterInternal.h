@@ -127,9 +127,29 @@ inline RankedTensorType tensorType(Value v) {
 }
 inline Type elementOf(Value v) { return tensorType(v).getElementType(); }
 
+/// `(index / divisor) % modulus` (a divisor or modulus of 1 left out) for an
+/// index below `count`.  x86 has no 64-bit vector division, so a kernel loop
+/// whose index is divided by anything but a power of two (which is a shift)
+/// stays scalar; when every index fits in 32 bits that arithmetic is done in
+/// unsigned 32 bits, which vectorizes (a multiply-high by the reciprocal).
+inline std::string divMod(StringRef index, int64_t divisor, int64_t modulus,
+                          int64_t count) {
+  auto isPowerOf2 = [](int64_t v) { return (v & (v - 1)) == 0; };
+  bool narrow = count <= int64_t(UINT32_MAX) &&
+                !(isPowerOf2(divisor) && isPowerOf2(modulus));
+  std::string suffix = narrow ? "u" : "";
+  std::string expr = narrow ? "uint32_t(" + index.str() + ")" : index.str();
+  if (divisor != 1)
+    expr += " / " + str(divisor) + suffix;
+  if (modulus != 1)
+    expr += " % " + str(modulus) + suffix;
+  return narrow ? "int64_t(" + expr + ")" : "(" + expr + ")";
+}
+
 /// The offset into a tensor of shape `from` (numpy-broadcast to `to`) of the
 /// element at flat index `index` of `to`.  Runs of adjacent dimensions that
-/// are not broadcast are one coordinate (one division and one remainder).
+/// are not broadcast are one coordinate (one division and one remainder;
+/// divMod).
 inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
                                   StringRef index = "i") {
   if (from == to)
@@ -154,12 +174,8 @@ inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
       if (to[d] != 1)
         last = d;
     }
-    std::string coord = "(" + index.str();
-    if (toStrides[last] != 1)
-      coord += " / " + str(toStrides[last]);
-    if (first != 0)
-      coord += " % " + str(extent);
-    coord += ")";
+    std::string coord = divMod(index, toStrides[last], first != 0 ? extent : 1,
+                               numElements(to));
     if (fromStrides[last - lead] != 1)
       coord += " * " + str(fromStrides[last - lead]);
     expr += (expr.empty() ? "" : " + ") + coord;

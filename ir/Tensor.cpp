@@ -491,7 +491,10 @@ PackedTensor PackedTensor::pack(const Tensor &tensor) {
   };
   switch (tensor.dtype()) {
   case DType::f64:
-    std::memcpy(bytes.data(), tensor.floats().data(), bytes.size());
+    // memcpy with no bytes still needs valid pointers: an empty vector's
+    // may be null.
+    if (n)
+      std::memcpy(bytes.data(), tensor.floats().data(), bytes.size());
     break;
   case DType::f32:
     std::copy_n(tensor.floats().begin(), n, out(float()));
@@ -506,7 +509,8 @@ PackedTensor PackedTensor::pack(const Tensor &tensor) {
     break;
   }
   case DType::i64:
-    std::memcpy(bytes.data(), tensor.ints().data(), bytes.size());
+    if (n)
+      std::memcpy(bytes.data(), tensor.ints().data(), bytes.size());
     break;
   case DType::i32:
     std::copy_n(tensor.ints().begin(), n, out(int32_t()));

@@ -60,11 +60,11 @@ func.func @main(%p: tensor<2x3x4xf32> {sharc.param = #sharc.param<"p", "p">},
 // CHECK-NEXT:     p1[i] = keep ? p0[i] : float(0);
 // q [3x1] broadcast to [2x3x4].
 // CHECK: struct [[BCAST:K[0-9]+]] {
-// CHECK:          const int64_t offset = (i / 4 % 3);
+// CHECK:          const int64_t offset = int64_t(uint32_t(i) / 4u % 3u);
 // CHECK-NEXT:     p1[i] = p0[offset];
 // u * b * float(iota) * x: the iota along dimension 2 computed in place.
 // CHECK: struct [[PRODUCT:K[0-9]+]] {
-// CHECK:          const int64_t [[IDX:v[0-9]+]] = int64_t((i) % 4);
+// CHECK:          const int64_t [[IDX:v[0-9]+]] = int64_t(((i) % 4));
 // CHECK-NEXT:     const float {{v[0-9]+}} = float(static_cast<double>([[IDX]]));
 // The backward kernels (in the order of their first launch).  Concat: the
 // two halves of its gradient.

@@ -21,13 +21,13 @@ func.func @main(%x: tensor<2x4x4xf32> {sharc.input = "x"},
 
 // CHECK-NOT:   bool
 // CHECK:       SHARC_HD double in0(int64_t i) const {
-// CHECK:         const int64_t [[COL:u[0-9]+]] = int64_t((i) % 4);
-// CHECK-NEXT:    const int64_t [[ROW:u[0-9]+]] = int64_t(((i) / 4) % 4);
+// CHECK:         const int64_t [[COL:u[0-9]+]] = int64_t(((i) % 4));
+// CHECK-NEXT:    const int64_t [[ROW:u[0-9]+]] = int64_t(((i) / 4 % 4));
 // CHECK-NEXT:    const int64_t [[OFF:u[0-9]+]] = wrapSub([[COL]], [[ROW]]);
 // CHECK-NEXT:    const int64_t [[MASK:u[0-9]+]] = int64_t([[OFF]] >= INT64_C(1));
 // CHECK-NEXT:    const float {{u[0-9]+}} = float(([[MASK]] ? (-HUGE_VALF) : {{u[0-9]+}}));
 // CHECK:       sharc::math::exp
 // Backward: the select's gradient, zero where the mask holds.
-// CHECK:         int64_t((i) % 4);
-// CHECK-NEXT:    int64_t(((i) / 4) % 4);
+// CHECK:         int64_t(((i) % 4));
+// CHECK-NEXT:    int64_t(((i) / 4 % 4));
 // CHECK-NOT:   bool

@@ -39,7 +39,7 @@ func.func @main(%z: tensor<2x3x4xf32> {sharc.input = "z"},
 
 // The logits z * w (w over the classes).
 // CHECK: struct [[SCALE:K[0-9]+]] {
-// CHECK:          const float v1 = float(p1[(i / 4 % 3)]);
+// CHECK:          const float v1 = float(p1[int64_t(uint32_t(i) / 4u % 3u)]);
 // Cross entropy: log_softmax over the 3 classes (stride 4) at the target.
 // CHECK: struct [[CE:K[0-9]+]] {
 // CHECK-NEXT:   const float *p0;

@@ -125,7 +125,7 @@ func.func @main(%x: tensor<2x3x8xf32> {sharc.input = "x"},
 // CHECK-NEXT:   float *p10;
 // CHECK-NEXT:   SHARC_HD void operator()(int64_t i) const {
 // CHECK-NEXT:     const float v0 = float(p0[i]);
-// CHECK-NEXT:     const float v1 = float(p1[(i / 24) * 8 + (i % 8)]);
+// CHECK-NEXT:     const float v1 = float(p1[int64_t(uint32_t(i) / 24u) * 8 + (i % 8)]);
 // CHECK-NEXT:     const float v2 = float(p2[i]);
 // CHECK-NEXT:     const float v3 = float(p3[i]);
 // CHECK-NEXT:     const float v4 = float(p4[(i / 8)]);

@@ -38,7 +38,7 @@ func.func @main(%x: tensor<4x3xf32> {sharc.input = "x"},
 // CHECK-NEXT: const sharc::kern::bf16 *p0;
 // CHECK-NEXT: const sharc::kern::bf16 *p1;
 // CHECK: const float v0 = float(p0[i]);
-// CHECK-NEXT: const float v1 = float(sharc::kern::gather16(p1, (i % 5)));
+// CHECK-NEXT: const float v1 = float(sharc::kern::gather16(p1, int64_t(uint32_t(i) % 5u)));
 // CHECK-NEXT: const float v2 = sharc::kern::roundBF16((v0 + v1));
 // CHECK-NEXT: const float v3 = sharc::kern::roundBF16(sharc::math::tanh(double(v2)));
 // CHECK-NEXT: const float v4 = float(v3);

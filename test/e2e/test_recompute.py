@@ -22,8 +22,17 @@ import models
 
 STEP = re.compile(r"^step \d+ loss \S+ lr \S+", re.MULTILINE)
 ARENA = re.compile(r"^report: arena peak bytes (\d+)$", re.MULTILINE)
-PEAK = re.compile(r"^summary: peak memory bytes per rank planned (\d+) measured (\d+)",
-                  re.MULTILINE)
+PEAK = re.compile(r"^summary: peak memory bytes per rank planned (\d+) measured (\d+) "
+                  r".*?, arena (\d+),", re.MULTILINE)
+HUGE_PAGE = 2 << 20
+
+
+def allocated(arena):
+    """The bytes the CPU runtime allocates for an arena (runtime/DeviceHost.cpp:
+    256-byte blocks; from 2 MiB on, whole transparent huge pages, which the
+    resident set counts whole)."""
+    rounded = -(-max(arena, 1) // 256) * 256
+    return -(-rounded // HUGE_PAGE) * HUGE_PAGE if rounded >= HUGE_PAGE else rounded
 FOUND = re.compile(r"remark: sharc-rematerialize: (\d+) layers found; backward "
                    r"recomputes (\d+) forward ops \(\d+ FLOPs\) instead of "
                    r"keeping (\d+) bytes")
@@ -183,7 +192,9 @@ def test_measured_peak_falls_as_planned(sharc, tmp_path):
     reach): the
     measured peak (getrusage) falls by the planned fall, within 10 % of it
     (the fall can be no larger than what the remark says is no longer
-    kept)."""
+    kept).  The arenas are allocated in whole 2 MiB huge pages, so the fall
+    the resident set can show is that of the allocations: the planned arenas
+    rounded as the runtime rounds them."""
     config = models.GptConfig(vocab=512, seq=128, dim=256, heads=4, layers=4, batch=2)
     path = tmp_path / "gpt.onnx"
     models.export(models.make_training_case("gpt", gpt_config=config), path)
@@ -213,7 +224,10 @@ def test_measured_peak_falls_as_planned(sharc, tmp_path):
         planned = peaks["none"][0] - peaks[policy][0]
         measured = peaks["none"][1] - peaks[policy][1]
         assert 0 < planned <= kept[policy], (policy, peaks, kept)
-        assert abs(measured - planned) <= 0.1 * planned, (policy, peaks)
+        # The planned fall plus what rounding the two arenas adds to each.
+        slack = lambda arena: allocated(arena) - arena
+        fall = planned + slack(peaks["none"][2]) - slack(peaks[policy][2])
+        assert abs(measured - fall) <= 0.1 * fall, (policy, peaks, fall)
 
 
 CPU_CHECKPOINTING = {"activation_checkpointing": {"cpu_checkpointing": True}}

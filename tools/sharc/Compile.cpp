@@ -37,6 +37,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -317,6 +318,12 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
   argv.push_back("-I" SHARC_SOURCE_DIR);
   for (const std::string &dir : splitList(SHARC_MPI_INCLUDES))
     argv.push_back("-I" + dir);
+  // SHARC_HOST_CXXFLAGS: more flags for the host compiler (debug symbols,
+  // GCC's vectorization reports), space-separated, after sharc's own.
+  if (const char *extra = std::getenv("SHARC_HOST_CXXFLAGS"))
+    for (StringRef flag : llvm::split(StringRef(extra), ' '))
+      if (!flag.trim().empty())
+        argv.push_back(flag.trim().str());
   argv.push_back(source.str());
   argv.append({"-o", binary.str()});
   for (const std::string &lib : splitList(SHARC_RUNTIME_LIBS))
