@@ -236,7 +236,7 @@ LogicalResult ProgramEmitter::emitFusionBody(
       std::string coord =
           divMod("(" + broadcastIndex(type.getShape(), iteration) + ")",
                  numElements(type.getShape().drop_front(dim + 1)),
-                 dim != 0 ? type.getDimSize(dim) : 1, numElements(iteration));
+                 dim != 0 ? type.getDimSize(dim) : 0, numElements(iteration));
       define(iota.getResult(),
              scalarType(type.getElementType()) + "(" + coord + ")");
       continue;
@@ -415,10 +415,11 @@ LogicalResult ProgramEmitter::emitConcat(ConcatOp op) {
     KernelText kernel;
     std::string src = kernel.pointer(type, true, *in);
     std::string dst = kernel.pointer(type, false, *out);
-    kernel.body = "    " + dst + "[(i / " + str(row) + ") * " + str(outRow) +
-                  " + " + str(offset) + " + i % " + str(row) + "] = " + src +
-                  "[i];\n";
-    launch(kernel, tensorType(input).getNumElements());
+    int64_t count = tensorType(input).getNumElements();
+    kernel.body = "    " + dst + "[" + divMod("i", row, 0, count) + " * " +
+                  str(outRow) + " + " + str(offset) + " + " +
+                  divMod("i", 1, row, count) + "] = " + src + "[i];\n";
+    launch(kernel, count);
     offset += row;
   }
   return success();

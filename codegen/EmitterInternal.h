@@ -127,13 +127,16 @@ inline RankedTensorType tensorType(Value v) {
 }
 inline Type elementOf(Value v) { return tensorType(v).getElementType(); }
 
-/// `(index / divisor) % modulus` (a divisor or modulus of 1 left out) for an
-/// index below `count`.  x86 has no 64-bit vector division, so a kernel loop
-/// whose index is divided by anything but a power of two (which is a shift)
-/// stays scalar; when every index fits in 32 bits that arithmetic is done in
-/// unsigned 32 bits, which vectorizes (a multiply-high by the reciprocal).
+/// `(index / divisor) % modulus` for an index below `count`; a divisor of 1
+/// is left out, and so is the remainder when `modulus` is 0 (none).  x86 has
+/// no 64-bit vector division, so a kernel loop whose index is divided by
+/// anything but a power of two (which is a shift) stays scalar; when every
+/// index fits in 32 bits that arithmetic is done in unsigned 32 bits, which
+/// vectorizes (a multiply-high by the reciprocal).
 inline std::string divMod(StringRef index, int64_t divisor, int64_t modulus,
                           int64_t count) {
+  if (modulus == 1)
+    return "INT64_C(0)";
   auto isPowerOf2 = [](int64_t v) { return (v & (v - 1)) == 0; };
   bool narrow = count <= int64_t(UINT32_MAX) &&
                 !(isPowerOf2(divisor) && isPowerOf2(modulus));
@@ -141,7 +144,7 @@ inline std::string divMod(StringRef index, int64_t divisor, int64_t modulus,
   std::string expr = narrow ? "uint32_t(" + index.str() + ")" : index.str();
   if (divisor != 1)
     expr += " / " + str(divisor) + suffix;
-  if (modulus != 1)
+  if (modulus != 0)
     expr += " % " + str(modulus) + suffix;
   return narrow ? "int64_t(" + expr + ")" : "(" + expr + ")";
 }
@@ -174,7 +177,7 @@ inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
       if (to[d] != 1)
         last = d;
     }
-    std::string coord = divMod(index, toStrides[last], first != 0 ? extent : 1,
+    std::string coord = divMod(index, toStrides[last], first != 0 ? extent : 0,
                                numElements(to));
     if (fromStrides[last - lead] != 1)
       coord += " * " + str(fromStrides[last - lead]);
@@ -189,15 +192,11 @@ inline std::string coordinates(ArrayRef<int64_t> shape, StringRef index,
                                StringRef prefix) {
   std::string code;
   SmallVector<int64_t> strides = rowMajorStrides(shape);
-  for (size_t d = 0; d < shape.size(); ++d) {
-    code += "    const int64_t " + prefix.str() + str(d) + " = (" + index.str();
-    if (strides[d] != 1)
-      code += " / " + str(strides[d]);
-    if (d != 0)
-      code += ") % " + str(shape[d]) + ";\n";
-    else
-      code += ");\n";
-  }
+  for (size_t d = 0; d < shape.size(); ++d)
+    code +=
+        "    const int64_t " + prefix.str() + str(d) + " = " +
+        divMod(index, strides[d], d != 0 ? shape[d] : 0, numElements(shape)) +
+        ";\n";
   return code;
 }
 

@@ -40,8 +40,8 @@ func.func @main(%p: tensor<2x3x4xf32> {sharc.param = #sharc.param<"p", "p">},
 // CHECK: struct [[SLICE:K[0-9]+]] {
 // CHECK:        SHARC_HD void operator()(int64_t i) const {
 // CHECK-NEXT:     const int64_t c0 = (i / 4);
-// CHECK-NEXT:     const int64_t c1 = (i / 2) % 2;
-// CHECK-NEXT:     const int64_t c2 = (i) % 2;
+// CHECK-NEXT:     const int64_t c1 = (i / 2 % 2);
+// CHECK-NEXT:     const int64_t c2 = (i % 2);
 // CHECK-NEXT:     const int64_t offset = 9 + c0 * 12 + c1 * -4 + c2 * 2;
 // CHECK-NEXT:     p1[i] = p0[offset];
 // Result dims (4, 2, 3) walk p's strides (1, 12, 4).
@@ -50,9 +50,9 @@ func.func @main(%p: tensor<2x3x4xf32> {sharc.param = #sharc.param<"p", "p">},
 // CHECK-NEXT:     p1[i] = p0[offset];
 // concat along axis 1 of [2, 2, 2] + [2, 2, 2]: rows of 4 into rows of 8.
 // CHECK: struct [[CAT0:K[0-9]+]] {
-// CHECK:          p1[(i / 4) * 8 + 0 + i % 4] = p0[i];
+// CHECK:          p1[(i / 4) * 8 + 0 + (i % 4)] = p0[i];
 // CHECK: struct [[CAT1:K[0-9]+]] {
-// CHECK:          p1[(i / 4) * 8 + 4 + i % 4] = p0[i];
+// CHECK:          p1[(i / 4) * 8 + 4 + (i % 4)] = p0[i];
 // trilu(upper, diagonal 1) over the last two dims (3 x 4).
 // CHECK: struct [[TRILU:K[0-9]+]] {
 // CHECK:          const int64_t row = (i / 4) % 3, col = i % 4;

@@ -704,6 +704,25 @@ public:
               std::to_string(uniform(0, rank - 1)) + "} : " + t +
               "\n return %r : " + t);
     }
+    // An iota read by an elementwise op: sharc-fuse clones it into the op's
+    // fusion, whose kernel computes each index from the element's position
+    // (a dimension of size 1 gives 0; strides that are not powers of two
+    // divide in 32 bits).
+    for (int k = 0; k < 8; ++k) {
+      // Two fixed cases first: along a dimension of size 1 after others,
+      // and along a middle dimension of size 3.
+      int64_t rank = k < 2 ? 3 : uniform(1, 3);
+      SmallVector<int64_t> s =
+          k == 0 ? SmallVector<int64_t>{3, 1, 5}
+                 : (k == 1 ? SmallVector<int64_t>{2, 3, 5} : shape(rank));
+      int64_t dim = k < 2 ? 1 : uniform(0, rank - 1);
+      std::string ti = type(s, "i64"), tf = type(s, "f32");
+      add("fused_iota", {{"f32", s, Gen::uniform}}, {tf},
+          "%i = sharc.iota {dimension = " + std::to_string(dim) + "} : " + ti +
+              "\n %c = sharc.cast %i : " + ti + " to " + tf +
+              "\n %r = sharc.mul %a0, %c : (" + tf + ", " + tf + ") -> " + tf +
+              "\n return %r : " + tf);
+    }
     // Dropout masks: rows that divide the element count (one block per row,
     // an odd row length among them) and rows that do not (one block).
     for (int k = 0; k < 6; ++k) {
