@@ -232,11 +232,10 @@ LogicalResult ProgramEmitter::emitFusionBody(
       // The element's index along the dimension, from its position in the
       // iota's shape (into which the iteration broadcasts).
       auto type = tensorType(iota.getResult());
-      int64_t dim = iota.getDimension();
       std::string coord =
-          divMod("(" + broadcastIndex(type.getShape(), iteration) + ")",
-                 numElements(type.getShape().drop_front(dim + 1)),
-                 dim != 0 ? type.getDimSize(dim) : 0, numElements(iteration));
+          iotaIndex(type, iota.getDimension(),
+                    "(" + broadcastIndex(type.getShape(), iteration) + ")",
+                    numElements(iteration));
       define(iota.getResult(),
              scalarType(type.getElementType()) + "(" + coord + ")");
       continue;

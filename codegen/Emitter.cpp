@@ -714,17 +714,16 @@ LogicalResult ProgramEmitter::emitOp(Operation *op) {
       })
       .Case([&](IotaOp op) {
         auto type = tensorType(op.getResult());
-        int64_t dim = op.getDimension();
         FailureOr<std::string> out = typedPointer(op.getResult());
         if (failed(out))
           return failure();
         KernelText kernel;
         std::string storage = storageType(type.getElementType());
         std::string dst = kernel.pointer(storage, false, *out);
-        kernel.body = "    " + dst + "[i] = static_cast<" + storage +
-                      ">((i / " +
-                      str(numElements(type.getShape().drop_front(dim + 1))) +
-                      ") % " + str(type.getDimSize(dim)) + ");\n";
+        kernel.body =
+            "    " + dst + "[i] = static_cast<" + storage + ">(" +
+            iotaIndex(type, op.getDimension(), "i", type.getNumElements()) +
+            ");\n";
         launch(kernel, type.getNumElements());
         return success();
       })

@@ -186,6 +186,14 @@ inline std::string broadcastIndex(ArrayRef<int64_t> from, ArrayRef<int64_t> to,
   return expr.empty() ? "0" : expr;
 }
 
+/// The index along dimension `dim` of the element at flat position `index`
+/// of `type` (a `sharc.iota`'s value), for a launch of `count` elements.
+inline std::string iotaIndex(RankedTensorType type, int64_t dim,
+                             StringRef index, int64_t count) {
+  return divMod(index, numElements(type.getShape().drop_front(dim + 1)),
+                dim != 0 ? type.getDimSize(dim) : 0, count);
+}
+
 /// Statements that decompose flat index `index` of `shape` into coordinate
 /// variables `<prefix>0`, `<prefix>1`, ...
 inline std::string coordinates(ArrayRef<int64_t> shape, StringRef index,

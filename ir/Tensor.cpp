@@ -491,10 +491,7 @@ PackedTensor PackedTensor::pack(const Tensor &tensor) {
   };
   switch (tensor.dtype()) {
   case DType::f64:
-    // memcpy with no bytes still needs valid pointers: an empty vector's
-    // may be null.
-    if (n)
-      std::memcpy(bytes.data(), tensor.floats().data(), bytes.size());
+    std::copy_n(tensor.floats().begin(), n, out(double()));
     break;
   case DType::f32:
     std::copy_n(tensor.floats().begin(), n, out(float()));
@@ -509,8 +506,7 @@ PackedTensor PackedTensor::pack(const Tensor &tensor) {
     break;
   }
   case DType::i64:
-    if (n)
-      std::memcpy(bytes.data(), tensor.ints().data(), bytes.size());
+    std::copy_n(tensor.ints().begin(), n, out(int64_t()));
     break;
   case DType::i32:
     std::copy_n(tensor.ints().begin(), n, out(int32_t()));
