@@ -99,7 +99,7 @@ void forEachBatch(const MatmulBatch &shapes, const MatmulShape &s, Fn fn) {
 }
 
 /// C = op(A) op(B) for one batch, by the BLAS calls the runtime's gemm()
-/// makes (runtime/Gemm.h): blocks of rt::kGemmRowBlock rows, each its own
+/// makes (runtime/Gemm.h): blocks of rt::gemmRowBlock(m) rows, each its own
 /// call on one BLAS thread, so that every sum is added in the same order.
 template <typename T>
 void gemm(const MatmulShape &s, const T *a, const T *b, T *c) {
@@ -111,8 +111,9 @@ void gemm(const MatmulShape &s, const T *a, const T *b, T *c) {
   int64_t lda = std::max<int64_t>(1, s.lhsCols);
   int64_t ldb = std::max<int64_t>(1, s.rhsCols);
   int64_t ldc = std::max<int64_t>(1, s.n);
-  for (int64_t row = 0; row < s.m; row += rt::kGemmRowBlock) {
-    int64_t rows = std::min(rt::kGemmRowBlock, s.m - row);
+  const int64_t block = rt::gemmRowBlock(s.m);
+  for (int64_t row = 0; row < s.m; row += block) {
+    int64_t rows = std::min(block, s.m - row);
     // Row r of op(A) is row r of A, or column r of A when transposed.
     const T *blockA = a + (s.transposeLhs ? row : row * s.lhsCols);
     if constexpr (std::is_same_v<T, double>)

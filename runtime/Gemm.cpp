@@ -57,23 +57,22 @@ int64_t batchOffset(const GemmArgs &args, int64_t t, int64_t stride,
 using GemmBlockFn = void (*)(const void *context, int64_t batch,
                              int64_t rowBegin, int64_t rowEnd);
 
-/// Runs `block` over the blocks of `args` (kGemmRowBlock rows of one batch
+/// Runs `block` over the blocks of `args` (gemmRowBlock(m) rows of one batch
 /// each, Gemm.h), spread over the thread pool (ThreadPool.h) for large
 /// products.  The blocks do not depend on the thread count.
 void runBlocks(const GemmArgs &args, GemmBlockFn block, const void *context) {
   struct Blocks {
     GemmBlockFn block;
     const void *context;
-    int64_t m, perBatch;
-  } blocks{block, context, args.m,
-           (args.m + kGemmRowBlock - 1) / kGemmRowBlock};
+    int64_t m, rows, perBatch;
+  } blocks{block, context, args.m, gemmRowBlock(args.m),
+           (args.m + gemmRowBlock(args.m) - 1) / gemmRowBlock(args.m)};
   int64_t count = args.outerBatch * args.batch * blocks.perBatch;
   auto run = [](const void *context, int64_t begin, int64_t end) {
     const Blocks &b = *static_cast<const Blocks *>(context);
     for (int64_t i = begin; i < end; ++i) {
-      int64_t row = i % b.perBatch * kGemmRowBlock;
-      b.block(b.context, i / b.perBatch, row,
-              std::min(b.m, row + kGemmRowBlock));
+      int64_t row = i % b.perBatch * b.rows;
+      b.block(b.context, i / b.perBatch, row, std::min(b.m, row + b.rows));
     }
   };
   double flops =
@@ -358,7 +357,7 @@ void gemmBlock(const void *context, int64_t batch, int64_t rowBegin,
 
 void gemm(const GemmArgs &args) {
   validateGemm(args, "gemm");
-  // OpenBLAS's own threading would change the sums (see kGemmRowBlock).
+  // OpenBLAS's own threading would change the sums (see gemmRowBlock).
   static const bool singleThreaded = (openblas_set_num_threads(1), true);
   (void)singleThreaded;
   if (args.batch == 0 || args.m == 0 || args.n == 0 || args.outerBatch == 0)

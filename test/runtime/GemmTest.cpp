@@ -402,6 +402,32 @@ TEST_P(GemmTypes, ZeroBetaDoesNotReadC) {
   EXPECT_EQ(c.get(3), -34);
 }
 
+/// The host's cut of a product into BLAS calls: blocks that tile the rows,
+/// at most kGemmMaxRowBlock long, start at multiples of 16, and at least two
+/// of them from 128 rows on (so that two threads share a product).
+TEST(GemmRowBlock, TilesTheRows) {
+  for (int64_t m = 1; m <= 5000; ++m) {
+    SCOPED_TRACE("m=" + std::to_string(m));
+    int64_t rows = gemmRowBlock(m);
+    int64_t blocks = (m + rows - 1) / rows;
+    ASSERT_GE(rows, 1);
+    ASSERT_LE(rows, std::max<int64_t>(m, 1));
+    ASSERT_LE(rows, kGemmMaxRowBlock);
+    ASSERT_GT(m - (blocks - 1) * rows, 0) << "an empty last block";
+    if (m < 128) {
+      ASSERT_EQ(blocks, 1);
+    } else {
+      ASSERT_EQ(rows % 16, 0);
+      ASSERT_GE(blocks, 2);
+      // No more calls than the longest blocks need, but for the rounding
+      // of the block starts to 16 rows.
+      int64_t fewest =
+          std::max<int64_t>(2, (m + kGemmMaxRowBlock - 1) / kGemmMaxRowBlock);
+      ASSERT_LE(blocks, fewest + 1);
+    }
+  }
+}
+
 TEST_P(GemmTypes, EmptyProblemsTouchNothing) {
   GemmArgs args;
   args.type = GetParam();
@@ -419,7 +445,7 @@ TEST_P(GemmTypes, EmptyProblemsTouchNothing) {
 
 /// A 16-bit GEMM is, bit for bit, what the evaluator computes (and what
 /// the CUDA path's f32 accumulation approximates): the operands widened to
-/// f32, sgemm over each block of kGemmRowBlock rows (C prefilled with the
+/// f32, sgemm over each block of gemmRowBlock(m) rows (C prefilled with the
 /// bias),
 /// the activation computed from the f32 sum, each value rounded once.  The
 /// shapes are large enough for gemm() to cut rows or batches over the
@@ -478,13 +504,14 @@ TEST(Gemm16, BitsOfTheWidenedSgemm) {
         for (int64_t i = 0; i < sizeC; ++i)
           wc[i] = t.bias ? float(bias.get(i % t.n))
                          : float(c.get(batch * sizeC + i));
-        // The evaluator's calls: one per kGemmRowBlock rows, one BLAS thread.
+        // The evaluator's calls: one per gemmRowBlock(m) rows, one BLAS
+        // thread.
         openblas_set_num_threads(1);
-        for (int64_t row = 0; row < t.m; row += kGemmRowBlock)
+        const int64_t block = gemmRowBlock(t.m);
+        for (int64_t row = 0; row < t.m; row += block)
           cblas_sgemm(CblasRowMajor, t.transA ? CblasTrans : CblasNoTrans,
                       t.transB ? CblasTrans : CblasNoTrans,
-                      int(std::min(kGemmRowBlock, t.m - row)), int(t.n),
-                      int(t.k), 1.0f,
+                      int(std::min(block, t.m - row)), int(t.n), int(t.k), 1.0f,
                       wa.data() + (t.transA ? row : row * colsA), int(colsA),
                       wb.data(), int(colsB), t.bias ? 1.0f : float(t.beta),
                       wc.data() + row * t.n, int(t.n));
