@@ -298,7 +298,10 @@ TensorReader::readExternal(const onnx::TensorProto &proto,
   if (!buffer)
     return emitError(loc) << what << ": cannot read external data file '"
                           << file << "': " << buffer.getError().message();
-  return (*buffer)->getBuffer().str();
+  std::string bytes = (*buffer)->getBuffer().str();
+  if (onRead)
+    onRead(size);
+  return bytes;
 }
 
 //===----------------------------------------------------------------------===//
@@ -559,7 +562,7 @@ class GraphImporter {
 public:
   GraphImporter(MLIRContext &context, StringRef sourceName, StringRef baseDir,
                 const ImportOptions &options)
-      : context(context), reader(baseDir), options(options),
+      : context(context), reader(baseDir, options.onRead), options(options),
         fileLoc(FileLineColLoc::get(&context, sourceName, 0, 0)) {}
 
   /// Imports `model`, taking its initializers' raw data (moved into
@@ -1323,9 +1326,45 @@ sharc::importOnnxBytes(StringRef bytes, StringRef sourceName, StringRef baseDir,
   return importModel(model, sourceName, baseDir, context, options);
 }
 
-LogicalResult sharc::onnx_import::readModelProto(StringRef path,
-                                                 MLIRContext &context,
-                                                 onnx::ModelProto &model) {
+namespace {
+/// A stream that reports how far `in` has been read, for progress lines.
+class CountingStream : public google::protobuf::io::ZeroCopyInputStream {
+public:
+  CountingStream(google::protobuf::io::ZeroCopyInputStream &in,
+                 const std::function<void(uint64_t)> &onRead)
+      : in(in), onRead(onRead) {}
+  bool Next(const void **data, int *size) override {
+    bool more = in.Next(data, size);
+    report();
+    return more;
+  }
+  void BackUp(int count) override { in.BackUp(count); }
+  bool Skip(int count) override {
+    bool more = in.Skip(count);
+    report();
+    return more;
+  }
+  int64_t ByteCount() const override { return in.ByteCount(); }
+
+private:
+  /// Reports the bytes past the furthest point reported so far (a BackUp
+  /// makes the parser read some bytes twice).
+  void report() {
+    int64_t at = in.ByteCount();
+    if (at > reported && onRead)
+      onRead(uint64_t(at - reported));
+    reported = std::max(reported, at);
+  }
+
+  google::protobuf::io::ZeroCopyInputStream &in;
+  const std::function<void(uint64_t)> &onRead;
+  int64_t reported = 0;
+};
+} // namespace
+
+LogicalResult sharc::onnx_import::readModelProto(
+    StringRef path, MLIRContext &context, onnx::ModelProto &model,
+    const std::function<void(uint64_t)> &onRead) {
   Location loc = FileLineColLoc::get(&context, path, 0, 0);
   // A device or a pipe could be read forever; protobuf reads at most 2 GiB
   // (larger models keep their weights in external data files).
@@ -1358,7 +1397,8 @@ LogicalResult sharc::onnx_import::readModelProto(StringRef path,
     return emitError(loc) << "cannot read '" << path << "': " << ec.message();
   google::protobuf::io::FileInputStream stream(fd, /*block_size=*/1 << 20);
   stream.SetCloseOnDelete(true);
-  if (!model.ParseFromZeroCopyStream(&stream)) {
+  CountingStream counted(stream, onRead);
+  if (!model.ParseFromZeroCopyStream(&counted)) {
     if (stream.GetErrno())
       return emitError(loc) << "cannot read '" << path
                             << "': " << std::strerror(stream.GetErrno());
@@ -1377,7 +1417,7 @@ FailureOr<ImportedModel> sharc::importOnnxFile(StringRef path,
                                                MLIRContext &context,
                                                const ImportOptions &options) {
   onnx::ModelProto model;
-  if (failed(onnx_import::readModelProto(path, context, model)))
+  if (failed(onnx_import::readModelProto(path, context, model, options.onRead)))
     return failure();
   return importModel(model, path, onnx_import::modelBaseDir(path), context,
                      options);

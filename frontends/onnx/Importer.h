@@ -19,6 +19,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,6 +53,10 @@ struct ImportOptions {
   /// not read, only their element types and shapes (their external data may
   /// be absent), and ImportedModel::parameters stays empty.
   bool shapesOnly = false;
+  /// Called with the count of each run of bytes read from the model: the
+  /// .onnx file as the protobuf parses it, then each parameter's external
+  /// data (progress reports for large models).
+  std::function<void(uint64_t bytes)> onRead;
 };
 
 /// An imported model: the module, and the initial value of every parameter

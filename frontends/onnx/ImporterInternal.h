@@ -42,11 +42,12 @@ std::optional<DType> dtypeFromOnnx(int64_t onnxType);
 std::string onnxTypeName(int64_t onnxType);
 
 /// Reads the ONNX model at `path` (binary, or text for .onnxtxt/.onnxtext;
-/// a regular file of at most 2 GiB) into `model`; errors are emitted at the
-/// file.
-mlir::LogicalResult readModelProto(llvm::StringRef path,
-                                   mlir::MLIRContext &context,
-                                   onnx::ModelProto &model);
+/// a regular file of at most 2 GiB) into `model`, calling `onRead` (if set)
+/// with each run of bytes read; errors are emitted at the file.
+mlir::LogicalResult
+readModelProto(llvm::StringRef path, mlir::MLIRContext &context,
+               onnx::ModelProto &model,
+               const std::function<void(uint64_t)> &onRead = {});
 
 /// The folder external data of the model at `path` is relative to.
 std::string modelBaseDir(llvm::StringRef path);
@@ -59,8 +60,11 @@ std::string modelHashOf(const onnx::ModelProto &model, bool untied = false);
 /// directory.
 class TensorReader {
 public:
-  /// An empty `baseDir` forbids external data.
-  explicit TensorReader(llvm::StringRef baseDir) : baseDir(baseDir) {}
+  /// An empty `baseDir` forbids external data; `onRead` (if set) is called
+  /// with the size of each external data slice read.
+  explicit TensorReader(llvm::StringRef baseDir,
+                        std::function<void(uint64_t)> onRead = {})
+      : baseDir(baseDir), onRead(std::move(onRead)) {}
 
   /// Decodes `proto`; `what` names it in diagnostics ("initializer 'w'").
   mlir::FailureOr<Tensor> read(const onnx::TensorProto &proto,
@@ -93,6 +97,7 @@ private:
                                      std::string *rawData) const;
 
   std::string baseDir;
+  std::function<void(uint64_t)> onRead;
 };
 
 /// An attribute an op rule understands, and the opsets in which it exists.

@@ -10,6 +10,7 @@ world sizes, stages and precisions; it never reads or allocates the weights
 the weights' size), and its per-rank parameter bytes are the formula's.
 """
 
+import os
 import pathlib
 import re
 import resource
@@ -94,6 +95,51 @@ def test_plan_is_the_compiles_report(sharc, small, tmp_path, flags):
     assert len(report_lines(plan.stdout)) >= 5
     assert "planned" in plan.stderr and "nothing written" in plan.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_compile_prints_progress_on_long_stages(small, tmp_path):
+    """Reading the model and writing its weights print progress lines once a
+    stage runs long (SHARC_PROGRESS_SECONDS=0: at every run of bytes), and
+    each stage's last line counts its bytes: the .onnx file and its external
+    data, and the data of the initial weight files (read back with numpy).
+    By default a small model's compile prints none of them."""
+    _, inline, _, _, _ = small
+    weighted = tmp_path / "external.onnx"
+    onnx.save_model(onnx.load(str(inline)), str(weighted), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="external.data",
+                    size_threshold=0)
+    external = sum(int(next(e.value for e in t.external_data if e.key == "length"))
+                   for t in onnx.load(str(weighted), load_external_data=False)
+                   .graph.initializer if t.external_data)
+    assert external > 0
+    command = [str(sharc_path()), "compile", str(weighted), "--optimizer", "adamw",
+               "--lr", "1e-3", "--emit-only"]
+    env = dict(os.environ, SHARC_PROGRESS_SECONDS="0")
+    result = subprocess.run(command + ["-o", str(tmp_path / "out")], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+
+    def stage(what):
+        ticks = [line for line in lines if line.startswith(f"sharc: {what}: ")
+                 and ": done, " not in line]
+        done = [line for line in lines if line.startswith(f"sharc: {what}: done, ")]
+        assert ticks and len(done) == 1, result.stderr
+        return int(re.search(r"\((\d+) bytes\) in [\d.]+ s$", done[0]).group(1))
+
+    assert stage(f"reading {weighted}") == weighted.stat().st_size + external
+    written = sum(np.load(path).nbytes for path in (tmp_path / "out" / "weights").iterdir())
+    assert written > 0
+    assert stage("writing the initial weights") == written
+    quiet = subprocess.run(command + ["-o", str(tmp_path / "quiet")],
+                           capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "reading" not in quiet.stderr and "initial weights" not in quiet.stderr
+    bad = subprocess.run(command + ["-o", str(tmp_path / "bad")],
+                         env=dict(os.environ, SHARC_PROGRESS_SECONDS="soon"),
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 0, bad.stderr
+    assert "SHARC_PROGRESS_SECONDS='soon' is not a number" in bad.stderr
 
 
 def test_weightless_model_needs_plan(sharc, small, tmp_path):

@@ -408,12 +408,17 @@ writeInitialValues(ArrayRef<std::pair<const ReportBuffer *, std::string>> files,
     return files[a].first->bytes > files[b].first->bytes;
   });
   std::vector<std::string> errors(files.size());
+  uint64_t total = 0;
+  for (const auto &file : files)
+    total += file.first->bytes;
   {
+    Progress writing("writing the initial weights", total);
     llvm::DefaultThreadPool pool(llvm::hardware_concurrency());
     for (size_t index : order)
       pool.async([&, index] {
         errors[index] =
             writeInitialValue(*files[index].first, model, files[index].second);
+        writing.add(files[index].first->bytes);
       });
     pool.wait();
   }

@@ -96,6 +96,8 @@ FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
             sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBuffer()),
         /*LowerCase=*/true, /*Width=*/16);
   } else {
+    Progress reading(("reading " + path).str());
+    options.onRead = [&](uint64_t bytes) { reading.add(bytes); };
     auto imported = importOnnxFile(path, context, options);
     if (failed(imported))
       return failure();
