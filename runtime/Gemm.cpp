@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace sharc::rt {
@@ -80,6 +81,44 @@ void runBlocks(const GemmArgs &args, GemmBlockFn block, const void *context) {
   if (hostThreads() <= 1 || count == 1 || flops < (1 << 18))
     return run(&blocks, 0, count);
   parallelFor(count, run, &blocks);
+}
+
+/// Compiles a function for baseline x86-64 and for AVX2 + FMA (x86-64-v3)
+/// and AVX-512 (x86-64-v4) CPUs; the loader picks the clone for the CPU.
+/// This library is built for the baseline, where Math.h's fused
+/// multiply-adds are libm calls and its loops stay scalar; the clones run
+/// them as vector instructions.  fma() is exact, and the library is built
+/// without contraction (runtime/CMakeLists.txt), so every clone computes the
+/// evaluator's bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SHARC_CPU_CLONES                                                       \
+  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define SHARC_CPU_CLONES
+#endif
+
+/// The epilogue's activation over the `n` values at `row` (f32/f64), in
+/// place, after copying them to `aux` when it is not null.
+/// (Inlined into each clone, which compiles it for its CPU.)
+template <typename T>
+__attribute__((always_inline)) inline void
+activateRow(GemmActivation activation, T *row, T *aux, int64_t n) {
+  if (aux)
+    std::copy(row, row + n, aux);
+  if (activation == GemmActivation::relu)
+    for (int64_t j = 0; j < n; ++j)
+      row[j] = T(applyActivation(GemmActivation::relu, row[j]));
+  else
+    for (int64_t j = 0; j < n; ++j)
+      row[j] = T(applyActivation(GemmActivation::geluTanh, row[j]));
+}
+SHARC_CPU_CLONES void activateRowF32(GemmActivation activation, float *row,
+                                     float *aux, int64_t n) {
+  activateRow(activation, row, aux, n);
+}
+SHARC_CPU_CLONES void activateRowF64(GemmActivation activation, double *row,
+                                     double *aux, int64_t n) {
+  activateRow(activation, row, aux, n);
 }
 
 /// Copies the rows x cols 16-bit matrix at `src` (leading dimension `ld`) to
@@ -174,8 +213,7 @@ void gemm16Block(const void *context, int64_t batch, int64_t rowBegin,
       if (aux)
         narrow16(args.type, row, n, aux + offsetC + i * args.ldc);
       if (args.activation != GemmActivation::none)
-        for (int64_t j = 0; j < n; ++j)
-          row[j] = float(applyActivation(args.activation, row[j]));
+        activateRowF32(args.activation, row, nullptr, n);
       narrow16(args.type, row, n, c + offsetC + i * args.ldc);
     }
   }
@@ -281,29 +319,20 @@ void fillRows(T *c, int64_t ldc, const void *bias, int64_t n, int64_t rowBegin,
     std::copy(row, row + n, c + i * ldc);
 }
 
-/// The epilogue's activation `Act` over rows [rowBegin, rowEnd) of one batch
-/// of C (offset `offsetC`), copying the pre-activation to aux first when set.
-template <typename T, GemmActivation Act>
+/// The epilogue's activation over rows [rowBegin, rowEnd) of one batch of C
+/// (offset `offsetC`), copying the pre-activation to aux first when set.
+template <typename T>
 void activateRows(const GemmArgs &args, int64_t offsetC, int64_t rowBegin,
                   int64_t rowEnd) {
   T *c = static_cast<T *>(args.c) + offsetC;
   T *aux = args.aux ? static_cast<T *>(args.aux) + offsetC : nullptr;
   for (int64_t i = rowBegin; i < rowEnd; ++i) {
-    T *row = c + i * args.ldc;
-    if (aux)
-      std::copy(row, row + args.n, aux + i * args.ldc);
-    for (int64_t j = 0; j < args.n; ++j)
-      row[j] = T(applyActivation(Act, row[j]));
+    T *row = c + i * args.ldc, *auxRow = aux ? aux + i * args.ldc : nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      activateRowF32(args.activation, row, auxRow, args.n);
+    else
+      activateRowF64(args.activation, row, auxRow, args.n);
   }
-}
-
-template <typename T>
-void activateRows(const GemmArgs &args, int64_t offsetC, int64_t rowBegin,
-                  int64_t rowEnd) {
-  if (args.activation == GemmActivation::relu)
-    activateRows<T, GemmActivation::relu>(args, offsetC, rowBegin, rowEnd);
-  else
-    activateRows<T, GemmActivation::geluTanh>(args, offsetC, rowBegin, rowEnd);
 }
 
 /// Rows [rowBegin, rowEnd) of batch `batch` of `args` (f32/f64), on the

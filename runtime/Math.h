@@ -76,7 +76,7 @@ SHARC_MATH_HD double reduce(double y, double &k) {
   constexpr double ln2Hi = 6.93147180369123816490e-01;
   constexpr double ln2Lo = 1.90821492927058770002e-10;
   constexpr double shifter = 6755399441055744.0; // 1.5 * 2^52
-  k = (y * log2e + shifter) - shifter;            // round to nearest
+  k = (y * log2e + shifter) - shifter;           // round to nearest
   return (y - k * ln2Hi) - k * ln2Lo;
 }
 
@@ -179,10 +179,12 @@ SHARC_MATH_HD_INLINE double erf(double x) {
 
 SHARC_MATH_HD double relu(double x) { return x > 0 || x != x ? x : 0.0; }
 SHARC_MATH_HD double sigmoid(double x) { return 1 / (1 + math::exp(-x)); }
-SHARC_MATH_HD double geluErf(double x) {
+/// (The GELUs are forced inline, as erf is: kernel loops that call them only
+/// vectorize with their bodies inlined.)
+SHARC_MATH_HD_INLINE double geluErf(double x) {
   return 0.5 * x * (1 + math::erf(x / ::sqrt(2.0)));
 }
-SHARC_MATH_HD double geluTanh(double x) {
+SHARC_MATH_HD_INLINE double geluTanh(double x) {
   return 0.5 * x *
          (1 + math::tanh(::sqrt(2 / 3.14159265358979323846) *
                          (x + 0.044715 * x * x * x)));
