@@ -1256,7 +1256,9 @@ FailureOr<ImportedModel> GraphImporter::import(onnx::ModelProto &model) {
     func.setResultAttr(index, SharcDialect::getOutputAttrName(),
                        builder.getStringAttr(output.name()));
 
-  // Drop what folding left unused (shape computations, their constants).
+  recognizeIdioms(*entry);
+  // Drop what folding and recognizeIdioms left unused (shape computations,
+  // their constants, the chains of ops that spelled a GELU).
   for (Operation &op :
        llvm::make_early_inc_range(llvm::reverse(entry->getOperations())))
     if (isOpTriviallyDead(&op))

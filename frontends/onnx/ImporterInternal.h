@@ -49,6 +49,11 @@ readModelProto(llvm::StringRef path, mlir::MLIRContext &context,
                onnx::ModelProto &model,
                const std::function<void(uint64_t)> &onRead = {});
 
+/// Replaces the chains of elementary ops that exporters write for GELU
+/// (tanh or erf form, any order and grouping of the products) in `block` by
+/// sharc.gelu ops; the chains' ops are left unused (Idioms.cpp).
+void recognizeIdioms(mlir::Block &block);
+
 /// The folder external data of the model at `path` is relative to.
 std::string modelBaseDir(llvm::StringRef path);
 

@@ -142,25 +142,30 @@ def test_recompute_flags_are_checked(sharc, exported, tmp_path, flags, message):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("ranks,flags,policy", [
-    (1, [], "layers"), (2, ["--zero-stage", 2], "layers"),
+# peak_at_activations: whether the layers' activations set the arena's peak
+# on this small model (d 32, T 16, whose GELU keeps no tanh for the backward
+# pass): in fp32 on one rank and at stage 3; at stage 2 and under bf16 it
+# stands elsewhere.
+@pytest.mark.parametrize("ranks,flags,policy,peak_at_activations", [
+    (1, [], "layers", True), (2, ["--zero-stage", 2], "layers", False),
     (2, ["--zero-stage", 3, "--param-persistence-threshold", 0, "--grad-accum", 2],
-     "layers"),
-    (2, ["--zero-stage", 1, "--precision", "bf16"], "layers"),
-    (2, ["--zero-stage", 2], "auto")])
+     "layers", True),
+    (2, ["--zero-stage", 1, "--precision", "bf16"], "layers", False),
+    (2, ["--zero-stage", 2], "auto", False)])
 def test_binaries_train_as_without(sharc, exported, tmp_path, ranks, flags,
-                                   policy):
+                                   policy, peak_at_activations):
     """The GPT compiled with and without recomputation (layers: fp32 on 1
-    rank, ZeRO stage 2, stage 3 with GAS 2, bf16 at stage 1; auto at 80 % of
+    rank, ZeRO stage 2, stage 3 with GAS 2, bf16 at stage 1; auto at 85 % of
     the activation memory at stage 2): the same step lines and saved state,
-    and a planned arena no larger (smaller in fp32)."""
+    less activation memory, and a planned arena no larger (smaller where the
+    activations set its peak)."""
     path, inputs = exported["gpt"]
     flags = [*RECIPE, "--world-size", ranks, *flags]
     limit = []
     if policy == "auto":
         peak = unchecked_memory(sharc, "compile", path, *flags, "--emit-only",
                                 "-o", tmp_path / "probe")
-        limit = ["--activation-memory", peak * 8 // 10]
+        limit = ["--activation-memory", peak * 85 // 100]
     runs = {}
     for name in ("none", policy):
         out = tmp_path / name
@@ -168,17 +173,18 @@ def test_binaries_train_as_without(sharc, exported, tmp_path, ranks, flags,
                        *(limit if name == "auto" else []), "-o", out, "--report")
         assert result.returncode == 0, result.stderr
         arena = int(ARENA.search(result.stdout).group(1))
+        if name != "none":
+            fell = re.search(r"activation memory (\d+) -> (\d+) bytes", result.stderr)
+            assert fell and int(fell.group(2)) < int(fell.group(1)), result.stderr
         run = mpirun(ranks, out / "train", *inputs, "--steps", 4,
                      "--save-state", tmp_path / f"state-{name}")
         assert run.returncode == 0, run.stderr
         runs[name] = (STEP.findall(run.stdout), arena)
     assert runs["none"][0] == runs[policy][0] and len(runs["none"][0]) == 4
-    # In fp32 the layers' activations set the arena's peak; under bf16 on
-    # this small model it stands elsewhere (it does not rise).
-    if "bf16" in flags:
-        assert runs[policy][1] <= runs["none"][1], runs
-    else:
+    if peak_at_activations:
         assert runs[policy][1] < runs["none"][1], runs
+    else:
+        assert runs[policy][1] <= runs["none"][1], runs
     saved = lambda d: sorted(p.relative_to(d) for p in d.rglob("*.npy"))
     none, other = tmp_path / "state-none", tmp_path / f"state-{policy}"
     assert saved(none) == saved(other)
