@@ -164,9 +164,16 @@ def worker(spec):
         c = np.zeros((m, n), dtype=np.float32)
         lda, ldb = a.shape[1], b.shape[1]
 
+        # One call, or one per block of rows of C as sharc cuts products
+        # (--row-block); row r of op(A) is column r of A when transposed.
+        block = spec["row_block"] or m
+        cuts = [(r, min(block, m - r)) for r in range(0, m, block)]
+
         def run():
-            sgemm(ROW_MAJOR, ta, tb, m, n, k, 1.0, a.ctypes.data, lda,
-                  b.ctypes.data, ldb, 0.0, c.ctypes.data, n)
+            for row, rows in cuts:
+                offset = row if ta == TRANS else row * lda
+                sgemm(ROW_MAJOR, ta, tb, rows, n, k, 1.0, a.ctypes.data + 4 * offset,
+                      lda, b.ctypes.data, ldb, 0.0, c.ctypes.data + 4 * row * n, n)
         run()
         ref = (a.T if ta == TRANS else a).astype(np.float64) @ \
             (b.T if tb == TRANS else b).astype(np.float64)
@@ -196,6 +203,10 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--row-block", type=int, default=0, metavar="ROWS",
+                        help="cut each product into calls of at most ROWS rows of C, "
+                             "as sharc's host GEMM does (runtime/Gemm.h, gemmRowBlock); "
+                             "default: one call per product")
     parser.add_argument("--libraries", default="",
                         help="comma-separated subset of the names above (default: all found)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -224,7 +235,8 @@ def main():
     for name in names:
         path, prefix = found[name]
         spec = {"path": path, "prefix": prefix, "name": name,
-                "threads": args.threads, "products": prods}
+                "threads": args.threads, "products": prods,
+                "row_block": args.row_block}
         run = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)],
                              env=env, capture_output=True, text=True)
         if run.returncode != 0:
@@ -238,7 +250,9 @@ def main():
     print()
     print(f"GPT d {args.dim}, {args.layers} layers, {args.heads} heads, T {args.seq}, "
           f"batch {args.batch}, vocab {args.vocab}; {args.threads} thread(s); "
-          f"cblas_sgemm, row-major, median of 3 timed runs")
+          f"cblas_sgemm, row-major, "
+          f"{f'calls of at most {args.row_block} rows' if args.row_block else 'one call per product'}, "
+          f"median of 3 timed runs")
     print("| product | M x N x K | transposed | count | " +
           " | ".join(f"{n} GFLOP/s" for n in names) + " |")
     print("|---|---|---|---|" + "---|" * len(names))
