@@ -586,16 +586,37 @@ def test_bf16_binary_matches_evaluator(sharc, tmp_path, name, ranks):
     assert parse_steps(fp32.stdout)[0] != losses
 
 
+def cpu_flags():
+    """The CPU's feature flags (/proc/cpuinfo), empty where it cannot be read."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_threads_do_not_change_the_bits(sharc, tmp_path, precision):
+def test_threads_do_not_change_the_bits(sharc, tmp_path, monkeypatch, precision):
     """One rank with two threads (`mpirun --bind-to none`, SHARC_NUM_THREADS=2)
     prints the evaluator's step lines digit for digit.  The GPT is large
-    enough for the thread pool (256 rows per micro-batch: GEMMs of several
-    row blocks and over 2^18 multiply-adds, which gemm() shares out between
-    the threads): a BLAS call cut by thread count rather than by the fixed
-    blocks of runtime/Gemm.h changes last bits, and these digits."""
-    config = models.GptConfig(vocab=96, seq=64, dim=64, heads=2, layers=1,
-                              batch=4)
+    enough for the thread pool (250 rows per micro-batch: GEMMs cut into row
+    blocks of 128 and 122 rows, and over 2^18 multiply-adds, which gemm()
+    shares out between the threads).  Both run OpenBLAS's Haswell kernels
+    (SHARC_BLAS_CORE, where the CPU has AVX2 and FMA): their sums depend on
+    where a product is cut, so a cut by thread count rather than by the
+    shape's blocks (gemmRowBlock, runtime/Gemm.h) changes these digits
+    (checked: cutting each product in halves at two threads fails the bf16
+    case).
+    The Cooperlake kernels sum alike however a product is cut (checked with
+    cuts at 64 rows, at halves and at 125 rows, and OpenBLAS's own threads),
+    so with them the test could not see such a change."""
+    blas_core = []
+    if {"avx2", "fma"} <= cpu_flags():
+        monkeypatch.setenv("SHARC_BLAS_CORE", "Haswell")
+        blas_core = ["-x", "SHARC_BLAS_CORE"]
+    config = models.GptConfig(vocab=96, seq=50, dim=64, heads=2, layers=1,
+                              batch=5)
     case = models.make_training_case("gpt", gpt_config=config)
     model = tmp_path / "gpt.onnx"
     models.export(case, model)
@@ -608,7 +629,8 @@ def test_threads_do_not_change_the_bits(sharc, tmp_path, precision):
     assert launcher, "mpirun not found"
     run = subprocess.run(
         [launcher, "--allow-run-as-root", "--oversubscribe", "--bind-to",
-         "none", "-np", "1", "-x", "SHARC_NUM_THREADS", str(out / "train"),
+         "none", "-np", "1", "-x", "SHARC_NUM_THREADS", *blas_core,
+         str(out / "train"),
          *inputs, "--steps", "4", "--log-every", "1"],
         capture_output=True, text=True, timeout=600,
         env=os.environ | {"SHARC_NUM_THREADS": "2"})
