@@ -93,6 +93,12 @@ constexpr int64_t kMaxRank = 64;
 /// dimensions overflows, even of an empty shape).
 std::optional<int64_t> checkedNumElements(llvm::ArrayRef<int64_t> shape);
 
+/// The value of a float tensor that is one constant everywhere: a splat
+/// constant, its broadcast, or the sum, difference or product of two such
+/// (computed as the evaluator does: in double, rounded to the element type;
+/// the autodiff of x^2 builds its exponent 2 - 1 that way).
+std::optional<double> splatValue(mlir::Value value, int depth = 0);
+
 /// Checks that every tensor type in `op` and the regions inside it (operands,
 /// results, block arguments) has a static shape within kMaxElements;
 /// otherwise emits an error at the offending op and fails.

@@ -316,11 +316,13 @@ struct AddDisjointSlices : OpRewritePattern<AddOp> {
   }
 };
 
+} // namespace
+
 /// The value of a float tensor that is one constant everywhere: a splat
 /// constant, its broadcast, or the sum, difference or product of two such
 /// (computed as the evaluator does: in double, rounded to the element type;
 /// the autodiff of x^2 builds its exponent 2 - 1 that way).
-std::optional<double> splatValue(Value value, int depth = 0) {
+std::optional<double> sharc::splatValue(Value value, int depth) {
   auto type = dyn_cast<RankedTensorType>(value.getType());
   auto element = type ? dyn_cast<FloatType>(type.getElementType()) : nullptr;
   if (!element || depth > 4)
@@ -349,6 +351,8 @@ std::optional<double> splatValue(Value value, int depth = 0) {
                   &lost);
   return rounded.convertToDouble();
 }
+
+namespace {
 
 /// pow(x, 2) -> x * x and pow(x, 1) -> x for a float x and an exponent that
 /// is one constant everywhere (splatValue), when it does not change x's shape.

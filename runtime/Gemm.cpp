@@ -62,12 +62,12 @@ using GemmBlockFn = void (*)(const void *context, int64_t batch,
 /// each, Gemm.h), spread over the thread pool (ThreadPool.h) for large
 /// products.  The blocks do not depend on the thread count.
 void runBlocks(const GemmArgs &args, GemmBlockFn block, const void *context) {
+  const int64_t rows = gemmRowBlock(args.m);
   struct Blocks {
     GemmBlockFn block;
     const void *context;
     int64_t m, rows, perBatch;
-  } blocks{block, context, args.m, gemmRowBlock(args.m),
-           (args.m + gemmRowBlock(args.m) - 1) / gemmRowBlock(args.m)};
+  } blocks{block, context, args.m, rows, (args.m + rows - 1) / rows};
   int64_t count = args.outerBatch * args.batch * blocks.perBatch;
   auto run = [](const void *context, int64_t begin, int64_t end) {
     const Blocks &b = *static_cast<const Blocks *>(context);

@@ -14,7 +14,6 @@
 #include "frontends/onnx/ImporterInternal.h"
 #include "ir/SharcOps.h"
 
-#include "mlir/IR/Matchers.h"
 #include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/STLExtras.h"
 
@@ -25,20 +24,11 @@ using namespace sharc;
 
 namespace {
 
-/// The value of `value` if it is a constant whose elements all equal one
-/// float.
-std::optional<double> scalarConstant(Value value) {
-  DenseFPElementsAttr attr;
-  if (!matchPattern(value, m_Constant(&attr)) || !attr.isSplat())
-    return std::nullopt;
-  return attr.getSplatValue<APFloat>().convertToDouble();
-}
-
 /// Whether `value` is a constant equal to `expected` within a relative
 /// `tolerance` (exporters print constants such as sqrt(2/pi) to float
 /// precision, or fewer digits).
 bool isConstant(Value value, double expected, double tolerance = 0) {
-  std::optional<double> actual = scalarConstant(value);
+  std::optional<double> actual = splatValue(value);
   return actual && std::fabs(*actual - expected) <= tolerance * expected;
 }
 

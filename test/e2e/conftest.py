@@ -12,6 +12,16 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 
+def cpu_flags() -> set:
+    """The CPU's feature flags (/proc/cpuinfo), empty where it cannot be read."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
 def sharc_path() -> pathlib.Path:
     """The sharc binary: $SHARC_BIN_DIR/sharc, by default build/bin/sharc."""
     bin_dir = pathlib.Path(os.environ.get("SHARC_BIN_DIR", REPO_ROOT / "build" / "bin"))

@@ -19,6 +19,8 @@ import subprocess
 
 import pytest
 
+from conftest import cpu_flags
+
 MODELS = pathlib.Path(__file__).resolve().parents[1] / "models"
 MODEL = MODELS / "tiny-gpt.onnx"
 DATA = [f"--input=tokens={MODELS / 'tiny-gpt-tokens.npy'}",
@@ -32,11 +34,7 @@ NOTE = "sharc: note: OpenBLAS chose its"
 def cpu_level():
     """'avx512', 'avx2' or 'older', from /proc/cpuinfo (as Blas.cpp's
     cpuSimdLevel)."""
-    flags = set()
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
+    flags = cpu_flags()
     if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
         return "avx512"
     if {"avx2", "fma"} <= flags:

@@ -26,6 +26,7 @@ import torch
 from onnx import TensorProto, helper
 
 import models
+from conftest import cpu_flags
 
 STEPS = 20
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+) lr (\S+)", re.MULTILINE)
@@ -584,16 +585,6 @@ def test_bf16_binary_matches_evaluator(sharc, tmp_path, name, ranks):
     fp32 = sharc("eval", model, "--train", "--steps", 6, *RECIPE,
                  "--grad-accum", ranks, *inputs)
     assert parse_steps(fp32.stdout)[0] != losses
-
-
-def cpu_flags():
-    """The CPU's feature flags (/proc/cpuinfo), empty where it cannot be read."""
-    try:
-        text = pathlib.Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -99,6 +99,7 @@ FailureOr<LoadedModel> sharc::loadModel(MLIRContext &context, StringRef path,
     Progress reading(("reading " + path).str());
     options.onRead = [&](uint64_t bytes) { reading.add(bytes); };
     auto imported = importOnnxFile(path, context, options);
+    options.onRead = nullptr; // It refers to `reading`.
     if (failed(imported))
       return failure();
     model.module = std::move(imported->module);
