@@ -9,7 +9,8 @@
 #   SHARC_NVCC_FLAGS          -std=c++20 -O2
 #   SHARC_CUDA_ARCH_FLAGS     sm_80 and sm_90 code plus compute_90 PTX
 #   SHARC_CUDA_INCLUDE_FLAGS  -I<source dir>, -isystem for MPI and NCCL
-#   SHARC_CUDA_LINK_LIBRARIES NCCL, cuBLASLt, cudart, MPI, BLAS and liburing
+#   SHARC_CUDA_LINK_LIBRARIES NCCL, cuBLASLt, cudart, MPI, BLAS, oneDNN and
+#                             liburing
 #   SHARC_CUDA_LINK_FLAGS     rpath of the CUDA and NCCL library directories
 #   SHARC_CUDA_RUNTIME_SOURCES  the runtime's .cu files
 #   SHARC_CUDA_BUILD_FLAGS_FILE ${CMAKE_BINARY_DIR}/runtime/CudaBuildFlags.txt
@@ -63,7 +64,8 @@ foreach(definition ${MPI_CXX_COMPILE_DEFINITIONS})
 endforeach()
 
 set(SHARC_CUDA_LINK_LIBRARIES ${SHARC_CUBLASLT_LIBRARY} ${SHARC_CUDART_LIBRARY}
-    ${MPI_CXX_LIBRARIES} ${BLAS_LIBRARIES} ${SHARC_URING_LIBRARY})
+    ${MPI_CXX_LIBRARIES} ${BLAS_LIBRARIES} ${SHARC_DNNL_LIBRARY}
+    ${OpenMP_CXX_LIBRARIES} ${SHARC_URING_LIBRARY})
 set(SHARC_CUDA_LINK_FLAGS -Xlinker -rpath -Xlinker ${SHARC_CUDA_LIBRARY_DIR})
 if(SHARC_NCCL_LIBRARY)
   list(PREPEND SHARC_CUDA_LINK_LIBRARIES ${SHARC_NCCL_LIBRARY})

@@ -8,7 +8,9 @@
 
 #include "ir/EvalInternal.h"
 #include "ir/SharcOps.h"
+#include "runtime/Float16.h"
 #include "runtime/Gemm.h"
+#include "runtime/GemmBf16.h"
 #include "runtime/Math.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -162,6 +164,31 @@ LogicalResult evalMatmul(const OpCall &call, MatmulOp op) {
       integerMatmul(s, &lhs.ints()[a], &rhs.ints()[b], &out.ints()[c]);
     });
     wrapInPlace(out);
+    return success();
+  }
+  if (out.dtype() == DType::bf16 && rt::bf16GemmNative()) {
+    // On the CPU's bf16 instructions, block by block as the runtime's gemm()
+    // (runtime/GemmBf16.h): f32 sums rounded once.
+    std::vector<uint16_t> a(lhs.numElements()), b(rhs.numElements());
+    llvm::transform(lhs.floats(), a.begin(),
+                    [](double x) { return rt::floatToBFloat16(float(x)); });
+    llvm::transform(rhs.floats(), b.begin(),
+                    [](double x) { return rt::floatToBFloat16(float(x)); });
+    std::vector<float> c(out.numElements());
+    const int64_t block = rt::gemmRowBlock(s.m);
+    std::string error;
+    bool failed = false;
+    forEachBatch(shapes, s, [&](int64_t ao, int64_t bo, int64_t co) {
+      for (int64_t row = 0; row < s.m && !failed; row += block)
+        failed = !rt::bf16Product(
+            s.transposeLhs, s.transposeRhs, std::min(block, s.m - row), s.n,
+            s.k, &a[ao + (s.transposeLhs ? row : row * s.lhsCols)], s.lhsCols,
+            &b[bo], s.rhsCols, &c[co + row * s.n], s.n, error);
+    });
+    if (failed)
+      return call.error() << error;
+    llvm::copy(c, out.floats().begin());
+    roundInPlace(out);
     return success();
   }
   if (out.dtype() == DType::f32 || out.dtype() == DType::f16 ||

@@ -2,6 +2,8 @@
 
 #include "runtime/Float16.h"
 
+#include "runtime/CpuClones.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -10,8 +12,10 @@ namespace sharc::rt {
 
 namespace {
 
-/// The f32 values of `count` 16-bit values at `src` (exact).
-void widenScalar(DType type, const uint16_t *src, int64_t count, float *dst) {
+/// The f32 values of `count` 16-bit values at `src` (exact).  (Cloned per
+/// CPU: the bf16 loops vectorize to the CPU's widest vectors.)
+SHARC_CPU_CLONES void widenScalar(DType type, const uint16_t *src,
+                                  int64_t count, float *dst) {
   if (type == DType::bf16) {
     for (int64_t i = 0; i < count; ++i)
       dst[i] = bfloat16ToFloat(src[i]);
@@ -22,7 +26,8 @@ void widenScalar(DType type, const uint16_t *src, int64_t count, float *dst) {
 }
 
 /// `count` f32 values at `src` rounded to 16 bits (nearest, ties to even).
-void narrowScalar(DType type, const float *src, int64_t count, uint16_t *dst) {
+SHARC_CPU_CLONES void narrowScalar(DType type, const float *src, int64_t count,
+                                   uint16_t *dst) {
   if (type == DType::bf16) {
     for (int64_t i = 0; i < count; ++i)
       dst[i] = floatToBFloat16(src[i]);

@@ -2,8 +2,10 @@
 
 #include "runtime/Gemm.h"
 
+#include "runtime/CpuClones.h"
 #include "runtime/Errors.h"
 #include "runtime/Float16.h"
+#include "runtime/GemmBf16.h"
 #include "runtime/ThreadPool.h"
 
 #include <cblas.h>
@@ -83,20 +85,6 @@ void runBlocks(const GemmArgs &args, GemmBlockFn block, const void *context) {
   parallelFor(count, run, &blocks);
 }
 
-/// Compiles a function for baseline x86-64 and for AVX2 + FMA (x86-64-v3)
-/// and AVX-512 (x86-64-v4) CPUs; the loader picks the clone for the CPU.
-/// This library is built for the baseline, where Math.h's fused
-/// multiply-adds are libm calls and its loops stay scalar; the clones run
-/// them as vector instructions.  fma() is exact, and the library is built
-/// without contraction (runtime/CMakeLists.txt), so every clone computes the
-/// evaluator's bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SHARC_CPU_CLONES                                                       \
-  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define SHARC_CPU_CLONES
-#endif
-
 /// The epilogue's activation over the `n` values at `row` (f32/f64), in
 /// place, after copying them to `aux` when it is not null.
 /// (Inlined into each clone, which compiles it for its CPU.)
@@ -133,6 +121,25 @@ void widenMatrix(DType type, const uint16_t *src, int64_t rows, int64_t cols,
     widen16(type, src + i * ld, cols, dst.data() + i * cols);
 }
 
+/// Stores the rows x n f32 sums at `block` (dense) to the 16-bit C at
+/// element `offsetC`: each row rounded once, to aux as it is and to C after
+/// the activation, which is computed in double from the f32 sum and rounded
+/// to f32 first, as the f32 epilogue does.
+void finishRows16(const GemmArgs &args, float *block, int64_t rows,
+                  int64_t offsetC) {
+  auto *c = static_cast<uint16_t *>(args.c);
+  auto *aux = static_cast<uint16_t *>(args.aux);
+  int64_t n = args.n;
+  for (int64_t i = 0; i < rows; ++i) {
+    float *row = block + i * n;
+    if (aux)
+      narrow16(args.type, row, n, aux + offsetC + i * args.ldc);
+    if (args.activation != GemmActivation::none)
+      activateRowF32(args.activation, row, nullptr, n);
+    narrow16(args.type, row, n, c + offsetC + i * args.ldc);
+  }
+}
+
 /// A 16-bit GEMM in f32: the operands that every part reads whole (a
 /// broadcast A or B, the bias) widened once by the calling thread, null
 /// where each part widens its own block.
@@ -152,9 +159,7 @@ struct Scratch16 {
 /// Rows [rowBegin, rowEnd) of batch `batch` of a 16-bit GEMM: these rows
 /// of op(A), and B unless shared, are widened to f32, multiplied by sgemm
 /// (f32 accumulation) into an f32 block of C (prefilled with the bias, or C
-/// itself when beta is not 0), and each row rounded once to 16 bits; the
-/// activation is computed in double from the f32 sum and rounded to f32
-/// first, as the f32 epilogue does.
+/// itself when beta is not 0), and the rows finished by finishRows16.
 void gemm16Block(const void *context, int64_t batch, int64_t rowBegin,
                  int64_t rowEnd) {
   const Gemm16 &g = *static_cast<const Gemm16 *>(context);
@@ -163,7 +168,6 @@ void gemm16Block(const void *context, int64_t batch, int64_t rowBegin,
   const auto *a = static_cast<const uint16_t *>(args.a);
   const auto *b = static_cast<const uint16_t *>(args.b);
   auto *c = static_cast<uint16_t *>(args.c);
-  auto *aux = static_cast<uint16_t *>(args.aux);
   int64_t rows = rowEnd - rowBegin, n = args.n;
   {
     // Row r of op(A) is row r of A, or column r of A when transposed.
@@ -208,15 +212,52 @@ void gemm16Block(const void *context, int64_t batch, int64_t rowBegin,
                 int(args.k), float(args.alpha), wideA,
                 int(std::max<int64_t>(1, lda)), wideB,
                 int(std::max<int64_t>(1, g.colsB)), beta, s.c.data(), int(n));
-    for (int64_t i = 0; i < rows; ++i) {
-      float *row = s.c.data() + i * n;
-      if (aux)
-        narrow16(args.type, row, n, aux + offsetC + i * args.ldc);
-      if (args.activation != GemmActivation::none)
-        activateRowF32(args.activation, row, nullptr, n);
-      narrow16(args.type, row, n, c + offsetC + i * args.ldc);
-    }
+    finishRows16(args, s.c.data(), rows, offsetC);
   }
+}
+
+/// Rows [rowBegin, rowEnd) of batch `batch` of a bf16 GEMM on the CPU's bf16
+/// instructions (GemmBf16.h): the product straight from the bf16 operands
+/// into an f32 block, then alpha, and the bias or beta * C, in f32, and the
+/// rows finished as gemm16Block's.
+void gemmBf16Block(const void *context, int64_t batch, int64_t rowBegin,
+                   int64_t rowEnd) {
+  const GemmArgs &args = *static_cast<const GemmArgs *>(context);
+  thread_local std::vector<float> block, old;
+  int64_t rows = rowEnd - rowBegin, n = args.n;
+  // Row r of op(A) is row r of A, or column r of A when transposed.
+  const auto *a = static_cast<const uint16_t *>(args.a) +
+                  batchOffset(args, batch, args.strideA, args.outerStrideA) +
+                  (args.transA ? rowBegin : rowBegin * args.lda);
+  const auto *b = static_cast<const uint16_t *>(args.b) +
+                  batchOffset(args, batch, args.strideB, args.outerStrideB);
+  int64_t offsetC = batchOffset(args, batch, args.strideC, args.outerStrideC) +
+                    rowBegin * args.ldc;
+  if (block.size() < size_t(rows * n))
+    block.resize(rows * n);
+  std::string error;
+  if (!bf16Product(args.transA, args.transB, rows, n, args.k, a, args.lda, b,
+                   args.ldb, block.data(), n, error))
+    fatal("gemm: " + error);
+  float alpha = float(args.alpha);
+  if (alpha != 1)
+    for (int64_t i = 0; i < rows * n; ++i)
+      block[i] *= alpha;
+  if (args.bias) {
+    if (old.size() < size_t(n))
+      old.resize(n);
+    widen16(args.type, static_cast<const uint16_t *>(args.bias), n, old.data());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        block[i * n + j] += old[j];
+  } else if (args.beta != 0) {
+    widenMatrix(args.type, static_cast<const uint16_t *>(args.c) + offsetC,
+                rows, n, args.ldc, old);
+    float beta = float(args.beta);
+    for (int64_t i = 0; i < rows * n; ++i)
+      block[i] += beta * old[i];
+  }
+  finishRows16(args, block.data(), rows, offsetC);
 }
 
 /// The 16-bit path: gemm16Block over the thread pool, with the operands that
@@ -391,6 +432,8 @@ void gemm(const GemmArgs &args) {
   (void)singleThreaded;
   if (args.batch == 0 || args.m == 0 || args.n == 0 || args.outerBatch == 0)
     return;
+  if (args.type == DType::bf16 && bf16GemmNative())
+    return runBlocks(args, gemmBf16Block, &args);
   if (args.type == DType::f16 || args.type == DType::bf16)
     return gemm16(args);
   runBlocks(args, gemmBlock, &args);

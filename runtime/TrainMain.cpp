@@ -20,6 +20,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Float16.h"
 #include "runtime/Gemm.h"
+#include "runtime/GemmBf16.h"
 #include "runtime/Metrics.h"
 #include "runtime/Npy.h"
 #include "runtime/Program.h"
@@ -1435,6 +1436,7 @@ int run(int argc, char **argv) {
                 options.steps, meanMs, unit, tokensPerSecond);
     std::printf("summary: host threads per rank %d, BLAS %s\n", hostThreads(),
                 blasDescription().c_str());
+    std::printf("summary: bf16 GEMM %s\n", bf16GemmDescription().c_str());
     if (info.overflowBuffer >= 0)
       std::printf("summary: skipped steps %" PRId64 " (gradients not finite)\n",
                   skippedSteps);

@@ -689,6 +689,19 @@ def build_info(args, binary):
         except (OSError, AttributeError):
             pass
         lines.append(f"BLAS {blas.group(2)}{detail}")
+    dnnl = re.search(r"^\s*(libdnnl\S*) => (\S+)", ldd, re.MULTILINE)
+    if dnnl:
+        # runtime/GemmBf16.h: oneDNN's bf16 kernels where the CPU has them.
+        flags = set()
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+        native = bool({"avx512_bf16", "amx_bf16"} & flags) and \
+            os.environ.get("SHARC_BF16_GEMM") != "widened"
+        lines.append(f"bf16 GEMMs: {dnnl.group(2)}, " +
+                     ("on the CPU's bf16 instructions" if native
+                      else "widened to f32 (sgemm)"))
     return lines
 
 

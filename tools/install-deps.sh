@@ -12,7 +12,7 @@ packages=(
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools clang-22 libclang-rt-22-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libopenblas-dev openmpi-bin libopenmpi-dev googletest libgtest-dev
-  liburing-dev
+  liburing-dev libdnnl-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -93,6 +93,18 @@ def test_the_summary_names_the_kernels_in_use(binary):
     assert match.group(2).startswith("OpenBLAS ")
     assert match.group(3) == library_core()
     assert NOTE not in result.stderr and "warning" not in result.stderr
+    # bf16 products (runtime/GemmBf16.h): oneDNN's bf16 kernels exactly where
+    # the CPU has bf16 instructions.
+    bf16 = re.search(r"^summary: bf16 GEMM (.*)$", result.stdout, re.MULTILINE)
+    assert bf16, result.stdout
+    if {"avx512_bf16", "amx_bf16"} & cpu_flags():
+        assert re.fullmatch(r"oneDNN \d+\.\d+\.\d+, \S+ kernels",
+                            bf16.group(1)), bf16.group(1)
+    else:
+        assert bf16.group(1) == "widened to f32"
+    widened = train(binary, environment(SHARC_BF16_GEMM="widened"))
+    assert widened.returncode == 0, widened.stderr
+    assert "summary: bf16 GEMM widened to f32\n" in widened.stdout
 
 
 def test_a_requested_core_reruns_sharc_and_the_binary(sharc, binary):

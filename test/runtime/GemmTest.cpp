@@ -9,6 +9,7 @@
 
 #include "runtime/Gemm.h"
 #include "runtime/Float16.h"
+#include "runtime/GemmBf16.h"
 #include "test/runtime/GemmBuffer.h"
 
 #include <cblas.h>
@@ -16,6 +17,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -446,11 +448,11 @@ TEST_P(GemmTypes, EmptyProblemsTouchNothing) {
 /// A 16-bit GEMM is, bit for bit, what the evaluator computes (and what
 /// the CUDA path's f32 accumulation approximates): the operands widened to
 /// f32, sgemm over each block of gemmRowBlock(m) rows (C prefilled with the
-/// bias),
-/// the activation computed from the f32 sum, each value rounded once.  The
-/// shapes are large enough for gemm() to cut rows or batches over the
-/// thread pool and to widen per block, so a split that changed a sum would
-/// show here.
+/// bias) -- for bf16 on a CPU with bf16 instructions, bf16Product over each
+/// block, then the bias or beta * C added in f32 --, the activation computed
+/// from the f32 sum, each value rounded once.  The shapes are large enough
+/// for gemm() to cut rows or batches over the thread pool and to widen per
+/// block, so a split that changed a sum would show here.
 TEST(Gemm16, BitsOfTheWidenedSgemm) {
   std::mt19937 rng(41);
   std::uniform_real_distribution<double> value(-1, 1);
@@ -508,13 +510,33 @@ TEST(Gemm16, BitsOfTheWidenedSgemm) {
         // thread.
         openblas_set_num_threads(1);
         const int64_t block = gemmRowBlock(t.m);
-        for (int64_t row = 0; row < t.m; row += block)
-          cblas_sgemm(CblasRowMajor, t.transA ? CblasTrans : CblasNoTrans,
-                      t.transB ? CblasTrans : CblasNoTrans,
-                      int(std::min(block, t.m - row)), int(t.n), int(t.k), 1.0f,
-                      wa.data() + (t.transA ? row : row * colsA), int(colsA),
-                      wb.data(), int(colsB), t.bias ? 1.0f : float(t.beta),
-                      wc.data() + row * t.n, int(t.n));
+        if (type == DType::bf16 && bf16GemmNative()) {
+          std::vector<uint16_t> ba(sizeA), bb(sizeB);
+          for (int64_t i = 0; i < sizeA; ++i)
+            ba[i] = floatToBFloat16(wa[i]);
+          for (int64_t i = 0; i < sizeB; ++i)
+            bb[i] = floatToBFloat16(wb[i]);
+          std::vector<float> product(sizeC);
+          std::string error;
+          for (int64_t row = 0; row < t.m; row += block)
+            ASSERT_TRUE(bf16Product(
+                t.transA, t.transB, std::min(block, t.m - row), t.n, t.k,
+                ba.data() + (t.transA ? row : row * colsA), colsA, bb.data(),
+                colsB, product.data() + row * t.n, t.n, error))
+                << error;
+          for (int64_t i = 0; i < sizeC; ++i)
+            wc[i] = t.bias ? product[i] + wc[i]
+                           : product[i] + float(t.beta) * wc[i];
+        } else {
+          for (int64_t row = 0; row < t.m; row += block)
+            cblas_sgemm(CblasRowMajor, t.transA ? CblasTrans : CblasNoTrans,
+                        t.transB ? CblasTrans : CblasNoTrans,
+                        int(std::min(block, t.m - row)), int(t.n), int(t.k),
+                        1.0f, wa.data() + (t.transA ? row : row * colsA),
+                        int(colsA), wb.data(), int(colsB),
+                        t.bias ? 1.0f : float(t.beta), wc.data() + row * t.n,
+                        int(t.n));
+        }
         for (int64_t i = 0; i < sizeC; ++i) {
           expectedAux[batch * sizeC + i] = wc[i];
           expected[batch * sizeC + i] =
@@ -547,6 +569,142 @@ TEST(Gemm16, BitsOfTheWidenedSgemm) {
             << "aux element " << i;
       }
     }
+}
+
+/// The CPU's flags in /proc/cpuinfo (empty elsewhere).
+std::string cpuFlags() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line))
+    if (line.rfind("flags", 0) == 0)
+      return line + " ";
+  return "";
+}
+
+/// bf16 products run on the CPU's bf16 instructions exactly where it has
+/// them (unless SHARC_BF16_GEMM says otherwise).
+TEST(GemmBf16, NativeWhereTheCpuHasBf16Instructions) {
+  if (std::getenv("SHARC_BF16_GEMM"))
+    GTEST_SKIP() << "SHARC_BF16_GEMM is set";
+  std::string flags = cpuFlags();
+  if (flags.empty())
+    GTEST_SKIP() << "no /proc/cpuinfo";
+  bool hasBf16 = flags.find(" avx512_bf16 ") != std::string::npos ||
+                 flags.find(" amx_bf16 ") != std::string::npos;
+  EXPECT_EQ(bf16GemmNative(), hasBf16) << bf16GemmDescription();
+}
+
+/// Random bf16 matrices: op(A) m x k and op(B) k x n as dense row-major
+/// logical matrices.
+struct Bf16Operands {
+  int64_t m, n, k;
+  std::vector<uint16_t> a, b;
+};
+
+Bf16Operands randomBf16(int64_t m, int64_t n, int64_t k, std::mt19937 &rng) {
+  std::normal_distribution<float> value(0, 1);
+  Bf16Operands x{m, n, k, std::vector<uint16_t>(m * k),
+                 std::vector<uint16_t>(k * n)};
+  for (uint16_t &v : x.a)
+    v = floatToBFloat16(value(rng));
+  for (uint16_t &v : x.b)
+    v = floatToBFloat16(value(rng));
+  return x;
+}
+
+/// bf16Product of `x` with A and B stored as transA/transB say, each row
+/// padded by padA/padB/padC elements; C returned dense.
+std::vector<float> productIn(const Bf16Operands &x, bool transA, bool transB,
+                             int64_t padA, int64_t padB, int64_t padC) {
+  int64_t lda = (transA ? x.m : x.k) + padA;
+  int64_t ldb = (transB ? x.k : x.n) + padB, ldc = x.n + padC;
+  std::vector<uint16_t> a((transA ? x.k : x.m) * lda, 0xffff),
+      b((transB ? x.n : x.k) * ldb, 0xffff);
+  for (int64_t i = 0; i < x.m; ++i)
+    for (int64_t p = 0; p < x.k; ++p)
+      a[transA ? p * lda + i : i * lda + p] = x.a[i * x.k + p];
+  for (int64_t p = 0; p < x.k; ++p)
+    for (int64_t j = 0; j < x.n; ++j)
+      b[transB ? j * ldb + p : p * ldb + j] = x.b[p * x.n + j];
+  std::vector<float> c(x.m * ldc, -7.0f);
+  std::string error;
+  EXPECT_TRUE(bf16Product(transA, transB, x.m, x.n, x.k, a.data(), lda,
+                          b.data(), ldb, c.data(), ldc, error))
+      << error;
+  std::vector<float> dense(x.m * x.n);
+  for (int64_t i = 0; i < x.m; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      if (j < x.n)
+        dense[i * x.n + j] = c[i * ldc + j];
+      else
+        EXPECT_EQ(c[i * ldc + j], -7.0f) << "padding of C written";
+    }
+  return dense;
+}
+
+/// bf16Product against sums in double of the same bf16 values, within f32
+/// accumulation's error bound.
+TEST(GemmBf16, ProductAgainstExactSums) {
+  if (!bf16GemmNative())
+    GTEST_SKIP() << "bf16 products are widened here: " << bf16GemmDescription();
+  std::mt19937 rng(7);
+  const int64_t shapes[][3] = {{1, 1, 1},       {37, 53, 29},   {128, 64, 128},
+                               {256, 768, 256}, {61, 70, 1000}, {5, 300, 3}};
+  for (const auto &shape : shapes) {
+    Bf16Operands x = randomBf16(shape[0], shape[1], shape[2], rng);
+    for (int variant = 0; variant < 4; ++variant) {
+      bool transA = variant & 1, transB = variant & 2;
+      SCOPED_TRACE("m=" + std::to_string(x.m) + " n=" + std::to_string(x.n) +
+                   " k=" + std::to_string(x.k) +
+                   " transA=" + std::to_string(transA) +
+                   " transB=" + std::to_string(transB));
+      std::vector<float> c = productIn(x, transA, transB, 3, 5, 2);
+      for (int64_t i = 0; i < x.m; ++i)
+        for (int64_t j = 0; j < x.n; ++j) {
+          double sum = 0, magnitude = 0;
+          for (int64_t p = 0; p < x.k; ++p) {
+            double term = double(bfloat16ToFloat(x.a[i * x.k + p])) *
+                          bfloat16ToFloat(x.b[p * x.n + j]);
+            sum += term;
+            magnitude += std::fabs(term);
+          }
+          ASSERT_NEAR(c[i * x.n + j], sum,
+                      0x1p-23 * double(x.k + 2) * 4 * magnitude)
+              << "row " << i << " column " << j;
+        }
+    }
+  }
+}
+
+/// A block's bits depend on its values and shape alone: A transposed or not,
+/// B transposed or not, padded leading dimensions (which make oneDNN choose
+/// other kernels, and for a transposed A with k past 1024 another order of
+/// the sums) give the bits of the dense layout.  The evaluator stores its
+/// operands densely, the runtime as the program's views lay them out.
+TEST(GemmBf16, BitsDependOnValuesAndShapeAlone) {
+  if (!bf16GemmNative())
+    GTEST_SKIP() << "bf16 products are widened here: " << bf16GemmDescription();
+  std::mt19937 rng(11);
+  const int64_t shapes[][3] = {{250, 70, 1000},  {161, 168, 1080},
+                               {87, 596, 1060},  {128, 128, 64},
+                               {256, 256, 1024}, {128, 1024, 2048}};
+  for (const auto &shape : shapes) {
+    Bf16Operands x = randomBf16(shape[0], shape[1], shape[2], rng);
+    std::vector<float> dense = productIn(x, false, false, 0, 0, 0);
+    for (int variant = 1; variant < 16; ++variant) {
+      bool transA = variant & 1, transB = variant & 8;
+      {
+        int64_t pad = variant & 2 ? 7 : 0, padC = variant & 4 ? 3 : 0;
+        SCOPED_TRACE(
+            "m=" + std::to_string(x.m) + " n=" + std::to_string(x.n) +
+            " k=" + std::to_string(x.k) + " transA=" + std::to_string(transA) +
+            " transB=" + std::to_string(transB) +
+            " pad=" + std::to_string(pad) + " padC=" + std::to_string(padC));
+        std::vector<float> c = productIn(x, transA, transB, pad, pad, padC);
+        ASSERT_EQ(std::memcmp(c.data(), dense.data(), c.size() * 4), 0);
+      }
+    }
+  }
 }
 
 std::string typeName(const testing::TestParamInfo<DType> &info) {

@@ -332,6 +332,9 @@ SmallVector<std::string> buildCommand(StringRef source, StringRef binary,
     argv.push_back(lib);
   for (const std::string &lib : splitList(SHARC_BLAS_LIBS))
     argv.push_back(lib);
+  // The bf16 products' oneDNN and its OpenMP (runtime/GemmBf16.cpp).
+  for (const std::string &lib : splitList(SHARC_DNNL_LIBS))
+    argv.push_back(lib);
   // NVMe offload's io_uring (runtime/Swap.cpp), and protobuf for
   // TensorBoard's event files (runtime/TensorBoard.cpp).
   for (const std::string &lib : splitList(SHARC_URING_LIBS))
