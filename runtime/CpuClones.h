@@ -1,5 +1,4 @@
-//===- CpuClones.h - Functions compiled for several x86-64 levels -*- C++
-//-*-===//
+//===- CpuClones.h - Functions compiled for several CPU levels --*- C++ -*-===//
 //
 // The runtime library is built for baseline x86-64, where Math.h's fused
 // multiply-adds are libm calls and loops vectorize with SSE2 at most.

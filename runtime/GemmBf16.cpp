@@ -1,9 +1,7 @@
-//===- GemmBf16.cpp - bf16 products on oneDNN's bf16 kernels
-//---------------===//
+//===- GemmBf16.cpp - bf16 products on oneDNN's bf16 kernels ------------===//
 
 #include "runtime/GemmBf16.h"
 
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -14,6 +12,10 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+// The OpenMP runtime's (libgomp, which oneDNN is built on), declared here:
+// omp.h is GCC's, not on every compiler's include path.
+extern "C" void omp_set_num_threads(int);
 
 namespace sharc::rt {
 

@@ -1,5 +1,4 @@
-//===- GemmBf16.h - bf16 products on the CPU's bf16 instructions -*- C++
-//-*-===//
+//===- GemmBf16.h - bf16 products on bf16 instructions ----------*- C++ -*-===//
 //
 // A bf16 matrix product with f32 accumulation on oneDNN's kernels for the
 // CPU's bf16 dot-product instructions (AVX512-BF16, AMX): twice the f32 GEMM's

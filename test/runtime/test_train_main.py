@@ -132,17 +132,20 @@ def test_losses_and_summary(data, ranks, steps):
 
     # The fake program all-reduces 16 + 4 bytes per step and uses 28 arena bytes.
     bytes_per_step = sum(2 * (ranks - 1) * b // ranks for b in (16, 4))
-    assert len(summary) == 6, summary
+    assert len(summary) == 7, summary
     assert re.fullmatch(rf"summary: steps {steps}, mean step ms \d+\.\d{{3}}, samples/s \d+\.\d",
                         summary[0]), summary[0]
-    # The threads and the BLAS kernels in use (runtime/Blas.h).
+    # The threads and the BLAS kernels in use (runtime/Blas.h), and what
+    # multiplies bf16 matrices (runtime/GemmBf16.h).
     assert re.fullmatch(r"summary: host threads per rank \d+, BLAS OpenBLAS \S+, \S+ kernels",
                         summary[1]), summary[1]
-    assert summary[2] == "summary: arena bytes planned 28 measured 28"
-    assert summary[3].startswith("summary: peak memory bytes per rank planned "), summary[3]
-    assert summary[4] == (f"summary: collective bytes per step planned {bytes_per_step} "
+    assert re.fullmatch(r"summary: bf16 GEMM (oneDNN \S+, \S+ kernels|widened to f32)",
+                        summary[2]), summary[2]
+    assert summary[3] == "summary: arena bytes planned 28 measured 28"
+    assert summary[4].startswith("summary: peak memory bytes per rank planned "), summary[4]
+    assert summary[5] == (f"summary: collective bytes per step planned {bytes_per_step} "
                           f"measured {bytes_per_step}")
-    assert summary[5] == "summary: collective calls per step planned 2 measured 2"
+    assert summary[6] == "summary: collective calls per step planned 2 measured 2"
 
 
 def test_log_every(data):
@@ -529,9 +532,9 @@ def test_nvme_losses_state_and_summary(nvme_data, ranks):
     v0 = np.load(directory / "weights" / "w.momentum.npy")
     expected, w_final, v_final = reference(x, y, w0, ranks, 5, v=v0)
     np.testing.assert_allclose([line[1] for line in lines], expected, rtol=1e-5, atol=1e-6)
-    assert summary[2] == "summary: arena bytes planned 8192 measured 8192"
+    assert summary[3] == "summary: arena bytes planned 8192 measured 8192"
     assert summary[-1] == NVME_SUMMARY, summary
-    assert len(summary) == 7, summary
+    assert len(summary) == 8, summary
     saved = directory / "saved"
     assert sorted(p.name for p in saved.iterdir()) == [
         "sharc-state.txt", "step.npy", "w.momentum.npy", "w.npy"]

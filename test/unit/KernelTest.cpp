@@ -1171,11 +1171,13 @@ TEST_F(KernelTest, GeneratedKernelsMatchTheEvaluator) {
       "-std=c++20 -c " + SHARC_SOURCE_DIR + "/runtime/Gemm.cpp -o " + folder +
       "/gemm.o && " + cxx + "-std=c++20 -c " + SHARC_SOURCE_DIR +
       "/runtime/ThreadPool.cpp -o " + folder + "/pool.o && " + cxx +
-      "-std=c++20 -c " + SHARC_SOURCE_DIR + "/runtime/Float16.cpp -o " +
-      folder + "/float16.o && " + cxx + "-std=c++20 -c " + stub + " -o " +
-      stub + ".o && " + cxx + "-shared " + cpp + ".o " + folder + "/gemm.o " +
-      folder + "/pool.o " + folder + "/float16.o " + stub + ".o -o " + lib +
-      " " + SHARC_TEST_BLAS + " -lpthread 2>&1";
+      "-std=c++20 -c " + SHARC_SOURCE_DIR + "/runtime/GemmBf16.cpp -o " +
+      folder + "/gemmbf16.o && " + cxx + "-std=c++20 -c " + SHARC_SOURCE_DIR +
+      "/runtime/Float16.cpp -o " + folder + "/float16.o && " + cxx +
+      "-std=c++20 -c " + stub + " -o " + stub + ".o && " + cxx + "-shared " +
+      cpp + ".o " + folder + "/gemm.o " + folder + "/pool.o " + folder +
+      "/float16.o " + folder + "/gemmbf16.o " + stub + ".o -o " + lib + " " +
+      SHARC_TEST_BLAS + " " + SHARC_TEST_DNNL + " -lpthread 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   void *handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(handle, nullptr) << dlerror();
