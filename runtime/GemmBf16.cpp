@@ -50,9 +50,12 @@ bool decideNative() {
   return hardware;
 }
 
+/// The CPU engine, never destroyed: the thread pool's workers, whose cached
+/// matmuls and streams refer to it, end after the static objects that were
+/// made after their pool.
 dnnl::engine &cpuEngine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+  static auto *engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
 }
 
 /// One oneDNN matmul of dense operands, its memory objects (their data
